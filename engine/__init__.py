@@ -1,0 +1,1 @@
+"""Trellis's science engine. Pure Python: it never imports Django (a test enforces it)."""

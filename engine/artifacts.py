@@ -1,0 +1,43 @@
+"""A content-addressed store for files that agents hand each other."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class ArtifactStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path_for(self, sha: str) -> Path:
+        return self.root / sha[:2] / sha
+
+    def put_file(self, path: Path) -> str:
+        sha = sha256_file(path)
+        dest = self.path_for(sha)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, dest)
+        return sha
+
+    def put_bytes(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        dest = self.path_for(sha)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        return sha
+
+    def read(self, sha: str) -> bytes | None:
+        p = self.path_for(sha)
+        return p.read_bytes() if p.exists() else None

@@ -1,0 +1,65 @@
+"""One budget per run: every model call draws from it, whoever makes it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import BudgetExhausted
+
+
+@dataclass
+class Usage:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, prompt_tokens: int, completion_tokens: int, cost_usd: float) -> None:
+        self.calls += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.cost_usd += cost_usd
+
+    def to_dict(self) -> dict:
+        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": self.completion_tokens, "tokens": self.tokens,
+                "cost_usd": round(self.cost_usd, 6)}
+
+
+@dataclass
+class Budget:
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_calls: int | None = None
+    used: Usage = field(default_factory=Usage)
+    per_agent: dict[str, Usage] = field(default_factory=dict)
+
+    def ensure_room(self, estimated_prompt_tokens: int, reserved_completion_tokens: int) -> None:
+        """Refuse a call that would take the run past any limit, before it is made."""
+        if self.max_calls is not None and self.used.calls + 1 > self.max_calls:
+            raise BudgetExhausted(f"call budget exhausted: {self.used.calls} of {self.max_calls} model calls used")
+        if self.max_tokens is not None:
+            needed = self.used.tokens + estimated_prompt_tokens + reserved_completion_tokens
+            if needed > self.max_tokens:
+                raise BudgetExhausted(
+                    f"token budget exhausted: {self.used.tokens} of {self.max_tokens} tokens used and the next "
+                    f"call needs about {estimated_prompt_tokens + reserved_completion_tokens}")
+        if self.max_cost_usd is not None and self.used.cost_usd >= self.max_cost_usd:
+            raise BudgetExhausted(f"cost budget exhausted: ${self.used.cost_usd:.4f} of ${self.max_cost_usd:.4f} spent")
+
+    def charge(self, agent: str, prompt_tokens: int, completion_tokens: int, cost_usd: float) -> None:
+        self.used.add(prompt_tokens, completion_tokens, cost_usd)
+        self.per_agent.setdefault(agent, Usage()).add(prompt_tokens, completion_tokens, cost_usd)
+
+    def remaining(self) -> dict:
+        return {
+            "tokens": None if self.max_tokens is None else self.max_tokens - self.used.tokens,
+            "calls": None if self.max_calls is None else self.max_calls - self.used.calls,
+            "cost_usd": None if self.max_cost_usd is None else round(self.max_cost_usd - self.used.cost_usd, 6),
+        }
+
+    def limits(self) -> dict:
+        return {"max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd, "max_calls": self.max_calls}

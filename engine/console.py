@@ -1,0 +1,84 @@
+"""A live progress line per step, for the command line."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from .trace import Event
+
+
+class ConsoleSink:
+    def __init__(self, out: TextIO = sys.stdout, verbose: bool = False):
+        self.out = out
+        self.verbose = verbose
+        self.t0: float | None = None
+
+    def emit(self, event: Event) -> None:
+        if self.t0 is None:
+            self.t0 = event.ts
+        line = describe(event)
+        if line is None and not self.verbose:
+            return
+        agent = (event.agent or "-")[:12]
+        self.out.write(f"[{event.ts - self.t0:7.1f}s] {agent:<12} {line or event.kind}\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        pass
+
+
+def describe(e: Event) -> str | None:
+    p = e.payload
+    if e.kind == "run_started":
+        return (f"run {e.run_id} on {p['task']} | workflow {p['workflow_hash'][:12]} "
+                f"({len(p['order'])} agents) | executor {p['executor']}")
+    if e.kind == "agent_started":
+        retry = f" (again, after {p['retry_of']})" if p.get("retry_of") else ""
+        return f"started {'+'.join(p['roles'])}{retry}"
+    if e.kind == "model_call":
+        cached = " cached" if p.get("cached") else ""
+        return (f"model {p['model']} [{p['provider'].split(' ')[0]}] {p['prompt_tokens']}+{p['completion_tokens']} tok "
+                f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}")
+    if e.kind == "code_execution":
+        files = ", ".join(p["files"]) or "no files"
+        return f"ran code ({p['purpose']}): {p['status']} exit {p['exit_code']} in {p['duration_s']:.1f}s -> {files}"
+    if e.kind == "handoff":
+        return None if p["ok"] else f"CONTRACT VIOLATION {p['source']} -> {p['target']} {p['artifact']}: {p['errors'][0]}"
+    if e.kind == "check":
+        return f"check {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['detail']})"
+    if e.kind == "route":
+        if p["taken"]:
+            return f"{p['on']} -> {p['target']} (loop {p['loop']}/{p['max_loops']})"
+        return f"{p['on']} not routed: {p['reason']}"
+    if e.kind == "agent_finished":
+        msg = f" - {p['message']}" if p.get("message") else ""
+        return f"finished {p['status']}{msg}"
+    if e.kind == "budget_exhausted":
+        return f"BUDGET EXHAUSTED: {p['reason']}"
+    if e.kind == "evaluation":
+        if p.get("ok"):
+            return f"evaluate.py: {p['metric']} = {p['value']:.6g}"
+        return f"evaluation failed: {p.get('error')}"
+    if e.kind == "run_finished":
+        return f"run {p['status']}{': ' + p['reason'] if p.get('reason') else ''}"
+    return None
+
+
+def print_summary(result, out: TextIO = sys.stdout) -> None:
+    m = result.metric or {}
+    usage = result.usage
+    out.write("\n" + "=" * 72 + "\n")
+    out.write(f"run        {result.run_id}   status: {result.status}\n")
+    if result.reason:
+        out.write(f"reason     {result.reason}\n")
+    if m.get("ok"):
+        direction = "higher" if m["higher_is_better"] else "lower"
+        out.write(f"metric     {m['metric']} = {m['value']:.6g}  ({direction} is better; computed by evaluate.py)\n")
+    else:
+        out.write(f"metric     none ({m.get('error', 'run did not reach evaluation')})\n")
+    out.write(f"cost       {usage['calls']} model calls, {usage['tokens']} tokens, ${usage['cost_usd']:.4f}\n")
+    out.write(f"agents     {', '.join(f'{a}={s}' for a, s in result.agent_status.items())}\n")
+    out.write(f"time       {result.duration_s:.1f}s (models {result.model_seconds:.1f}s, code "
+              f"{result.execution_seconds:.1f}s, engine {result.overhead_seconds:.2f}s)\n")
+    out.write(f"trace      {result.trace_path}\n")

@@ -1,0 +1,68 @@
+"""Lazy access to litellm, with the offline provider registered.
+
+litellm takes seconds to import and fetches a price map from the internet unless told not
+to, so it is imported here, on the first model call, with the local price map.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from types import ModuleType
+
+OFFLINE_PROVIDER = "trellis"
+OFFLINE_MODEL = "trellis/offline-scientist"
+OFFLINE_PROVIDER_LABEL = "trellis-offline (scripted scientist, not a language model)"
+
+_lock = threading.Lock()
+_litellm: ModuleType | None = None
+
+
+def get_litellm() -> ModuleType:
+    global _litellm
+    with _lock:
+        if _litellm is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            os.environ.setdefault("LITELLM_LOG", "ERROR")
+            import litellm
+
+            from .offline.provider import OfflineScientistLLM
+
+            litellm.telemetry = False
+            litellm.suppress_debug_info = True
+            litellm.custom_provider_map = [
+                *[p for p in litellm.custom_provider_map if p.get("provider") != OFFLINE_PROVIDER],
+                {"provider": OFFLINE_PROVIDER, "custom_handler": OfflineScientistLLM()},
+            ]
+            _litellm = litellm
+        return _litellm
+
+
+def provider_of(model: str) -> str:
+    if model.startswith(OFFLINE_PROVIDER + "/"):
+        return OFFLINE_PROVIDER_LABEL
+    return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+def count_tokens(model: str, messages: list[dict]) -> int:
+    lm = get_litellm()
+    try:
+        return int(lm.token_counter(model=model, messages=messages))
+    except Exception:  # unknown model: fall back to the default tokenizer
+        return int(lm.token_counter(model="gpt-4o", messages=messages))
+
+
+def count_text_tokens(text: str) -> int:
+    return int(get_litellm().token_counter(model="gpt-4o", text=text))
+
+
+def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float:
+    """Cost from litellm's price table; the offline provider is free; unknown models cost 0
+    but are flagged by the caller as unpriced."""
+    if model.startswith(OFFLINE_PROVIDER + "/"):
+        return 0.0
+    lm = get_litellm()
+    try:
+        p, c = lm.cost_per_token(model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return float(p + c)
+    except Exception:
+        return 0.0

@@ -1,0 +1,98 @@
+"""Rebuild a run from its events alone: what replay, resume and the studio's pages use."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .budget import Usage
+from .trace import Event, read_events
+from .workflow import Workflow
+
+
+@dataclass
+class RunRecord:
+    run_id: str = ""
+    task: str = ""
+    workflow: Workflow | None = None
+    status: str = "interrupted"  # until a run_finished event says otherwise
+    reason: str = ""
+    agent_status: dict[str, str] = field(default_factory=dict)
+    outputs: dict[str, dict] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    per_agent_usage: dict[str, Usage] = field(default_factory=dict)
+    metric: dict | None = None
+    checks: list[dict] = field(default_factory=list)
+    executions: int = 0
+    last_seq: int = 0
+    finished: bool = False
+
+    def summary(self) -> dict:
+        return {"run_id": self.run_id, "status": self.status, "reason": self.reason,
+                "workflow_hash": self.workflow.hash if self.workflow else None,
+                "agent_status": dict(self.agent_status), "usage": self.usage.to_dict(), "metric": self.metric}
+
+
+def rebuild(events: Iterable[Event]) -> RunRecord:
+    rec = RunRecord()
+    stopped_reason = None
+    for ev in sorted(events, key=lambda e: e.seq):
+        rec.last_seq = ev.seq
+        p = ev.payload
+        if ev.kind == "run_started":
+            rec.run_id, rec.task = ev.run_id, p.get("task", "")
+            rec.workflow = Workflow.from_dict(p["workflow"])
+            rec.agent_status = {a: "WAITING" for a in p.get("order", [])}
+        elif ev.kind == "agent_started":
+            rec.agent_status[ev.agent] = "RUNNING"
+        elif ev.kind == "agent_finished":
+            rec.agent_status[ev.agent] = p["status"]
+            rec.outputs[ev.agent] = p.get("outputs", {})
+        elif ev.kind == "route":
+            if p.get("taken"):
+                _reset_between(rec, p["target"], ev.agent)
+            else:
+                rec.agent_status[ev.agent] = "FAILURE"
+        elif ev.kind == "model_call":
+            rec.usage.add(p["prompt_tokens"], p["completion_tokens"], p["cost_usd"])
+            rec.per_agent_usage.setdefault(ev.agent, Usage()).add(p["prompt_tokens"], p["completion_tokens"], p["cost_usd"])
+        elif ev.kind == "check":
+            rec.checks.append({"agent": ev.agent, **p})
+        elif ev.kind == "code_execution":
+            rec.executions += 1
+        elif ev.kind == "budget_exhausted":
+            stopped_reason = p["reason"]
+        elif ev.kind == "evaluation":
+            rec.metric = {k: v for k, v in p.items() if k not in {"predictions_sha256", "evaluator"}}
+        elif ev.kind == "run_finished":
+            rec.finished = True
+    if rec.finished:
+        _settle(rec, stopped_reason)
+    return rec
+
+
+def rebuild_from_file(path: Path) -> RunRecord:
+    return rebuild(read_events(path))
+
+
+def _reset_between(rec: RunRecord, start: str, end: str) -> None:
+    import networkx as nx
+
+    if rec.workflow is None:
+        return
+    g = rec.workflow.graph()
+    for node in ({start} | nx.descendants(g, start)) & ({end} | nx.ancestors(g, end)):
+        rec.agent_status[node] = "WAITING"
+
+
+def _settle(rec: RunRecord, stopped_reason: str | None) -> None:
+    """The run's final status, by the same rules the runner applies."""
+    if stopped_reason is not None:
+        rec.status, rec.reason, rec.metric = "stopped", stopped_reason, None
+        return
+    failed = [a for a, s in rec.agent_status.items() if s in {"FAILURE", "SKIPPED"}]
+    rec.status = "completed"
+    rec.reason = f"agents did not finish: {', '.join(failed)}" if failed else ""
+    if rec.metric is None or not rec.metric.get("ok"):
+        rec.status = "failed"
+        rec.reason = rec.reason or (rec.metric or {}).get("error", "no predictions were produced")

@@ -1,0 +1,155 @@
+"""What each role does when its agent runs: prompt the model, use tools, hand on artifacts."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .artifacts import ArtifactStore
+from .checks import Check, execution_checks, hash_preserved
+from .gateway import ModelGateway
+from .prompts import build_messages, extract_code, extract_status
+from .sandbox import ExecutionRequest, ExecutionResult, Executor
+from .task import Task
+from .trace import Tracer
+from .workflow import Agent, Workflow
+
+
+@dataclass
+class RunContext:
+    task: Task
+    workflow: Workflow
+    gateway: ModelGateway
+    executor: Executor
+    store: ArtifactStore
+    tracer: Tracer
+    execution_seconds: float = 0.0
+
+
+@dataclass
+class StepOutcome:
+    status: str  # SUCCESS / RETRY / FALLBACK / FAILURE
+    produced: dict = field(default_factory=dict)
+    message: str = ""
+
+
+def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, feedback: dict | None = None,
+         temperature: float = 0.7) -> str:
+    messages = build_messages(role, agent, ctx.workflow.harness, ctx.task, inputs, feedback)
+    return ctx.gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature).text
+
+
+def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> ExecutionResult:
+    """Run code in the sandbox, keep every file it wrote, and trace both the call and result."""
+    request = ExecutionRequest(code=code, input_files=ctx.task.input_files(), limits=ctx.task.resources.limits)
+    ctx.tracer.emit("tool_call", agent.id, tool="sandbox.python", executor=ctx.executor.name, purpose=purpose,
+                    code=code, limits=vars(request.limits))
+    started = time.perf_counter()
+    result = ctx.executor.run(request)
+    ctx.execution_seconds += time.perf_counter() - started
+    for rel, sha in result.files.items():
+        ctx.store.put_file(result.workdir / rel)
+    ctx.tracer.emit("code_execution", agent.id, purpose=purpose, **result.evidence(),
+                    stdout=result.stdout[-20000:], stderr=result.stderr[-20000:], workdir=str(result.workdir))
+    return result
+
+
+def _emit_checks(ctx: RunContext, agent: Agent, checks: list[Check]) -> None:
+    for c in checks:
+        ctx.tracer.emit("check", agent.id, **c.to_dict())
+
+
+def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    answer = _ask(ctx, agent, "analyzer", {}, feedback)
+    code = extract_code(answer)
+    if code is None:
+        return StepOutcome("FAILURE", message="the analyzer's answer had no ```python block to run")
+    result = execute(ctx, agent, code, "exploratory analysis")
+    if result.ok:
+        report = result.stdout.strip() or "(the analysis script printed nothing)"
+    else:
+        report = (f"The exploratory script failed ({result.status}); the team works without it.\n\n"
+                  f"```\n{result.stderr[-1500:]}\n```")
+    return StepOutcome("SUCCESS", {"report": report}, f"analysis {result.status}")
+
+
+def planner(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    plan = _ask(ctx, agent, "planner", {"report": bag["report"]}, feedback).strip()
+    return StepOutcome("SUCCESS", {"plan": plan})
+
+
+def coder(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    inputs = {k: bag[k] for k in ("plan", "report") if k in bag}
+    code = extract_code(_ask(ctx, agent, "coder", inputs, feedback, temperature=0.2))
+    if code is None:
+        return StepOutcome("FAILURE", message="the coder's answer had no ```python block")
+    return StepOutcome("SUCCESS", {"code": code})
+
+
+def debugger(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    if feedback is None:  # nothing has failed yet: hand the code on without spending a call
+        return StepOutcome("SUCCESS", {"code": bag["code"]}, "no failure to debug; code handed on unchanged")
+    failing = feedback.get("detail", {}).get("code") or bag["code"]  # fix what actually ran, not the first draft
+    detail = {k: v for k, v in feedback.get("detail", {}).items() if k != "code"}
+    code = extract_code(_ask(ctx, agent, "debugger", {"code": failing}, {**feedback, "detail": detail}, temperature=0.2))
+    if code is None:
+        return StepOutcome("FAILURE", message="the debugger's answer had no ```python block")
+    return StepOutcome("SUCCESS", {"code": code}, "code repaired")
+
+
+def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    result = execute(ctx, agent, bag["code"], "candidate solution")
+    evidence = result.evidence()
+    r = ctx.task.resources
+    predictions = None
+    if r.predictions_file in result.files:
+        predictions = {"path": r.predictions_file, "sha256": result.files[r.predictions_file]}
+    checks = execution_checks(evidence, predictions, r.prediction_contract(), r.target, ctx.store.read)
+    _emit_checks(ctx, agent, checks)
+    evidence["checks"] = [c.to_dict() for c in checks]
+    answer = _ask(ctx, agent, "verifier", {"code": bag["code"], "execution_evidence": _brief(evidence),
+                                           "checks": "\n".join(c.line() for c in checks)}, temperature=0.0)
+    status = extract_status(answer) or "RETRY"
+    if status == "SUCCESS" and not all(c.passed for c in checks):
+        # A verifier that waves through a failed check is overruled: checks are facts.
+        status = "RETRY"
+    produced = {"execution_evidence": evidence}
+    if predictions:
+        produced["predictions"] = predictions
+    failed = [c.name for c in checks if not c.passed]
+    return StepOutcome(status, produced, f"checks failed: {', '.join(failed)}" if failed else "all checks passed")
+
+
+def router(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    answer = _ask(ctx, agent, "router", {"execution_evidence": _brief(bag["execution_evidence"])}, temperature=0.0)
+    status = extract_status(answer) or "FAILURE"
+    return StepOutcome(status, {"execution_evidence": bag["execution_evidence"]}, f"routed {status}")
+
+
+def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    evidence, predictions = bag["execution_evidence"], bag["predictions"]
+    check = hash_preserved(evidence.get("files", {}).get(predictions.get("path")), predictions.get("sha256"))
+    _emit_checks(ctx, agent, [check])
+    if not check.passed:
+        return StepOutcome("FAILURE", message=f"predictions changed between verifier and finalizer: {check.detail}")
+    inputs = {"execution_evidence": _brief(evidence)}
+    if "code" in bag:
+        inputs["code"] = bag["code"]
+    report = _ask(ctx, agent, "finalizer", inputs, temperature=0.2).strip()
+    return StepOutcome("SUCCESS", {"predictions": predictions, "final_report": report})
+
+
+def _brief(evidence: dict) -> dict:
+    """Evidence as shown to a model: enough to judge, without megabytes of output."""
+    keep = ("status", "exit_code", "stdout_tail", "stderr_tail", "files", "violations", "duration_s")
+    out = {k: evidence[k] for k in keep if k in evidence}
+    out["stdout_tail"] = str(out.get("stdout_tail", ""))[-1500:]
+    out["stderr_tail"] = str(out.get("stderr_tail", ""))[-1500:]
+    return out
+
+
+RoleStep = Callable[[RunContext, Agent, dict, "dict | None"], StepOutcome]
+ROLE_STEPS: dict[str, RoleStep] = {
+    "analyzer": analyzer, "planner": planner, "coder": coder, "debugger": debugger,
+    "verifier": verifier, "router": router, "finalizer": finalizer,
+}

@@ -1,0 +1,272 @@
+"""Runs one workflow on one task: agents in DAG order, contracts checked at every handoff,
+status routes followed with their loop caps, the result scored by the task's evaluate.py."""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from .artifacts import ArtifactStore
+from .budget import Budget
+from .checks import placeholder_check
+from .contracts import check_value, parse_type
+from .errors import BudgetExhausted, ModelCallError
+from .evaluation import evaluate_predictions
+from .gateway import ModelGateway
+from .roles import ROLE_STEPS, RunContext, StepOutcome
+from .sandbox import Executor
+from .task import Task
+from .trace import EventSink, JsonlTraceSink, Tracer
+from .workflow import Workflow
+
+
+@dataclass
+class RunConfig:
+    run_dir: Path
+    seed: int = 0
+    model_override: str | None = None
+    budget: Budget = field(default_factory=Budget)
+    cache_dir: Path | None = None
+    run_id: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str            # completed / failed / stopped
+    reason: str
+    workflow_hash: str
+    agent_status: dict[str, str]
+    usage: dict
+    per_agent_usage: dict[str, dict]
+    metric: dict | None
+    trace_path: str
+    duration_s: float
+    model_seconds: float
+    execution_seconds: float
+    evaluation_seconds: float
+
+    @property
+    def overhead_seconds(self) -> float:
+        return max(0.0, self.duration_s - self.model_seconds - self.execution_seconds - self.evaluation_seconds)
+
+    def summary(self) -> dict:
+        """The parts of a run that its trace alone must reproduce."""
+        return {"run_id": self.run_id, "status": self.status, "reason": self.reason,
+                "workflow_hash": self.workflow_hash, "agent_status": dict(self.agent_status),
+                "usage": dict(self.usage), "metric": self.metric}
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "overhead_seconds": self.overhead_seconds}
+
+
+def default_executor(root: Path) -> Executor:
+    from .sandbox.subprocess_executor import SubprocessExecutor
+
+    return SubprocessExecutor(root=root)
+
+
+def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Executor | None = None,
+                 sinks: Iterable[EventSink] = ()) -> RunResult:
+    workflow.validate()
+    run_id = config.run_id or uuid.uuid4().hex[:12]
+    run_dir = Path(config.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trace_path = run_dir / "trace.jsonl"
+    tracer = Tracer(run_id, [JsonlTraceSink(trace_path), *sinks])
+    (run_dir / "workflow.json").write_text(workflow.to_json())
+    gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
+                           cache_dir=config.cache_dir)
+    ctx = RunContext(task, workflow, gateway, executor or default_executor(run_dir / "sandboxes"),
+                     ArtifactStore(run_dir / "artifacts"), tracer)
+    started = time.perf_counter()
+    tracer.emit("run_started", task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
+                workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
+                model_override=config.model_override, executor=ctx.executor.name,
+                budget=config.budget.limits(), order=workflow.order())
+    try:
+        status, reason, statuses, outputs = _Scheduler(ctx).run()
+        metric, eval_s = _evaluate(ctx, outputs, statuses) if status != "stopped" else (None, 0.0)
+        if status == "completed" and (metric is None or not metric.get("ok")):
+            status, reason = "failed", reason or (metric or {}).get("error", "no predictions were produced")
+        duration = time.perf_counter() - started
+        result = RunResult(
+            run_id=run_id, status=status, reason=reason, workflow_hash=workflow.hash, agent_status=statuses,
+            usage=config.budget.used.to_dict(),
+            per_agent_usage={k: v.to_dict() for k, v in sorted(config.budget.per_agent.items())},
+            metric=metric, trace_path=str(trace_path), duration_s=duration, model_seconds=gateway.model_seconds,
+            execution_seconds=ctx.execution_seconds, evaluation_seconds=eval_s,
+        )
+        tracer.emit("run_finished", **result.summary(), per_agent_usage=result.per_agent_usage,
+                    duration_s=round(duration, 3), overhead_s=round(result.overhead_seconds, 4))
+        (run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
+        return result
+    finally:
+        tracer.close()
+
+
+class _Scheduler:
+    def __init__(self, ctx: RunContext):
+        self.ctx = ctx
+        self.wf = ctx.workflow
+        self.order = self.wf.order()
+        self.statuses: dict[str, str] = {a: "WAITING" for a in self.order}
+        self.outputs: dict[str, dict] = {}
+        self.feedback: dict[str, dict] = {}
+        self.loops: dict[tuple[str, str], int] = {}
+        self.bags: dict[str, dict] = {}  # what each agent last worked with, for repairs
+
+    def run(self) -> tuple[str, str, dict[str, str], dict[str, dict]]:
+        i = 0
+        while i < len(self.order):
+            agent_id = self.order[i]
+            if self.statuses[agent_id] != "WAITING":  # settled, and not on the way back of a route
+                i += 1
+                continue
+            try:
+                outcome = self._run_agent(agent_id)
+            except BudgetExhausted as exc:
+                self.statuses[agent_id] = "STOPPED"
+                self.ctx.tracer.emit("budget_exhausted", agent_id, reason=exc.reason,
+                                     used=self.ctx.gateway.budget.used.to_dict(),
+                                     limits=self.ctx.gateway.budget.limits())
+                self.ctx.tracer.emit("agent_finished", agent_id, status="STOPPED", message=exc.reason, outputs={})
+                return "stopped", exc.reason, self.statuses, self.outputs
+            jump = self._route(agent_id, outcome)
+            i = self.order.index(jump) if jump else i + 1
+        failed = [a for a, s in self.statuses.items() if s in {"FAILURE", "SKIPPED"}]
+        return "completed", (f"agents did not finish: {', '.join(failed)}" if failed else ""), self.statuses, self.outputs
+
+    def _inputs(self, agent_id: str) -> tuple[dict, str | None]:
+        """Gather and check the artifacts handed to an agent. Returns (bag, reason-not-to-run)."""
+        bag: dict = {"task": self.ctx.task.description()}
+        coordination = self.wf.harness.coordination
+        for edge in self.wf.incoming(agent_id):
+            if self.statuses.get(edge.source) != "SUCCESS" or edge.artifact not in self.outputs.get(edge.source, {}):
+                return bag, f"upstream agent {edge.source!r} did not deliver {edge.artifact!r}"
+            value = self.outputs[edge.source][edge.artifact]
+            errors = check_value(value, parse_type(edge.contract), self.ctx.store.read, where=edge.artifact) \
+                if coordination.check_handoffs else []
+            placeholder = placeholder_check(edge.artifact, value) if coordination.flag_placeholders else None
+            if placeholder and not placeholder.passed and edge.artifact != "code":
+                errors.append(placeholder.detail)
+            self.ctx.tracer.emit("handoff", agent_id, source=edge.source, target=edge.target,
+                                 artifact=edge.artifact, contract=edge.contract, ok=not errors, errors=errors,
+                                 value_preview=_preview(value))
+            if errors and coordination.halt_on_contract_violation:
+                return bag, f"{edge.artifact!r} from {edge.source!r} breaks its contract {edge.contract}: {errors[0]}"
+            bag[edge.artifact] = value
+        return bag, None
+
+    def _run_agent(self, agent_id: str) -> StepOutcome:
+        agent = self.wf.agent(agent_id)
+        tracer = self.ctx.tracer
+        bag, blocked = self._inputs(agent_id)
+        feedback = self.feedback.pop(agent_id, None)
+        tracer.emit("agent_started", agent_id, roles=list(agent.roles), inputs=sorted(k for k in bag if k != "task"),
+                    retry_of=feedback.get("from") if feedback else None)
+        if blocked:
+            status = "SKIPPED" if "did not deliver" in blocked else "FAILURE"
+            outcome = StepOutcome(status, message=blocked)
+        else:
+            outcome = self._play_roles(agent, bag, feedback)
+        if outcome.status == "SUCCESS":
+            missing = [o for o in agent.outputs if o not in outcome.produced]
+            if missing:
+                outcome = StepOutcome("FAILURE", outcome.produced, f"did not produce {', '.join(missing)}")
+        delivered = {k: v for k, v in outcome.produced.items() if k in agent.outputs}
+        self.outputs[agent_id] = delivered
+        self.statuses[agent_id] = outcome.status
+        tracer.emit("agent_finished", agent_id, status=outcome.status, message=outcome.message,
+                    outputs={k: _preview(v) for k, v in delivered.items()})
+        return outcome
+
+    def _play_roles(self, agent, bag: dict, feedback: dict | None) -> StepOutcome:
+        produced: dict = {}
+        messages = []
+        roles = list(agent.roles)
+        if feedback and "debugger" in roles and roles[0] != "debugger":
+            # A repair re-enters a grouped agent at its debugger, keeping what it made before.
+            bag = {**self.bags.get(agent.id, {}), **bag}
+            roles = roles[roles.index("debugger"):]
+        self.bags[agent.id] = bag
+        for role in roles:
+            try:
+                step = ROLE_STEPS[role](self.ctx, agent, bag, feedback)
+            except ModelCallError as exc:
+                step = StepOutcome("FAILURE", message=f"{role}: {exc}")
+            feedback = None  # feedback is for the first role the route lands on
+            bag.update(step.produced)
+            produced.update(step.produced)
+            if step.message:
+                messages.append(f"{role}: {step.message}")
+            if step.status != "SUCCESS":
+                return StepOutcome(step.status, produced, "; ".join(messages))
+        return StepOutcome("SUCCESS", produced, "; ".join(messages))
+
+    def _route(self, agent_id: str, outcome: StepOutcome) -> str | None:
+        """Follow a status route if there is one with loops left; else settle the status."""
+        if outcome.status in {"SUCCESS", "SKIPPED"}:
+            return None
+        route = self.wf.route_for(agent_id, outcome.status)
+        key = (agent_id, outcome.status)
+        used = self.loops.get(key, 0)
+        if route is None or used >= route.max_loops:
+            self.statuses[agent_id] = "FAILURE"
+            self.ctx.tracer.emit("route", agent_id, on=outcome.status, target=route.target if route else None,
+                                 taken=False, loop=used, max_loops=route.max_loops if route else 0,
+                                 reason="loop cap reached" if route else f"no route on {outcome.status}")
+            return None
+        self.loops[key] = used + 1
+        self.feedback[route.target] = {"from": agent_id, "status": outcome.status, "detail": {
+            "message": outcome.message, **_feedback_detail(outcome.produced, self.bags.get(agent_id, {}))}}
+        self.ctx.tracer.emit("route", agent_id, on=outcome.status, target=route.target, taken=True,
+                             loop=used + 1, max_loops=route.max_loops, reason=outcome.message)
+        for node in self._between(route.target, agent_id):
+            self.statuses[node] = "WAITING"
+        return route.target
+
+    def _between(self, start: str, end: str) -> list[str]:
+        """Agents to run again when work goes back from ``end`` to ``start``."""
+        import networkx as nx
+
+        g = self.wf.graph()
+        again = ({start} | nx.descendants(g, start)) & ({end} | nx.ancestors(g, end))
+        return [a for a in self.order if a in again]
+
+
+def _feedback_detail(produced: dict, bag: dict) -> dict:
+    """What the agent a route lands on needs to act: the failing code and its evidence."""
+    detail = {"code": bag["code"]} if isinstance(bag.get("code"), str) else {}
+    evidence = produced.get("execution_evidence")
+    if isinstance(evidence, dict):
+        detail.update({k: evidence.get(k) for k in
+                       ("status", "exit_code", "stderr_tail", "stdout_tail", "checks", "violations")})
+    return detail
+
+
+def _preview(value: object, limit: int = 400) -> object:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f"... [{len(value)} chars]"
+    if isinstance(value, dict):
+        text = json.dumps(value, default=str)
+        return value if len(text) <= 4 * limit else {"preview": text[: 4 * limit] + "..."}
+    return value
+
+
+def _evaluate(ctx: RunContext, outputs: dict[str, dict], statuses: dict[str, str]) -> tuple[dict | None, float]:
+    """Score the team's deliverable: the last agent (in order) that delivered predictions."""
+    delivered = [a for a in reversed(ctx.workflow.order()) if "predictions" in outputs.get(a, {})
+                 and statuses.get(a) == "SUCCESS"]
+    if not delivered:
+        ctx.tracer.emit("evaluation", None, ok=False, error="no agent delivered predictions")
+        return {"ok": False, "error": "no agent delivered predictions"}, 0.0
+    ref = outputs[delivered[0]]["predictions"]
+    started = time.perf_counter()
+    metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
+    seconds = time.perf_counter() - started
+    ctx.tracer.emit("evaluation", delivered[0], predictions_sha256=ref["sha256"], evaluator="evaluate.py", **metric)
+    return metric, seconds

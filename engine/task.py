@@ -1,0 +1,210 @@
+"""Task specification: a folder with Problem.md, Requirements.md, Evaluation.md,
+evaluate.py and an optional Data_config.json, loaded into a typed Task."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import TaskSpecError
+from .sandbox import ExecutionLimits
+
+REQUIRED_FILES = ("Problem.md", "Requirements.md", "Evaluation.md", "evaluate.py")
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    higher_is_better: bool
+
+    def better(self, a: float, b: float) -> bool:
+        """Is score ``a`` strictly better than ``b``?"""
+        return a > b if self.higher_is_better else a < b
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What the program may read (copied into its sandbox) and what it must write."""
+
+    files: dict[str, str]  # role ("train", "test_features") -> path relative to the task folder
+    target: str | None = None
+    id_column: str | None = None
+    features: tuple[str, ...] = ()
+    predictions_file: str = "predictions.csv"
+    prediction_columns: dict[str, str] = field(default_factory=dict)  # column -> int/float/str
+    limits: ExecutionLimits = field(default_factory=ExecutionLimits)
+
+    def prediction_contract(self) -> str:
+        cols = ", ".join(f"{c}:{t}" for c, t in self.prediction_columns.items())
+        return f"csv[{cols}]" if cols else "csv[any]"
+
+
+@dataclass(frozen=True)
+class Task:
+    folder: Path
+    title: str
+    goal: str
+    context: str
+    constraints: tuple[str, ...]
+    evaluation: str
+    metric: Metric
+    resources: Resources
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def evaluator(self) -> Path:
+        return self.folder / "evaluate.py"
+
+    def input_files(self) -> dict[str, Path]:
+        """Files copied into every sandbox, at their path relative to the task folder."""
+        return {rel: self.folder / rel for rel in self.resources.files.values()}
+
+    def description(self) -> str:
+        """The text every agent sees: the task x = (goal, context, constraints, resources)."""
+        r = self.resources
+        lines = [f"# Task: {self.title}", "", "## Goal", self.goal, "", "## Context", self.context, "",
+                 "## Constraints", *[f"- {c}" for c in self.constraints], "", "## Resources"]
+        lines += [f"- {role}: `{path}`" for role, path in r.files.items()]
+        if r.target:
+            lines.append(f"- target column: `{r.target}`")
+        if r.features:
+            lines.append(f"- feature columns: {', '.join(f'`{f}`' for f in r.features)}")
+        if r.id_column:
+            lines.append(f"- id column: `{r.id_column}`")
+        lines.append(f"- write predictions to `{r.predictions_file}` with contract `{r.prediction_contract()}`")
+        lines += ["", "## Evaluation", f"metric `{self.metric.name}`, "
+                  f"{'higher' if self.metric.higher_is_better else 'lower'} is better", self.evaluation]
+        return "\n".join(lines)
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        for name in (*REQUIRED_FILES, "Data_config.json"):
+            p = self.folder / name
+            if p.exists():
+                h.update(name.encode() + b"\0" + p.read_bytes() + b"\0")
+        return h.hexdigest()
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Split markdown on '## ' headings, keyed by lower-cased heading."""
+    out: dict[str, list[str]] = {}
+    current = ""
+    for line in text.splitlines():
+        m = re.match(r"^##\s+(.+?)\s*$", line)
+        if m:
+            current = m.group(1).strip().lower()
+            out.setdefault(current, [])
+        else:
+            out.setdefault(current, []).append(line)
+    return {k: "\n".join(v).strip() for k, v in out.items()}
+
+
+def _read(folder: Path, name: str) -> str:
+    path = folder / name
+    if not path.is_file():
+        raise TaskSpecError(name, f"missing; a task folder needs {', '.join(REQUIRED_FILES)}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TaskSpecError(name, f"is not UTF-8 text ({exc})") from exc
+    if not text.strip():
+        raise TaskSpecError(name, "is empty")
+    return text
+
+
+def _parse_problem(text: str) -> tuple[str, str, str]:
+    first = text.lstrip().splitlines()[0]
+    if not first.startswith("# "):
+        raise TaskSpecError("Problem.md", "must start with a title line '# <title>'")
+    title = first[2:].strip()
+    sections = _sections(text)
+    goal = sections.get("goal", "")
+    if not goal:
+        raise TaskSpecError("Problem.md", "needs a non-empty '## Goal' section saying what the team must achieve")
+    return title, goal, sections.get("context", "")
+
+
+def _parse_requirements(text: str) -> tuple[str, ...]:
+    items = tuple(m.group(1).strip() for m in re.finditer(r"^\s*[-*]\s+(.+)$", text, re.M))
+    if not items:
+        raise TaskSpecError("Requirements.md", "lists no constraints; write each as a bullet line '- ...'")
+    return items
+
+
+def _parse_evaluation(text: str) -> tuple[Metric, str]:
+    section = _sections(text).get("metric")
+    if section is None:
+        raise TaskSpecError("Evaluation.md", "needs a '## Metric' section with 'name: ...' and 'direction: ...'")
+    name = re.search(r"^\s*name:\s*([A-Za-z0-9_\-]+)\s*$", section, re.M)
+    direction = re.search(r"^\s*direction:\s*(.+?)\s*$", section, re.M)
+    if not name:
+        raise TaskSpecError("Evaluation.md", "the '## Metric' section has no 'name: <metric>' line")
+    if not direction:
+        raise TaskSpecError("Evaluation.md", "the '## Metric' section has no 'direction:' line")
+    d = direction.group(1).lower()
+    if d not in {"lower is better", "higher is better"}:
+        raise TaskSpecError("Evaluation.md", f"direction must be 'lower is better' or 'higher is better', not {d!r}")
+    return Metric(name.group(1), d.startswith("higher")), text.strip()
+
+
+def _parse_data_config(folder: Path) -> Resources:
+    path = folder / "Data_config.json"
+    if not path.exists():
+        return Resources(files={})
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TaskSpecError("Data_config.json", f"is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+    if not isinstance(raw, dict):
+        raise TaskSpecError("Data_config.json", "must be a JSON object")
+    known = {"files", "target", "id_column", "features", "predictions", "limits", "description"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise TaskSpecError("Data_config.json", f"unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}")
+    files = raw.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise TaskSpecError("Data_config.json", "'files' must map a role name to a path inside the task folder")
+    for role, rel in files.items():
+        p = (folder / rel).resolve()
+        if folder.resolve() not in p.parents:
+            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} points outside the task folder")
+        if not p.is_file():
+            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} does not exist")
+        if rel.split("/")[0] == "heldout":
+            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} is held-out evaluation data and cannot be given to agents")
+    preds = raw.get("predictions", {})
+    if not isinstance(preds, dict):
+        raise TaskSpecError("Data_config.json", "'predictions' must be an object with 'file' and 'columns'")
+    columns = preds.get("columns", {})
+    if not isinstance(columns, dict) or any(t not in {"int", "float", "str", "bool"} for t in columns.values()):
+        raise TaskSpecError("Data_config.json", "'predictions.columns' must map column names to int, float, str or bool")
+    features = raw.get("features", [])
+    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+        raise TaskSpecError("Data_config.json", "'features' must be a list of column names")
+    try:
+        limits = ExecutionLimits.from_dict(raw.get("limits"))
+    except (TypeError, ValueError) as exc:
+        raise TaskSpecError("Data_config.json", f"'limits': {exc}") from exc
+    return Resources(
+        files=dict(files), target=raw.get("target"), id_column=raw.get("id_column"),
+        features=tuple(features), predictions_file=preds.get("file", "predictions.csv"),
+        prediction_columns=dict(columns), limits=limits,
+    )
+
+
+def load_task(folder: str | Path) -> Task:
+    """Load and check a task folder; every problem names its file."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise TaskSpecError(str(folder), "is not a folder; point Trellis at a task folder")
+    title, goal, context = _parse_problem(_read(folder, "Problem.md"))
+    constraints = _parse_requirements(_read(folder, "Requirements.md"))
+    metric, evaluation = _parse_evaluation(_read(folder, "Evaluation.md"))
+    _read(folder, "evaluate.py")
+    return Task(folder=folder.resolve(), title=title, goal=goal, context=context, constraints=constraints,
+                evaluation=evaluation, metric=metric, resources=_parse_data_config(folder))

@@ -1,0 +1,297 @@
+"""The workflow: a DAG of agents whose edges carry typed artifact contracts.
+
+networkx holds the graph; this module adds the rules a scientist cares about and a stable
+content hash, so that the same workflow always has the same identity.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import networkx as nx
+
+from .contracts import ContractSyntaxError, Type, is_assignable, parse_type
+from .errors import WorkflowValidationError
+from .harness import ROLE_GIVES, ROLE_NEEDS, ROLES, Harness
+
+STATUSES = ("SUCCESS", "RETRY", "FALLBACK", "FAILURE")
+ENGINE_INPUTS = {"task": "markdown"}  # artifacts the engine itself gives every agent
+KNOWN_TOOLS = ("sandbox.python",)
+MAX_ROUTE_LOOPS = 10
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    roles: tuple[str, ...]
+    inputs: dict[str, str] = field(default_factory=dict)    # artifact name -> contract type
+    outputs: dict[str, str] = field(default_factory=dict)
+    tools: tuple[str, ...] = ()
+    model: str | None = None
+    prompt: str = ""  # agent-specific instructions on top of its roles' procedures
+
+    @property
+    def role(self) -> str:
+        return self.roles[0]
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "roles": list(self.roles), "inputs": dict(sorted(self.inputs.items())),
+                "outputs": dict(sorted(self.outputs.items())), "tools": list(self.tools),
+                "model": self.model, "prompt": self.prompt}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Agent":
+        roles = d.get("roles") or ([d["role"]] if d.get("role") else [])
+        return cls(id=str(d["id"]), roles=tuple(roles), inputs=dict(d.get("inputs", {})),
+                   outputs=dict(d.get("outputs", {})), tools=tuple(d.get("tools", ())),
+                   model=d.get("model"), prompt=d.get("prompt", ""))
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    artifact: str
+    contract: str
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "target": self.target, "artifact": self.artifact, "contract": self.contract}
+
+
+@dataclass(frozen=True)
+class Route:
+    """Control flow on an agent's status: e.g. verifier RETRY -> debugger, at most N times.
+    Routes go back to an upstream agent, so they are loops with caps, not DAG edges."""
+
+    source: str
+    on: str
+    target: str
+    max_loops: int = 3
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "on": self.on, "target": self.target, "max_loops": self.max_loops}
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    agents: tuple[Agent, ...]
+    edges: tuple[Edge, ...]
+    routes: tuple[Route, ...] = ()
+    harness: Harness = field(default_factory=Harness)
+    version: int = 1
+    parent_hash: str | None = None
+    note: str = ""
+
+    # --- identity -------------------------------------------------------------------------
+    def content(self) -> dict:
+        """Everything that changes behaviour; version, parent and note do not."""
+        return {
+            "agents": [a.to_dict() for a in sorted(self.agents, key=lambda a: a.id)],
+            "edges": [e.to_dict() for e in sorted(self.edges, key=lambda e: (e.source, e.target, e.artifact))],
+            "routes": [r.to_dict() for r in sorted(self.routes, key=lambda r: (r.source, r.on))],
+            "harness": self.harness.to_dict(),
+        }
+
+    @property
+    def hash(self) -> str:
+        canonical = json.dumps(self.content(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict:
+        """Declaration order is kept (it breaks ties in the run order); the hash ignores it."""
+        return {"name": self.name, "version": self.version, "parent_hash": self.parent_hash,
+                "note": self.note, "hash": self.hash,
+                "agents": [a.to_dict() for a in self.agents], "edges": [e.to_dict() for e in self.edges],
+                "routes": [r.to_dict() for r in self.routes], "harness": self.harness.to_dict()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Workflow":
+        try:
+            wf = cls(
+                name=d.get("name", "workflow"),
+                agents=tuple(Agent.from_dict(a) for a in d.get("agents", [])),
+                edges=tuple(Edge(e["source"], e["target"], e["artifact"], e["contract"]) for e in d.get("edges", [])),
+                routes=tuple(Route(r["source"], r["on"], r["target"], int(r.get("max_loops", 3)))
+                             for r in d.get("routes", [])),
+                harness=Harness.from_dict(d.get("harness", {})),
+                version=int(d.get("version", 1)),
+                parent_hash=d.get("parent_hash"),
+                note=d.get("note", ""),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkflowValidationError([f"workflow JSON is malformed: {exc!r}"]) from exc
+        if d.get("hash") and d["hash"] != wf.hash:
+            raise WorkflowValidationError([f"workflow JSON says hash {d['hash'][:12]} but its content hashes to "
+                                           f"{wf.hash[:12]}; it was edited by hand or corrupted"])
+        return wf
+
+    @classmethod
+    def from_json(cls, text: str) -> "Workflow":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise WorkflowValidationError([f"workflow JSON does not parse: {exc.msg} at line {exc.lineno}"]) from exc
+        if not isinstance(data, dict):
+            raise WorkflowValidationError(["workflow JSON must be an object"])
+        return cls.from_dict(data)
+
+    def derive(self, note: str = "", **changes: Any) -> "Workflow":
+        """A new version whose parent is this one."""
+        return replace(self, version=self.version + 1, parent_hash=self.hash, note=note, **changes)
+
+    # --- graph ----------------------------------------------------------------------------
+    def agent(self, agent_id: str) -> Agent:
+        for a in self.agents:
+            if a.id == agent_id:
+                return a
+        raise KeyError(agent_id)
+
+    def graph(self) -> nx.MultiDiGraph:
+        g = nx.MultiDiGraph()
+        for a in self.agents:
+            g.add_node(a.id, agent=a)
+        for e in self.edges:
+            g.add_edge(e.source, e.target, key=e.artifact, edge=e)
+        return g
+
+    def order(self) -> list[str]:
+        """Agents in a deterministic topological order (ties broken by declaration order)."""
+        position = {a.id: i for i, a in enumerate(self.agents)}
+        return list(nx.lexicographical_topological_sort(self.graph(), key=lambda n: position[n]))
+
+    def incoming(self, agent_id: str) -> list[Edge]:
+        return [e for e in self.edges if e.target == agent_id]
+
+    def route_for(self, agent_id: str, status: str) -> Route | None:
+        return next((r for r in self.routes if r.source == agent_id and r.on == status), None)
+
+    # --- rules ----------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Every rule this workflow breaks, worded for a scientist. Empty means valid."""
+        out: list[str] = []
+        ids = [a.id for a in self.agents]
+        if not self.agents:
+            return ["the workflow has no agents"]
+        for dup in sorted({i for i in ids if ids.count(i) > 1}):
+            out.append(f"two agents are both called {dup!r}; agent names must be unique")
+        known = set(ids)
+        types: dict[tuple[str, str, str], Type] = {}
+        for a in self.agents:
+            out += _agent_problems(a, types)
+        for e in self.edges:
+            out += _edge_problems(e, known, self, types)
+        out += _cycle_problems(self, known)
+        out += _unproduced_input_problems(self, known)
+        out += _route_problems(self, known)
+        return out
+
+    def validate(self) -> "Workflow":
+        problems = self.problems()
+        if problems:
+            raise WorkflowValidationError(problems)
+        return self
+
+
+def _agent_problems(a: Agent, types: dict[tuple[str, str, str], Type]) -> list[str]:
+    out: list[str] = []
+    if not a.roles:
+        out.append(f"agent {a.id!r} has no role; give it one of {', '.join(ROLES)}")
+    for r in a.roles:
+        if r not in ROLES:
+            out.append(f"agent {a.id!r} has unknown role {r!r}; roles are {', '.join(ROLES)}")
+    for t in a.tools:
+        if t not in KNOWN_TOOLS:
+            out.append(f"agent {a.id!r} asks for unknown tool {t!r}; available tools are {', '.join(KNOWN_TOOLS)}")
+    for side, decl in (("input", a.inputs), ("output", a.outputs)):
+        for name, text in decl.items():
+            try:
+                types[(a.id, side, name)] = parse_type(text)
+            except ContractSyntaxError as exc:
+                out.append(f"agent {a.id!r} {side} {name!r}: {exc.problem} in type {text!r}")
+    if any(r not in ROLES for r in a.roles):
+        return out
+    available = set(a.inputs) | set(ENGINE_INPUTS)
+    for r in a.roles:
+        missing = [n for n in ROLE_NEEDS[r] if n not in available]
+        if missing:
+            out.append(f"agent {a.id!r} plays {r} but has no {' or '.join(missing)} to work from; "
+                       f"add an input edge carrying it or a role before {r} that produces it")
+        available |= set(ROLE_GIVES[r])
+        if "sandbox.python" not in a.tools and r in {"analyzer", "verifier"}:
+            out.append(f"agent {a.id!r} plays {r}, which runs code, but lacks the tool 'sandbox.python'")
+    for name in a.outputs:
+        if name not in available:
+            out.append(f"agent {a.id!r} declares output {name!r} but none of its roles "
+                       f"({', '.join(a.roles)}) produces it")
+    return out
+
+
+def _edge_problems(e: Edge, known: set[str], wf: Workflow, types: dict) -> list[str]:
+    label = f"edge {e.source} -> {e.target} ({e.artifact})"
+    out = [f"{label} points to agent {end!r}, which does not exist (dangling edge)"
+           for end in (e.source, e.target) if end not in known]
+    if out:
+        return out
+    try:
+        contract = parse_type(e.contract)
+    except ContractSyntaxError as exc:
+        return [f"{label}: contract {e.contract!r} is not a valid type: {exc.problem}"]
+    src, dst = wf.agent(e.source), wf.agent(e.target)
+    if e.artifact not in src.outputs:
+        out.append(f"{label}: {e.source!r} does not produce {e.artifact!r} (it produces "
+                   f"{', '.join(src.outputs) or 'nothing'})")
+    elif (e.source, "output", e.artifact) in types and not is_assignable(types[(e.source, "output", e.artifact)], contract):
+        out.append(f"{label}: {e.source!r} produces {e.artifact!r} as {src.outputs[e.artifact]}, "
+                   f"which does not satisfy the edge contract {e.contract}")
+    if e.artifact not in dst.inputs:
+        out.append(f"{label}: {e.target!r} does not take {e.artifact!r} as an input")
+    elif (e.target, "input", e.artifact) in types and not is_assignable(contract, types[(e.target, "input", e.artifact)]):
+        out.append(f"{label}: the edge contract {e.contract} does not give {e.target!r} the "
+                   f"{dst.inputs[e.artifact]} it expects for {e.artifact!r}")
+    return out
+
+
+def _cycle_problems(wf: Workflow, known: set[str]) -> list[str]:
+    g = nx.DiGraph()
+    g.add_nodes_from(known)
+    g.add_edges_from((e.source, e.target) for e in wf.edges if e.source in known and e.target in known)
+    out = []
+    for cycle in nx.simple_cycles(g):
+        path = " -> ".join([*cycle, cycle[0]])
+        out.append(f"agents {path} form a cycle; artifacts must flow one way "
+                   f"(use a RETRY route with a loop cap to send work back)")
+        if len(out) >= 5:
+            break
+    return out
+
+
+def _unproduced_input_problems(wf: Workflow, known: set[str]) -> list[str]:
+    fed = {(e.target, e.artifact) for e in wf.edges if e.source in known}
+    return [f"agent {a.id!r} needs input {name!r} but no upstream agent produces it"
+            for a in wf.agents for name in a.inputs
+            if name not in ENGINE_INPUTS and (a.id, name) not in fed]
+
+
+def _route_problems(wf: Workflow, known: set[str]) -> list[str]:
+    out: list[str] = []
+    g = nx.DiGraph([(e.source, e.target) for e in wf.edges if e.source in known and e.target in known])
+    g.add_nodes_from(known)
+    for r in wf.routes:
+        label = f"route {r.source} --{r.on}--> {r.target}"
+        if r.on not in STATUSES or r.on == "SUCCESS":
+            out.append(f"{label}: routes trigger on RETRY, FALLBACK or FAILURE, not {r.on!r}")
+        missing = [x for x in (r.source, r.target) if x not in known]
+        if missing:
+            out.append(f"{label} names agent(s) {', '.join(map(repr, missing))} that do not exist")
+            continue
+        if r.target != r.source and not nx.has_path(g, r.target, r.source):
+            out.append(f"{label}: {r.target!r} is not upstream of {r.source!r}, so the work cannot flow back to it")
+        if not 1 <= r.max_loops <= MAX_ROUTE_LOOPS:
+            out.append(f"{label}: loop cap must be between 1 and {MAX_ROUTE_LOOPS}, not {r.max_loops}")
+    return out
