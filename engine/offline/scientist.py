@@ -13,6 +13,7 @@ import re
 from ..prompts import extract_code, role_of
 from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
 
+CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
 BUG_RATE = 0.3  # how often a first draft has a mistake for the debugger to find
 
 
@@ -132,9 +133,19 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     if fixed is not None and fixed != code:
         cause = _last_error_line(stderr) or "the reported error"
         return f"Cause: {cause}. Fixed the implicated line.\n\n```python\n{fixed.rstrip()}\n```"
-    # Not a bug it recognises: rewrite the script cleanly from the strategy it implements.
     spec = _data_spec(user)
-    strategy, params = _strategy_from(code, family_of(spec))
+    family = family_of(spec)
+    strategy, params = _strategy_from(code, family)
+    failed_checks = re.findall(r'"name": "([a-z_]+)",\s*"passed": false', feedback)
+    if "values_vary" in failed_checks:
+        # The program ran but learned nothing: no repair of this approach helps, so change it.
+        others = [s for s in strategies_for(family) if s.key not in {strategy.key, CONSTANT_STRATEGY}]
+        new = rng.choice(others)
+        params = {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
+        rewritten = new.render(params, spec, _seed_of(user, rng))
+        return (f"Cause: the predictions do not vary ({strategy.key} learns nothing from x). Switched to "
+                f"{new.title}.\n\n```python\n{rewritten.rstrip()}\n```")
+    # Not a bug it recognises: rewrite the script cleanly from the strategy it implements.
     if "timeout" in feedback or "memory" in feedback:
         params = {k: v[0] for k, v in strategy.param_grid.items()}  # the cheapest settings
     rewritten = strategy.render(params, spec, _seed_of(user, rng))

@@ -1,0 +1,1113 @@
+"""Library of real modelling strategies for the offline provider.
+
+Without a reachable model provider the engine still has to *do science*: the offline
+scientist picks a strategy and hyperparameters from this library, renders a complete
+Python program, and the sandbox really runs it (fit, validate, predict). The strategies
+differ genuinely in quality, so a search over them can make real progress.
+
+Also here: the exploratory-analysis script an analyst agent runs first, and a small model
+of first-draft mistakes (``inject_bug``) together with the debugger that repairs them from
+the traceback alone (``fix_bug``).
+
+Pure Python, no Django and no third-party imports: the *rendered* programs use numpy,
+scipy, pandas and scikit-learn, but this module only writes their source.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from string import Template
+from textwrap import dedent
+
+FAMILIES = ("regression_1d", "tabular_regression")
+ONE_D, TABULAR = FAMILIES
+TAG_VOCABULARY = frozenset({
+    "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
+    "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
+})
+BUG_KINDS = ("missing_import", "misspelled_column", "missing_id_column", "shape_error")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    train_path: str          # relative path inside the program's working dir, e.g. "data/train.csv"
+    test_path: str
+    target: str
+    features: tuple[str, ...]
+    id_column: str
+    predictions_file: str    # must contain columns (id_column, target)
+
+
+def family_of(spec: DataSpec) -> str:
+    """Problem family: one input variable is curve fitting, more is tabular regression."""
+    return ONE_D if len(spec.features) == 1 else TABULAR
+
+
+# --------------------------------------------------------------------------------------
+# Program skeleton shared by every strategy. A strategy only supplies ``fit_predict``;
+# loading, the validation split, scoring and writing predictions stay identical so that
+# validation numbers are comparable across strategies.
+# --------------------------------------------------------------------------------------
+_FRAME = Template('''\
+# strategy: $key $params_json
+"""$title.
+
+$summary
+
+Reads $train_path and $test_path, scores itself on a random
+${val_pct}% hold-out of the training rows, refits on all of them and writes $predictions_file.
+Deterministic for SEED = $seed.
+"""
+import os
+
+# One BLAS/OpenMP thread: results are reproducible and timings comparable between runs.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import time
+
+import numpy as np
+import pandas as pd
+$imports
+
+SEED = $seed
+TRAIN_PATH = $train_path_repr
+TEST_PATH = $test_path_repr
+TARGET = $target_repr
+FEATURES = $features_repr
+ID_COLUMN = $id_column_repr
+PREDICTIONS_FILE = $predictions_file_repr
+VALIDATION_FRACTION = $val_fraction
+
+
+def load_data():
+    train = pd.read_csv(TRAIN_PATH)
+    test = pd.read_csv(TEST_PATH)
+    X = train[FEATURES].to_numpy(dtype=float)
+    y = train[TARGET].to_numpy(dtype=float)
+    X_test = test[FEATURES].to_numpy(dtype=float)
+    ids = test[ID_COLUMN].to_numpy()
+    return X, y, X_test, ids
+
+
+$body
+
+def holdout_split(n_rows, seed):
+    """Random (fit, validation) index split of the training rows."""
+    order = np.random.default_rng(seed).permutation(n_rows)
+    n_val = max(1, int(round(VALIDATION_FRACTION * n_rows)))
+    return order[n_val:], order[:n_val]
+
+
+def report_scores(y_true, y_pred):
+    residual = y_true - y_pred
+    rmse = float(np.sqrt(np.mean(residual ** 2)))
+    ss_tot = float(np.sum((y_true - y_true.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(residual ** 2)) / ss_tot if ss_tot > 0 else float("nan")
+    rel_l2 = float(np.linalg.norm(residual) / max(np.linalg.norm(y_true), 1e-12))
+    print(f"validation_rmse: {rmse:.6f}")
+    print(f"validation_r2: {r2:.6f}")
+    print(f"validation_rel_l2: {rel_l2:.6f}")
+
+
+def check_predictions(n_expected):
+    # Read the file back so a malformed submission fails here, not at scoring time.
+    written = pd.read_csv(PREDICTIONS_FILE)[[ID_COLUMN, TARGET]]
+    assert len(written) == n_expected, f"wrote {len(written)} rows, expected {n_expected}"
+    assert np.isfinite(written[TARGET].to_numpy(dtype=float)).all(), "non-finite predictions"
+
+
+def main():
+    start = time.perf_counter()
+    X, y, X_test, ids = load_data()
+    print(f"train_rows: {X.shape[0]}  features: {X.shape[1]}  test_rows: {len(ids)}")
+
+    # Score on a hold-out split first so the run leaves a number behind ...
+    fit_rows, val_rows = holdout_split(len(y), SEED)
+    report_scores(y[val_rows], fit_predict(X[fit_rows], y[fit_rows], X[val_rows]))
+
+    # ... then refit on every training row for the submission.
+    predictions = fit_predict(X, y, X_test)
+    out = pd.DataFrame({ID_COLUMN: ids, TARGET: predictions})
+    out.to_csv(PREDICTIONS_FILE, index=False)
+    check_predictions(len(ids))
+    print(f"wrote {len(out)} predictions to {PREDICTIONS_FILE}")
+    print(f"elapsed_seconds: {time.perf_counter() - start:.2f}")
+
+
+if __name__ == "__main__":
+    main()
+''')
+
+VALIDATION_FRACTION = 0.2
+
+# fit_predict for anything that follows the scikit-learn estimator API.
+_SKLEARN_FIT = '''
+def fit_predict(X_train, y_train, X_new):
+    model = make_model()
+    model.fit(X_train, y_train)
+    return model.predict(X_new)
+'''
+
+# Same, for estimators that may stop at max_iter by design (MLP, lasso).
+_SKLEARN_FIT_QUIET = '''
+def fit_predict(X_train, y_train, X_new):
+    model = make_model()
+    with warnings.catch_warnings():
+        # Stopping at max_iter is an accepted budget here, not an error worth reporting.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        model.fit(X_train, y_train)
+    return model.predict(X_new)
+'''
+
+_QUIET_IMPORTS = ("import warnings", "from sklearn.exceptions import ConvergenceWarning")
+
+# Smoothing splines need strictly increasing x; shared by two 1-D strategies.
+_UNIQUE_SORTED = '''
+def unique_sorted(x, y):
+    """Sort by x and average the targets of repeated x values."""
+    xs, inverse = np.unique(x, return_inverse=True)
+    ys = np.bincount(inverse, weights=y) / np.bincount(inverse)
+    return xs, ys
+'''
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A piece of program that depends on one hyperparameter: value -> (imports, code).
+
+    Rendering only the chosen option keeps programs free of dead branches, so every import a
+    program carries is one it really executes (which makes a missing import always surface).
+    """
+
+    param: str
+    options: dict[object, tuple[tuple[str, ...], str]]
+
+
+@dataclass(frozen=True)
+class Strategy:
+    key: str
+    title: str
+    families: frozenset[str]
+    tags: frozenset[str]
+    param_grid: dict[str, tuple] = field(compare=False)
+    summary: str = field(default="", compare=False)       # docstring text of the program
+    imports: tuple[str, ...] = field(default=(), compare=False)  # one name per line
+    body: tuple[str | Variant, ...] = field(default=(), compare=False)  # Template sources
+
+    def default_params(self) -> dict:
+        """First value of every grid entry: the cheap, conventional configuration a scientist
+        tries first (the offline debugger falls back to it after a timeout)."""
+        return {name: values[0] for name, values in self.param_grid.items()}
+
+    def resolve_params(self, params: dict | None) -> dict:
+        """Fill unspecified hyperparameters with defaults; reject unknown names."""
+        params = dict(params or {})
+        unknown = set(params) - set(self.param_grid)
+        if unknown:
+            raise ValueError(f"{self.key}: unknown parameter(s) {sorted(unknown)}")
+        return {**self.default_params(), **params}
+
+    def all_imports(self) -> tuple[str, ...]:
+        """Every import line any configuration of this strategy may use."""
+        lines = list(self.imports)
+        for part in self.body:
+            if isinstance(part, Variant):
+                lines += [line for imports, _ in part.options.values() for line in imports]
+        return tuple(dict.fromkeys(lines))
+
+    def _assemble(self, resolved: dict) -> tuple[list[str], str]:
+        imports, pieces = list(self.imports), []
+        for part in self.body:
+            if isinstance(part, Variant):
+                choice = resolved[part.param]
+                if choice not in part.options:
+                    raise ValueError(f"{self.key}: {part.param}={choice!r} is not one of "
+                                     f"{sorted(part.options, key=repr)}")
+                extra, part = part.options[choice]
+                imports += extra
+            # Pieces are written at different indentation levels; dedent each one.
+            pieces.append(dedent(part).strip("\n"))
+        source = Template("\n\n\n".join(pieces)).substitute(
+            {name: repr(value) for name, value in resolved.items()})
+        return list(dict.fromkeys(imports)), source
+
+    def render(self, params: dict, spec: DataSpec, seed: int) -> str:
+        """Complete, runnable program for ``spec``; the header records the resolved params."""
+        if family_of(spec) not in self.families:
+            raise ValueError(f"strategy {self.key!r} does not apply to {family_of(spec)} problems")
+        resolved = self.resolve_params(params)
+        imports, body = self._assemble(resolved)
+        return _FRAME.substitute(
+            key=self.key,
+            params_json=json.dumps(resolved, sort_keys=True),
+            title=self.title,
+            summary=dedent(self.summary).strip(),
+            train_path=spec.train_path,
+            test_path=spec.test_path,
+            predictions_file=spec.predictions_file,
+            val_pct=int(round(100 * VALIDATION_FRACTION)),
+            val_fraction=repr(VALIDATION_FRACTION),
+            seed=int(seed),
+            imports="\n".join(imports),
+            train_path_repr=repr(spec.train_path),
+            test_path_repr=repr(spec.test_path),
+            target_repr=repr(spec.target),
+            features_repr=repr(list(spec.features)),
+            id_column_repr=repr(spec.id_column),
+            predictions_file_repr=repr(spec.predictions_file),
+            body=body + "\n",
+        )
+
+
+def _strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,
+              summary: str, imports: tuple[str, ...], *body: str | Variant) -> Strategy:
+    tag_set = frozenset(tags.split())
+    assert tag_set <= TAG_VOCABULARY, tag_set - TAG_VOCABULARY
+    return Strategy(key=key, title=title, families=frozenset(families), tags=tag_set,
+                    param_grid=grid, summary=summary, imports=imports, body=tuple(body))
+
+
+_BOTH = (ONE_D, TABULAR)
+_SCALER = "from sklearn.preprocessing import StandardScaler"
+_PIPE = "from sklearn.pipeline import make_pipeline"
+_POLY = "from numpy.polynomial import Polynomial"
+_SPLINE = "from scipy.interpolate import make_smoothing_spline"
+
+STRATEGIES: tuple[Strategy, ...] = (
+    _strategy(
+        "mean_baseline", "Constant baseline", _BOTH, "baseline fast interpretable",
+        {"statistic": ("mean", "median")},
+        """
+        Predicts one constant (the training mean or median) for every row. It is the
+        floor any real model must beat: R^2 is about 0 and nothing is learned.
+        """,
+        ("from sklearn.dummy import DummyRegressor",),
+        """
+        STATISTIC = $statistic
+
+
+        def make_model():
+            return DummyRegressor(strategy=STATISTIC)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "global_poly", "Global polynomial least squares", (ONE_D,),
+        "baseline smooth linear interpretable fast",
+        {"degree": (9, 5, 15, 25)},
+        """
+        One polynomial over the whole input range, fitted by least squares. Cheap and
+        interpretable, but a single smooth function cannot follow a jump: it overshoots
+        and rings on both sides of it (Gibbs-like), and high degrees oscillate at the ends.
+        """,
+        (_POLY,),
+        """
+        DEGREE = $degree
+
+
+        def fit_predict(X_train, y_train, X_new):
+            # Polynomial.fit maps x onto [-1, 1] internally, which keeps high degrees
+            # numerically well conditioned.
+            poly = Polynomial.fit(X_train[:, 0], y_train, deg=min(DEGREE, len(y_train) - 1))
+            return poly(X_new[:, 0])
+        """,
+    ),
+    _strategy(
+        "smoothing_spline", "Cubic smoothing spline", (ONE_D,),
+        "smooth nonparametric interpretable fast",
+        {"lam": (None, 1e-6, 1e-4, 1e-2)},
+        """
+        A penalised cubic smoothing spline (scipy.interpolate.make_smoothing_spline). With
+        lam=None the roughness penalty is chosen by generalised cross-validation. Excellent
+        on smooth parts; across a jump it can only bend steeply, so it smears the jump
+        and wiggles next to it.
+        """,
+        (_SPLINE,),
+        """
+        LAM = $lam  # None: choose the penalty by generalised cross-validation
+        """, _UNIQUE_SORTED, """
+
+        def fit_predict(X_train, y_train, X_new):
+            xs, ys = unique_sorted(X_train[:, 0], y_train)
+            spline = make_smoothing_spline(xs, ys, lam=LAM)
+            return spline(X_new[:, 0])
+        """,
+    ),
+    _strategy(
+        "piecewise_poly", "Discontinuity-aware piecewise fit", (ONE_D,),
+        "discontinuity piecewise smooth interpretable fast",
+        {"side_model": ("spline", "poly"), "degree": (10, 6, 14),
+         "search_degree": (3, 1, 5), "min_side": (10, 5), "gap_rule": ("blend", "step")},
+        """
+        Locates the jump from the data, then fits each side separately. The jump is the
+        split between neighbouring sorted samples that minimises the summed squared error
+        of two low-degree polynomial fits (search_degree), one per side. Each side is then
+        fitted on its own with a GCV smoothing spline (side_model="spline") or a polynomial
+        of the given degree (side_model="poly"), so neither fit has to bridge the jump.
+        Where inside the gap between the two samples that straddle the jump it really
+        sits is unknown: gap_rule="blend" hands over linearly from the left fit to the right
+        one across the gap (the least expected squared error if every position is equally
+        likely); gap_rule="step" jumps at the midpoint of the gap.
+        """,
+        (_POLY,),
+        """
+        SEARCH_DEGREE = $search_degree  # cheap per-side fit used while scanning for the jump
+        MIN_SIDE = $min_side  # fewest samples allowed on either side of the jump
+        GAP_RULE = $gap_rule
+        """,
+        Variant("side_model", {
+            "spline": ((_SPLINE,), _UNIQUE_SORTED + """
+
+            def fit_side(x, y):
+                # A GCV smoothing spline needs at least 5 distinct x values.
+                if len(np.unique(x)) >= 5:
+                    return make_smoothing_spline(*unique_sorted(x, y))
+                return Polynomial.fit(x, y, deg=min(3, len(x) - 1))
+            """.replace("\n            ", "\n")),
+            "poly": ((), """
+            DEGREE = $degree  # polynomial degree of each side's fit
+
+
+            def fit_side(x, y):
+                return Polynomial.fit(x, y, deg=min(DEGREE, len(x) - 1))
+            """),
+        }),
+        """
+        def poly_sse(x, y, degree):
+            poly = Polynomial.fit(x, y, deg=min(degree, len(x) - 1))
+            return float(np.sum((poly(x) - y) ** 2))
+
+
+        def locate_jump(x, y):
+            \"\"\"The two neighbouring samples that straddle the jump, and the two-sided fit error.\"\"\"
+            order = np.argsort(x)
+            xs, ys = x[order], y[order]
+            best = (np.inf, xs[0], xs[-1])
+            for i in range(MIN_SIDE, len(xs) - MIN_SIDE + 1):
+                if xs[i] == xs[i - 1]:
+                    continue  # no split possible between equal x values
+                sse = poly_sse(xs[:i], ys[:i], SEARCH_DEGREE) + poly_sse(xs[i:], ys[i:], SEARCH_DEGREE)
+                if sse < best[0]:
+                    best = (sse, xs[i - 1], xs[i])
+            sse, lo, hi = best
+            return lo, hi, sse
+
+
+        def fit_predict(X_train, y_train, X_new):
+            x, x_new = X_train[:, 0], X_new[:, 0]
+            lo, hi, sse = locate_jump(x, y_train)
+            left = fit_side(x[x <= lo], y_train[x <= lo])
+            right = fit_side(x[x >= hi], y_train[x >= hi])
+            mid = 0.5 * (lo + hi)
+            print(f"jump_location: {mid:.5f} (between {lo:.5f} and {hi:.5f})  "
+                  f"jump_size: {float(right(mid) - left(mid)):.4f}  search_sse: {sse:.4g}")
+            if GAP_RULE == "blend":
+                weight = np.clip((x_new - lo) / (hi - lo), 0.0, 1.0)
+            else:
+                weight = (x_new > mid).astype(float)
+            return (1.0 - weight) * left(x_new) + weight * right(x_new)
+        """,
+    ),
+    _strategy(
+        "knn", "k-nearest neighbours (scaled features)", _BOTH,
+        "nonparametric scaling fast",
+        {"n_neighbors": (5, 3, 10, 20), "weights": ("distance", "uniform")},
+        """
+        Averages the targets of the k nearest training rows after standardising every
+        feature, so that no feature dominates the distance just because of its units.
+        Local, so it follows a jump, but it is noisy and flattens oscillations.
+        """,
+        ("from sklearn.neighbors import KNeighborsRegressor", _PIPE, _SCALER),
+        """
+        N_NEIGHBORS = $n_neighbors
+        WEIGHTS = $weights
+
+
+        def make_model():
+            return make_pipeline(StandardScaler(), KNeighborsRegressor(n_neighbors=N_NEIGHBORS, weights=WEIGHTS))
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "knn_unscaled", "k-nearest neighbours (raw features)", (TABULAR,),
+        "nonparametric baseline fast",
+        {"n_neighbors": (5, 3, 10, 20), "weights": ("distance", "uniform")},
+        """
+        k-nearest neighbours on the raw feature values. Features measured in large units
+        (cholesterol in the hundreds) dominate the Euclidean distance and small-range
+        features (sex coded 1/2) are effectively ignored, so this is usually worse than the
+        scaled variant: a useful lesson about preprocessing.
+        """,
+        ("from sklearn.neighbors import KNeighborsRegressor",),
+        """
+        N_NEIGHBORS = $n_neighbors
+        WEIGHTS = $weights
+
+
+        def make_model():
+            return KNeighborsRegressor(n_neighbors=N_NEIGHBORS, weights=WEIGHTS)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "random_forest", "Random forest", _BOTH, "trees ensemble nonparametric",
+        {"n_estimators": (200, 500), "max_depth": (None, 6, 10),
+         "min_samples_leaf": (1, 3, 5), "max_features": (1.0, 0.5, "sqrt")},
+        """
+        Bagged regression trees with random feature subsets. Axis-aligned splits represent
+        jumps and interactions naturally and need no scaling; the price is piecewise-constant
+        (staircase) predictions on smooth parts.
+        """,
+        ("from sklearn.ensemble import RandomForestRegressor",),
+        """
+        N_ESTIMATORS = $n_estimators
+        MAX_DEPTH = $max_depth
+        MIN_SAMPLES_LEAF = $min_samples_leaf
+        MAX_FEATURES = $max_features
+
+
+        def make_model():
+            return RandomForestRegressor(
+                n_estimators=N_ESTIMATORS, max_depth=MAX_DEPTH, min_samples_leaf=MIN_SAMPLES_LEAF,
+                max_features=MAX_FEATURES, random_state=SEED, n_jobs=1)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "extra_trees", "Extremely randomised trees", _BOTH, "trees ensemble nonparametric",
+        {"n_estimators": (200, 500), "max_depth": (None, 8),
+         "min_samples_leaf": (1, 3, 5), "max_features": (1.0, 0.5)},
+        """
+        Like a random forest but split thresholds are drawn at random, which averages into
+        smoother predictions between samples and lowers variance on small data sets.
+        """,
+        ("from sklearn.ensemble import ExtraTreesRegressor",),
+        """
+        N_ESTIMATORS = $n_estimators
+        MAX_DEPTH = $max_depth
+        MIN_SAMPLES_LEAF = $min_samples_leaf
+        MAX_FEATURES = $max_features
+
+
+        def make_model():
+            return ExtraTreesRegressor(
+                n_estimators=N_ESTIMATORS, max_depth=MAX_DEPTH, min_samples_leaf=MIN_SAMPLES_LEAF,
+                max_features=MAX_FEATURES, random_state=SEED, n_jobs=1)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "gradient_boosting", "Gradient-boosted trees", _BOTH, "trees ensemble",
+        {"n_estimators": (100, 300, 600), "learning_rate": (0.1, 0.05, 0.02),
+         "max_depth": (3, 2, 4), "subsample": (1.0, 0.8)},
+        """
+        Shallow regression trees added one at a time, each fitted to the residuals of the
+        ensemble so far (scikit-learn GradientBoostingRegressor). Strong on tabular data;
+        the learning rate and number of trees trade bias against overfitting.
+        """,
+        ("from sklearn.ensemble import GradientBoostingRegressor",),
+        """
+        N_ESTIMATORS = $n_estimators
+        LEARNING_RATE = $learning_rate
+        MAX_DEPTH = $max_depth
+        SUBSAMPLE = $subsample
+
+
+        def make_model():
+            return GradientBoostingRegressor(
+                n_estimators=N_ESTIMATORS, learning_rate=LEARNING_RATE, max_depth=MAX_DEPTH,
+                subsample=SUBSAMPLE, random_state=SEED)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "hist_gradient_boosting", "Histogram gradient boosting", (TABULAR,),
+        "trees ensemble fast",
+        {"max_iter": (100, 200, 400), "learning_rate": (0.1, 0.05),
+         "max_leaf_nodes": (15, 31, 7), "l2_regularization": (0.0, 1.0)},
+        """
+        Gradient boosting on binned features (scikit-learn HistGradientBoostingRegressor):
+        fast, handles feature scales by construction, with leaf-count and L2 controls
+        against overfitting small data.
+        """,
+        ("from sklearn.ensemble import HistGradientBoostingRegressor",),
+        """
+        MAX_ITER = $max_iter
+        LEARNING_RATE = $learning_rate
+        MAX_LEAF_NODES = $max_leaf_nodes
+        L2_REGULARIZATION = $l2_regularization
+
+
+        def make_model():
+            return HistGradientBoostingRegressor(
+                max_iter=MAX_ITER, learning_rate=LEARNING_RATE, max_leaf_nodes=MAX_LEAF_NODES,
+                l2_regularization=L2_REGULARIZATION, random_state=SEED)
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "svr", "Support vector regression (RBF kernel)", _BOTH,
+        "kernel scaling regularised smooth",
+        {"C": (10.0, 1.0, 100.0), "epsilon": (0.05, 0.1, 0.01), "gamma": ("scale", 10.0, 0.1)},
+        """
+        Epsilon-insensitive regression with a Gaussian (RBF) kernel. Features and target are
+        standardised first: the kernel width and C only mean something on a common scale.
+        Smooth by construction, so it blurs jumps.
+        """,
+        ("from sklearn.compose import TransformedTargetRegressor", _PIPE, _SCALER,
+         "from sklearn.svm import SVR"),
+        """
+        C = $C
+        EPSILON = $epsilon
+        GAMMA = $gamma
+
+
+        def make_model():
+            svr = make_pipeline(StandardScaler(), SVR(C=C, epsilon=EPSILON, gamma=GAMMA))
+            return TransformedTargetRegressor(regressor=svr, transformer=StandardScaler())
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "mlp", "Multilayer perceptron", _BOTH, "neural smooth scaling",
+        {"hidden_layer_sizes": ((64, 64), (32,), (64, 64, 64)),
+         "activation": ("tanh", "relu"), "solver": ("lbfgs", "adam"),
+         "learning_rate_init": (0.001, 0.01), "alpha": (0.01, 0.0001, 1.0),
+         "max_iter": (500, 2000)},
+        """
+        A fully connected network (scikit-learn MLPRegressor) on standardised inputs and
+        target. lbfgs converges well on small data; adam uses learning_rate_init. tanh gives
+        smooth fits (it struggles with a jump), relu gives piecewise-linear ones; alpha is
+        the L2 penalty that keeps small data sets from being memorised.
+        """,
+        ("from sklearn.compose import TransformedTargetRegressor",
+         "from sklearn.neural_network import MLPRegressor", _PIPE, _SCALER) + _QUIET_IMPORTS,
+        """
+        HIDDEN_LAYER_SIZES = $hidden_layer_sizes
+        ACTIVATION = $activation
+        SOLVER = $solver
+        LEARNING_RATE_INIT = $learning_rate_init
+        ALPHA = $alpha
+        MAX_ITER = $max_iter
+
+
+        def make_model():
+            net = MLPRegressor(
+                hidden_layer_sizes=tuple(HIDDEN_LAYER_SIZES), activation=ACTIVATION, solver=SOLVER,
+                learning_rate_init=LEARNING_RATE_INIT, alpha=ALPHA, max_iter=MAX_ITER,
+                random_state=SEED)
+            return TransformedTargetRegressor(regressor=make_pipeline(StandardScaler(), net),
+                                              transformer=StandardScaler())
+        """, _SKLEARN_FIT_QUIET,
+    ),
+    _strategy(
+        "ridge", "Ridge regression (scaled features)", (TABULAR,),
+        "linear regularised scaling interpretable fast baseline",
+        {"alpha": (1.0, 0.1, 10.0, 100.0)},
+        """
+        Linear least squares with an L2 penalty on standardised features. A strong,
+        interpretable baseline for small noisy data; scaling makes the penalty treat all
+        coefficients alike.
+        """,
+        ("from sklearn.linear_model import Ridge", _PIPE, _SCALER),
+        """
+        ALPHA = $alpha
+
+
+        def make_model():
+            return make_pipeline(StandardScaler(), Ridge(alpha=ALPHA))
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "lasso", "Lasso regression (scaled features)", (TABULAR,),
+        "linear regularised scaling interpretable fast",
+        {"alpha": (0.5, 0.1, 2.0, 5.0)},
+        """
+        Linear least squares with an L1 penalty on standardised features: drives the
+        coefficients of redundant, correlated features exactly to zero.
+        """,
+        ("from sklearn.linear_model import Lasso", _PIPE, _SCALER) + _QUIET_IMPORTS,
+        """
+        ALPHA = $alpha
+
+
+        def make_model():
+            return make_pipeline(StandardScaler(), Lasso(alpha=ALPHA, max_iter=50000))
+        """, _SKLEARN_FIT_QUIET,
+    ),
+    _strategy(
+        "poly_ridge", "Polynomial features + ridge", (TABULAR,),
+        "linear regularised scaling",
+        {"degree": (2, 3), "alpha": (10.0, 1.0, 100.0)},
+        """
+        Adds all pairwise (or cubic) products of the standardised features and fits a ridge
+        model on them: captures interactions, with the penalty doing the model selection.
+        """,
+        ("from sklearn.linear_model import Ridge", _PIPE,
+         "from sklearn.preprocessing import PolynomialFeatures", _SCALER),
+        """
+        DEGREE = $degree
+        ALPHA = $alpha
+
+
+        def make_model():
+            return make_pipeline(StandardScaler(), PolynomialFeatures(degree=DEGREE, include_bias=False),
+                                 StandardScaler(), Ridge(alpha=ALPHA))
+        """, _SKLEARN_FIT,
+    ),
+    _strategy(
+        "stacking_ensemble", "Stacked / averaged ensemble", (TABULAR,),
+        "ensemble linear trees scaling",
+        {"combiner": ("average", "stack"), "forest_leaf": (3, 1, 5)},
+        """
+        Combines three different learners (scaled ridge, a random forest and scaled
+        k-nearest neighbours), whose errors are only partly correlated. "stack" learns the
+        combination weights with a ridge model on 5-fold out-of-fold predictions; "average"
+        takes the plain mean.
+        """,
+        ("from sklearn.ensemble import RandomForestRegressor",
+         "from sklearn.linear_model import Ridge",
+         "from sklearn.neighbors import KNeighborsRegressor", _PIPE, _SCALER),
+        """
+        FOREST_LEAF = $forest_leaf  # min_samples_leaf of the forest member
+
+
+        def ensemble_members():
+            return [
+                ("ridge", make_pipeline(StandardScaler(), Ridge(alpha=1.0))),
+                ("forest", RandomForestRegressor(n_estimators=150, min_samples_leaf=FOREST_LEAF,
+                                                 random_state=SEED, n_jobs=1)),
+                ("knn", make_pipeline(StandardScaler(), KNeighborsRegressor(n_neighbors=15))),
+            ]
+        """,
+        Variant("combiner", {
+            "stack": (("from sklearn.ensemble import StackingRegressor",
+                       "from sklearn.linear_model import RidgeCV",
+                       "from sklearn.model_selection import KFold"), """
+            def make_model():
+                folds = KFold(n_splits=5, shuffle=True, random_state=SEED)
+                return StackingRegressor(ensemble_members(), cv=folds, n_jobs=1,
+                                         final_estimator=RidgeCV(alphas=np.logspace(-3, 3, 13)))
+            """),
+            "average": (("from sklearn.ensemble import VotingRegressor",), """
+            def make_model():
+                return VotingRegressor(ensemble_members(), n_jobs=1)
+            """),
+        }),
+        _SKLEARN_FIT,
+    ),
+)
+
+_BY_KEY = {s.key: s for s in STRATEGIES}
+assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
+
+
+def strategies_for(family: str) -> list[Strategy]:
+    """Strategies that apply to ``family``, in library order."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown problem family {family!r}; expected one of {FAMILIES}")
+    return [s for s in STRATEGIES if family in s.families]
+
+
+def get_strategy(key: str) -> Strategy:
+    return _BY_KEY[key]
+
+
+_HEADER = re.compile(r"^# strategy: (\w+) (\{.*\})\s*$")
+
+
+def parse_strategy_header(code: str) -> tuple[str, dict] | None:
+    """(key, params) from a rendered program's first line, or None if it has none."""
+    match = _HEADER.match(code.split("\n", 1)[0])
+    if not match:
+        return None
+    try:
+        return match.group(1), json.loads(match.group(2))
+    except json.JSONDecodeError:
+        return None
+
+
+# --------------------------------------------------------------------------------------
+# Exploratory analysis
+# --------------------------------------------------------------------------------------
+_ANALYSIS = Template('''\
+"""Exploratory data analysis: prints a markdown report; fits no model."""
+import numpy as np
+import pandas as pd
+
+TRAIN_PATH = $train_path
+TEST_PATH = $test_path
+TARGET = $target
+FEATURES = $features
+ID_COLUMN = $id_column
+
+
+def fmt(value):
+    return f"{value:.4g}"
+
+
+def column_table(frame, columns):
+    lines = ["| column | mean | std | min | max | missing |", "|---|---|---|---|---|---|"]
+    for col in columns:
+        s = pd.to_numeric(frame[col], errors="coerce")
+        lines.append(f"| {col} | {fmt(s.mean())} | {fmt(s.std())} | {fmt(s.min())} | "
+                     f"{fmt(s.max())} | {int(s.isna().sum())} |")
+    return lines
+
+
+def correlation_ranking(train):
+    lines = ["| rank | feature | pearson r | spearman rho |", "|---|---|---|---|"]
+    pearson = train[FEATURES].corrwith(train[TARGET])
+    # Spearman as Pearson on ranks: pandas' method="spearman" would import scipy (slow).
+    spearman = train[FEATURES].rank().corrwith(train[TARGET].rank())
+    order = pearson.abs().sort_values(ascending=False).index
+    for rank, col in enumerate(order, start=1):
+        lines.append(f"| {rank} | {col} | {pearson[col]:+.3f} | {spearman[col]:+.3f} |")
+    return lines
+
+
+def jump_report(train):
+    # Neighbouring samples whose targets differ far more than typical steps point to a jump.
+    data = train[[FEATURES[0], TARGET]].dropna().sort_values(FEATURES[0])
+    x, y = data[FEATURES[0]].to_numpy(), data[TARGET].to_numpy()
+    steps = np.abs(np.diff(y))
+    i = int(np.argmax(steps))
+    typical = float(np.median(steps)) or 1e-12
+    ratio = steps[i] / typical
+    lines = [
+        f"- largest jump between neighbouring sorted points: {y[i + 1] - y[i]:+.4g} "
+        f"between {FEATURES[0]} = {x[i]:.5g} and {x[i + 1]:.5g} (midpoint {0.5 * (x[i] + x[i + 1]):.5g})",
+        f"- that step is {ratio:.1f}x the median step |dy| = {typical:.3g}",
+    ]
+    if ratio > 10:
+        lines.append("- strong evidence of a discontinuity: a single smooth global model will ring "
+                     "around it; consider a piecewise fit split at the jump")
+    else:
+        lines.append("- no dominant jump: the target looks smooth at this sampling density")
+    return lines
+
+
+def scale_report(train):
+    stds = train[FEATURES].std()
+    ratio = float(stds.max() / max(stds.min(), 1e-12))
+    lines = [f"- feature standard deviations range from {fmt(stds.min())} ({stds.idxmin()}) "
+             f"to {fmt(stds.max())} ({stds.idxmax()}), a ratio of {ratio:.1f}"]
+    if ratio > 10:
+        lines.append("- features are on very different scales: scaling matters for distance, "
+                     "kernel, neural and regularised linear models")
+    corr = train[FEATURES].corr().abs().to_numpy(copy=True)
+    np.fill_diagonal(corr, 0.0)
+    i, j = np.unravel_index(int(np.nanargmax(corr)), corr.shape)
+    lines.append(f"- most correlated feature pair: {FEATURES[i]} / {FEATURES[j]} (|r| = {corr[i, j]:.2f})"
+                 + ("; collinear features favour regularised models" if corr[i, j] > 0.8 else ""))
+    return lines
+
+
+def main():
+    train = pd.read_csv(TRAIN_PATH)
+    test = pd.read_csv(TEST_PATH)
+    report = ["# Exploratory data analysis", "",
+              f"- training rows: {len(train)}; test rows: {len(test)}",
+              f"- training columns: {', '.join(train.columns)}",
+              f"- test columns: {', '.join(test.columns)}",
+              f"- target: {TARGET}; features: {len(FEATURES)}; id column: {ID_COLUMN}", "",
+              "## Training columns", ""]
+    report += column_table(train, FEATURES + [TARGET])
+    report += ["", "## Test features", ""] + column_table(test, FEATURES)
+    report += ["", "## Correlation with the target", ""] + correlation_ranking(train)
+    report += ["", "## Structure", ""]
+    report += jump_report(train) if len(FEATURES) == 1 else scale_report(train)
+    print("\\n".join(report))
+
+
+if __name__ == "__main__":
+    main()
+''')
+
+
+def render_analysis_script(spec: DataSpec) -> str:
+    """Exploratory-analysis program that prints a markdown report (runs in well under 1 s)."""
+    return _ANALYSIS.substitute(
+        train_path=repr(spec.train_path), test_path=repr(spec.test_path),
+        target=repr(spec.target), features=repr(list(spec.features)),
+        id_column=repr(spec.id_column))
+
+
+# --------------------------------------------------------------------------------------
+# First-draft mistakes and their repair
+# --------------------------------------------------------------------------------------
+_IMPORT_LINE = re.compile(r"^(?:import (\w+)(?: as (\w+))?|from [\w.]+ import (\w+)(?: as (\w+))?)\s*$")
+
+
+def _import_binding(line: str) -> str | None:
+    """The name a single-name top-level import line binds, or None for other lines."""
+    match = _IMPORT_LINE.match(line)
+    if not match or line.startswith("from __future__"):
+        return None
+    plain, plain_alias, member, member_alias = match.groups()
+    return plain_alias or plain or member_alias or member
+
+
+def _uses_name(code: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", code) is not None
+
+
+def _module_constants(code: str) -> dict[str, object]:
+    """Module-level ``NAME = <str or list of str>`` assignments: the program's column names."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return {}
+    constants: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                value = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError):
+                continue
+            if isinstance(value, str) or (isinstance(value, (list, tuple))
+                                          and all(isinstance(v, str) for v in value)):
+                constants[node.targets[0].id] = value
+    return constants
+
+
+def _inject_missing_import(code: str, rng: random.Random) -> str | None:
+    lines = code.split("\n")
+    # Only imports whose name the program really uses, so the mistake surfaces when run.
+    candidates = [i for i, line in enumerate(lines)
+                  if (name := _import_binding(line))
+                  and _uses_name("\n".join(lines[:i] + lines[i + 1:]), name)]
+    if not candidates:
+        return None
+    del lines[rng.choice(candidates)]
+    return "\n".join(lines)
+
+
+def _misspell(name: str, rng: random.Random) -> str:
+    variants = {name.upper(), name.capitalize(), name + "s"}
+    if len(name) > 3:
+        for i in range(1, len(name)):
+            variants.add(name[:i] + name[i + 1:])                          # dropped letter
+            variants.add(name[:i - 1] + name[i] + name[i - 1] + name[i + 1:])  # swapped letters
+    variants.discard(name)
+    return rng.choice(sorted(variants))
+
+
+_COLUMN_USE = re.compile(r"\b(train|test)\[(TARGET|ID_COLUMN)\]")
+
+
+def _inject_misspelled_column(code: str, rng: random.Random) -> str | None:
+    constants = _module_constants(code)
+    sites = [m for m in _COLUMN_USE.finditer(code) if isinstance(constants.get(m.group(2)), str)]
+    if not sites:
+        return None
+    site = rng.choice(sites)
+    wrong = _misspell(constants[site.group(2)], rng)
+    return code[:site.start()] + f"{site.group(1)}[{json.dumps(wrong)}]" + code[site.end():]
+
+
+_FRAME_WITH_ID = re.compile(r"pd\.DataFrame\(\{\s*ID_COLUMN:\s*\w+,\s*")
+
+
+def _inject_missing_id_column(code: str, rng: random.Random) -> str | None:
+    match = _FRAME_WITH_ID.search(code)
+    if not match:
+        return None
+    return code[:match.start()] + "pd.DataFrame({" + code[match.end():]
+
+
+_FEATURE_MATRIX = re.compile(r"^(\s*X = .*\.to_numpy\(dtype=float\))$", re.M)
+
+
+def _inject_shape_error(code: str, rng: random.Random) -> str | None:
+    match = _FEATURE_MATRIX.search(code)
+    if not match:
+        return None
+    flatten = rng.choice([".ravel()", ".flatten()", ".reshape(-1)"])
+    return code[:match.end()] + flatten + code[match.end():]
+
+
+_INJECTORS = {
+    "missing_import": _inject_missing_import,
+    "misspelled_column": _inject_misspelled_column,
+    "missing_id_column": _inject_missing_id_column,
+    "shape_error": _inject_shape_error,
+}
+
+
+def inject_bug(code: str, rng: random.Random, kind: str | None = None) -> tuple[str, str]:
+    """Introduce one realistic first-draft mistake; returns (buggy_code, bug_kind).
+
+    ``kind`` forces one of BUG_KINDS; otherwise ``rng`` picks among those that apply.
+    Returns (code, "none") when no mistake can be introduced into ``code``.
+    """
+    if kind is not None and kind not in _INJECTORS:
+        raise ValueError(f"unknown bug kind {kind!r}; expected one of {BUG_KINDS}")
+    kinds = [kind] if kind else list(BUG_KINDS)
+    rng.shuffle(kinds)
+    for candidate in kinds:
+        buggy = _INJECTORS[candidate](code, rng)
+        if buggy is not None and buggy != code:
+            return buggy, candidate
+    return code, "none"
+
+
+@dataclass(frozen=True)
+class _Failure:
+    exc_type: str   # unqualified exception class name
+    message: str    # everything after "ExcType: ", possibly several lines
+    lineno: int | None  # line in the program (deepest frame outside libraries)
+
+
+_FRAME_LINE = re.compile(r'^\s*File "([^"]+)", line (\d+)')
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+_LIBRARY_PATH = re.compile(r"site-packages|dist-packages|/lib/python\d|^<")
+
+
+def _parse_traceback(stderr: str) -> _Failure | None:
+    """Exception type, message and program line of the last traceback in ``stderr``."""
+    marker = "Traceback (most recent call last):"
+    if marker not in stderr:
+        return None
+    block = stderr.rsplit(marker, 1)[1].split("\n")
+    lineno = None
+    for i, line in enumerate(block):
+        frame = _FRAME_LINE.match(line)
+        if frame and not _LIBRARY_PATH.search(frame.group(1)):
+            lineno = int(frame.group(2))
+        if line and not line[0].isspace():
+            exc = _EXC_LINE.match(line)
+            if not exc:
+                return None
+            message = "\n".join([exc.group(2) or ""] + block[i + 1:]).strip()
+            return _Failure(exc.group(1).rsplit(".", 1)[-1], message, lineno)
+    return None
+
+
+def _known_imports() -> dict[str, str]:
+    """Bound name -> import line for everything the library's programs import."""
+    known = {"os": "import os", "time": "import time", "json": "import json",
+             "math": "import math", "warnings": "import warnings",
+             "np": "import numpy as np", "pd": "import pandas as pd"}
+    for strategy in STRATEGIES:
+        for line in strategy.all_imports():
+            name = _import_binding(line)
+            if name:
+                known.setdefault(name, line)
+    return known
+
+
+def _fix_missing_import(code: str, failure: _Failure) -> str | None:
+    match = re.search(r"name '(\w+)' is not defined", failure.message)
+    line = _known_imports().get(match.group(1)) if match else None
+    if line is None or line in code.split("\n"):
+        return None  # unknown name, or already imported: not a missing-import mistake
+    name = match.group(1)
+    lines = code.split("\n")
+    imports = [i for i, text in enumerate(lines) if _import_binding(text)]
+    insert_at = imports[-1] + 1 if imports else 0
+    # A name used at module level (os in the thread-limit loop) must be imported before it.
+    try:
+        for node in ast.parse(code).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+                continue
+            if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):
+                insert_at = min(insert_at, node.lineno - 1)
+                break
+    except SyntaxError:
+        pass
+    lines.insert(insert_at, line)
+    return "\n".join(lines)
+
+
+def _missing_keys(message: str) -> list[str]:
+    """Column names from a pandas KeyError message ('y', "['id'] not in index", ...)."""
+    first = message.split("\n", 1)[0].strip()
+    try:
+        value = ast.literal_eval(first)
+    except (ValueError, SyntaxError):
+        value = first
+    text = str(value)
+    quoted = re.findall(r"'([^']*)'", text)
+    if quoted and ("not in index" in text or "None of" in text):
+        return quoted
+    return [text]
+
+
+def _closest(name: str, candidates: list[str]) -> str | None:
+    for candidate in candidates:
+        if candidate.lower() == name.lower():
+            return candidate
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _fix_key_error(code: str, failure: _Failure) -> str | None:
+    keys = _missing_keys(failure.message)
+    lines = code.split("\n")
+    if failure.lineno is None or not 1 <= failure.lineno <= len(lines):
+        return None
+    failing = lines[failure.lineno - 1]
+    constants = _module_constants(code)
+    # Which constant holds each declared column name, for restoring the symbolic reference.
+    owner = {v: k for k, v in constants.items() if isinstance(v, str)}
+    columns = sorted({v for v in constants.values() if isinstance(v, str)}
+                     | {c for v in constants.values() if isinstance(v, (list, tuple)) for c in v})
+    columns = [c for c in columns if "/" not in c and "." not in c]  # not file paths
+
+    # Misspelled column: the failing line spells a name that is not a declared column.
+    for key in keys:
+        literal = re.compile(r"""(["'])%s\1""" % re.escape(key))
+        if key not in columns and literal.search(failing):
+            right = _closest(key, [c for c in columns if c != key])
+            if right is None:
+                return None
+            replacement = owner.get(right, repr(right))
+            lines[failure.lineno - 1] = literal.sub(lambda _: replacement, failing)
+            return "\n".join(lines)
+
+    # Missing id column: the predictions frame was built without the id column.
+    id_const = next((owner[k] for k in keys if k in owner), None)
+    if id_const is None or len(keys) != 1:
+        return None
+    id_var = re.search(rf"^\s*(\w+)\s*=\s*\w+\[{id_const}\]", code, re.M)
+    frame = re.search(r"pd\.DataFrame\(\{(?!\s*%s\s*:)" % id_const, code)
+    if not id_var or not frame:
+        return None
+    return code[:frame.end()] + f"{id_const}: {id_var.group(1)}, " + code[frame.end():]
+
+
+_ONE_D_SYMPTOMS = ("Expected 2D array", "Expected a 2-dimensional", "array is 1-dimensional",
+                   "tuple index out of range")
+_FLATTENED = re.compile(r"^(\s*(\w+)\s*=.*?)\.(?:ravel\(\)|flatten\(\)|reshape\(-1\))\s*$", re.M)
+
+
+def _fix_shape_error(code: str, failure: _Failure) -> str | None:
+    if not any(symptom in failure.message for symptom in _ONE_D_SYMPTOMS):
+        return None
+    lines = code.split("\n")
+    failing = lines[failure.lineno - 1] if failure.lineno and failure.lineno <= len(lines) else ""
+    if failure.exc_type == "IndexError" and "tuple index" in failure.message and ".shape[" not in failing:
+        return None  # an unrelated tuple index error
+    flattened = list(_FLATTENED.finditer(code))
+    # Prefer the array named on the failing line; otherwise any flattened feature matrix.
+    suspects = ([m for m in flattened if re.search(rf"\b{m.group(2)}\b", failing)]
+                or [m for m in flattened if m.group(2).startswith("X")])
+    if not suspects:
+        return None
+    match = suspects[0]
+    return code[:match.start()] + match.group(1) + code[match.end():]
+
+
+_FIXERS = {
+    "NameError": _fix_missing_import,
+    "KeyError": _fix_key_error,
+    "ValueError": _fix_shape_error,
+    "IndexError": _fix_shape_error,
+}
+
+
+def fix_bug(code: str, stderr: str) -> str | None:
+    """Repair ``code`` from its traceback alone; None when the error is not understood."""
+    failure = _parse_traceback(stderr)
+    if failure is None or failure.exc_type not in _FIXERS:
+        return None
+    fixed = _FIXERS[failure.exc_type](code, failure)
+    return fixed if fixed is not None and fixed != code else None

@@ -1,0 +1,525 @@
+"""Run generated Python in a confined child interpreter.
+
+Confinement, from the outside in:
+
+* rlimits (address space, CPU, file size, no core dumps), set in ``preexec_fn``;
+* a new session, so a wall-clock timeout kills the whole process group;
+* when the engine runs as root, the child runs as an unprivileged uid/gid that owns
+  only its working directory (if that user can run this interpreter at all);
+* inside the child, ``_bootstrap.py`` adds a private network namespace, Landlock,
+  capability dropping and an audit hook before the user's program starts (see there).
+
+The audit hook reports every denied action as a ``TRELLIS-SANDBOX-VIOLATION:`` line on
+stderr; this module turns those into ``ExecutionResult.violations``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import resource
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_SOURCE = Path(__file__).with_name("_bootstrap.py")
+BOOTSTRAP_NAME = ".trellis_bootstrap.py"
+PRIVATE_DIR = ".tmp"  # TMPDIR and caches: never reported as produced files
+VIOLATION_PREFIX = b"TRELLIS-SANDBOX-VIOLATION: "
+INFO_PREFIX = b"TRELLIS-SANDBOX-INFO: "
+MARKER = b"TRELLIS-SANDBOX-"
+
+NOBODY = 65534
+DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
+MAX_VIOLATIONS = 100
+MAX_REPORTED_FILES = 10_000
+DRAIN_SECONDS = 1.0  # after exit, how long to wait for pipes held open by leftovers
+REAP_SECONDS = 5.0  # after SIGKILL, how long to wait for the kernel to reap
+# (interpreter, uid, gid, root) -> whether that user can run it there: probed once
+_UNPRIVILEGED_PROBES: dict[tuple[str, int, int, str], bool] = {}
+MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc",
+                  "out of memory")
+
+
+# ----------------------------------------------------------------- output capture
+
+class _TailBuffer:
+    """Keeps the last ``cap`` bytes of a stream: a program printing forever must not
+    exhaust the engine's memory, and the end of the output is what explains a failure."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.chunks: deque[bytes] = deque()
+        self.size = 0
+
+    def append(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.size += len(data)
+        while self.size > self.cap:
+            excess = self.size - self.cap
+            first = self.chunks[0]
+            if len(first) <= excess:
+                self.chunks.popleft()
+                self.size -= len(first)
+            else:
+                self.chunks[0] = first[excess:]
+                self.size -= excess
+
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", errors="replace")
+
+
+class _MarkerScanner:
+    """Finds sandbox marker lines as stderr streams by, so they survive even when the
+    tail buffer later drops them, and wherever they land (mid-line after a partial
+    print of the program)."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+        self.violations: list[str] = []
+        self.info: list[str] = []
+
+    def feed(self, data: bytes) -> None:
+        buf = self.pending + data
+        while True:
+            start = buf.find(MARKER)
+            if start < 0:
+                self.pending = buf[-(len(MARKER) - 1):]
+                return
+            end = buf.find(b"\n", start)
+            if end < 0:
+                self.pending = buf[start:start + 4096]  # an unterminated marker line
+                return
+            self._record(buf[start:end])
+            buf = buf[end + 1:]
+
+    def _record(self, line: bytes) -> None:
+        text = line.decode("utf-8", errors="replace")
+        if line.startswith(VIOLATION_PREFIX):
+            if len(self.violations) < MAX_VIOLATIONS:
+                self.violations.append(text[len(VIOLATION_PREFIX):].strip()[:500])
+        elif line.startswith(INFO_PREFIX):
+            self.info.append(text[len(INFO_PREFIX):].strip())
+
+
+def _strip_info_lines(text: str) -> str:
+    prefix = INFO_PREFIX.decode()
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.startswith(prefix))
+
+
+# -------------------------------------------------------------- workdir handling
+
+def _safe_relpath(relpath: str, what: str) -> PurePosixPath:
+    """A relative path that cannot leave the working directory."""
+    if not relpath or "\x00" in relpath or "\\" in relpath:
+        raise ValueError(f"{what} {relpath!r} is not a valid relative path")
+    path = PurePosixPath(relpath)
+    if path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"{what} {relpath!r} must be relative and stay inside the workdir")
+    if path.parts[0] in (PRIVATE_DIR, BOOTSTRAP_NAME):
+        raise ValueError(f"{what} {relpath!r} uses a name reserved by the sandbox")
+    return path
+
+
+def _validate_request(request: ExecutionRequest) -> tuple[PurePosixPath, dict[PurePosixPath, Path]]:
+    entrypoint = _safe_relpath(request.entrypoint, "entrypoint")
+    inputs: dict[PurePosixPath, Path] = {}
+    for relpath, source in request.input_files.items():
+        rel = _safe_relpath(str(relpath), "input file")
+        if rel == entrypoint:
+            raise ValueError(f"input file {relpath!r} would overwrite the entrypoint")
+        source = Path(source)
+        if not source.exists():
+            raise ValueError(f"input file {relpath!r}: {source} does not exist")
+        inputs[rel] = source
+    return entrypoint, inputs
+
+
+def _populate(workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
+              inputs: dict[PurePosixPath, Path]) -> set[PurePosixPath]:
+    """Lay out the workdir; returns the relative paths of every file placed there."""
+    placed = {entrypoint, PurePosixPath(BOOTSTRAP_NAME)}
+    (workdir / PRIVATE_DIR).mkdir()
+    for rel, source in inputs.items():
+        target = workdir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=False)
+            placed.update(PurePosixPath(p.relative_to(workdir).as_posix())
+                          for p in target.rglob("*") if p.is_file())
+        else:
+            shutil.copyfile(source, target)
+            placed.add(rel)
+    (workdir / entrypoint).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / entrypoint).write_text(request.code, encoding="utf-8")
+    shutil.copyfile(BOOTSTRAP_SOURCE, workdir / BOOTSTRAP_NAME)
+    return placed
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    os.chown(root, uid, gid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+
+
+def _sha256_regular_file(path: str) -> str | None:
+    """Hash without following symlinks or blocking on FIFOs the program may have left."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+        return digest.hexdigest()
+
+
+def _collect_files(workdir: Path, skip: set[PurePosixPath]) -> dict[str, str]:
+    """relative path -> sha256 of every regular file the program produced."""
+    files: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(workdir, followlinks=False):
+        rel_dir = PurePosixPath(os.path.relpath(dirpath, workdir))
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__"
+                             and not (rel_dir == PurePosixPath(".") and d == PRIVATE_DIR))
+        for name in sorted(filenames):
+            rel = PurePosixPath(os.path.normpath(rel_dir / name))
+            if rel in skip:
+                continue
+            if len(files) >= MAX_REPORTED_FILES:
+                log.warning("sandbox run %s produced over %d files; listing truncated",
+                            workdir, MAX_REPORTED_FILES)
+                return files
+            digest = _sha256_regular_file(os.path.join(dirpath, name))
+            if digest is not None:
+                files[str(rel)] = digest
+    return files
+
+
+# -------------------------------------------------------------- child process
+
+def _rlimits(limits: ExecutionLimits) -> list[tuple[int, int, int]]:
+    """Computed in the parent so that preexec_fn (which runs between fork and exec,
+    possibly in a multi-threaded engine) only makes setrlimit calls."""
+    wanted = [
+        (resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024, None),
+        # soft limit -> SIGXCPU, hard limit a little later -> SIGKILL
+        (resource.RLIMIT_CPU, max(1, int(limits.cpu_seconds)), max(1, int(limits.cpu_seconds)) + 2),
+        (resource.RLIMIT_FSIZE, limits.max_file_mb * 1024 * 1024, None),
+        (resource.RLIMIT_CORE, 0, None),
+    ]
+    result = []
+    for which, soft, hard in wanted:
+        hard = soft if hard is None else hard
+        _, current_hard = resource.getrlimit(which)
+        if current_hard != resource.RLIM_INFINITY:  # cannot raise it without privileges
+            soft, hard = min(soft, current_hard), min(hard, current_hard)
+        result.append((which, soft, hard))
+    return result
+
+
+def _make_preexec(rlimits: list[tuple[int, int, int]]):
+    def preexec() -> None:
+        for which, soft, hard in rlimits:
+            resource.setrlimit(which, (soft, hard))
+    return preexec
+
+
+def _child_env(workdir: Path) -> dict[str, str]:
+    private = str(workdir / PRIVATE_DIR)
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(workdir),
+        "TMPDIR": private,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        # one thread per BLAS/OpenMP pool: predictable CPU use, and no thread pools
+        # reserving address space against RLIMIT_AS
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MALLOC_ARENA_MAX": "2",
+        "MPLBACKEND": "Agg",
+        # caches go to the private dir so they are not reported as produced files
+        "XDG_CACHE_HOME": private,
+        "MPLCONFIGDIR": private,
+        # joblib probes for POSIX semaphores at import, which the sandbox denies;
+        # process pools are denied anyway, so ask for serial mode up front
+        "JOBLIB_MULTIPROCESSING": "0",
+    }
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class _Outcome:
+    reaped: bool = False
+    returncode: int | None = None
+    cpu_seconds: float = 0.0
+    max_rss_kb: int = 0
+    wall_timeout: bool = False
+    stdout: _TailBuffer | None = None
+    stderr: _TailBuffer | None = None
+    scanner: _MarkerScanner = field(default_factory=_MarkerScanner)
+
+
+def _try_reap(pid: int) -> tuple[int | None, object] | None:
+    """None while it runs; (exit code, rusage) once reaped; (None, None) when someone
+    else (an engine-wide SIGCHLD handler) reaped it first and the status is lost."""
+    try:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None, None
+    if done == 0:
+        return None
+    return os.waitstatus_to_exitcode(status), usage
+
+
+def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int) -> _Outcome:
+    """Pump both pipes, enforce the wall clock and reap the child, all in one loop
+    (no reader threads that a leftover grandchild holding a pipe could hang)."""
+    outcome = _Outcome(stdout=_TailBuffer(cap), stderr=_TailBuffer(cap))
+    sinks = {proc.stdout.fileno(): outcome.stdout, proc.stderr.fileno(): outcome.stderr}
+    selector = selectors.DefaultSelector()
+    for fd in sinks:
+        selector.register(fd, selectors.EVENT_READ)
+    deadline = time.monotonic() + wall_seconds
+    killed_at = drain_until = None
+    try:
+        while True:
+            now = time.monotonic()
+            if not outcome.reaped:
+                reaped = _try_reap(proc.pid)
+                if reaped is not None:
+                    outcome.reaped = True
+                    outcome.returncode, usage = reaped
+                    # we reaped it, not Popen: stop Popen from waiting for it again
+                    proc.returncode = -1 if outcome.returncode is None else outcome.returncode
+                    if usage is not None:
+                        outcome.cpu_seconds = usage.ru_utime + usage.ru_stime
+                        outcome.max_rss_kb = usage.ru_maxrss
+                    _kill_group(proc.pid)  # anything it left behind in its group
+                    drain_until = now + DRAIN_SECONDS
+                elif killed_at is None and now >= deadline:
+                    outcome.wall_timeout = True
+                    _kill_group(proc.pid)
+                    killed_at = now
+                elif killed_at is not None and now - killed_at > REAP_SECONDS:
+                    log.error("sandbox child %s did not die after SIGKILL", proc.pid)
+                    break
+            if not selector.get_map():
+                if outcome.reaped:
+                    break
+                time.sleep(0.05)  # it closed its pipes but is still running
+                continue
+            if drain_until is not None and now > drain_until:
+                break
+            for key, _ in selector.select(timeout=0.05):
+                _pump(key.fd, sinks[key.fd], outcome, selector)
+    finally:
+        selector.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    return outcome
+
+
+def _pump(fd: int, sink: _TailBuffer, outcome: _Outcome, selector: selectors.BaseSelector) -> None:
+    try:
+        data = os.read(fd, 256 * 1024)
+    except OSError:
+        data = b""
+    if not data:
+        selector.unregister(fd)
+        return
+    sink.append(data)
+    if sink is outcome.stderr:
+        outcome.scanner.feed(data)
+
+
+def _classify(outcome: _Outcome, stderr: str, limits: ExecutionLimits) -> ExecutionStatus:
+    code = outcome.returncode
+    if outcome.scanner.violations:
+        return "violation"
+    if outcome.wall_timeout or code == -signal.SIGXCPU:
+        return "timeout"
+    if code == -signal.SIGKILL and outcome.cpu_seconds >= limits.cpu_seconds:
+        return "timeout"  # ignored SIGXCPU, then the hard CPU limit
+    if code == 0:
+        return "ok"
+    if any(marker in stderr[-20000:] for marker in MEMORY_MARKERS):
+        return "memory"
+    if code == -signal.SIGKILL and outcome.max_rss_kb >= limits.memory_mb * 1024 * 0.9:
+        return "memory"  # the kernel's OOM killer
+    if code is not None and code < 0:
+        return "killed"
+    return "error"
+
+
+# ------------------------------------------------------------------- executor
+
+class SubprocessExecutor:
+    """Runs each request in a fresh working directory under ``root``.
+
+    ``drop_privileges``: None (default) drops to ``sandbox_uid``/``sandbox_gid`` when the
+    engine runs as root and that user can start this interpreter; True insists (runs
+    fail with a RuntimeError when impossible); False never drops.
+    ``python``: the interpreter for the programs, ``sys.executable`` unless given.
+    ``extra_read_paths``: further host trees the programs may read (e.g. shared data)."""
+
+    name = "subprocess"
+
+    def __init__(self, root: str | Path | None = None, keep: bool = True, *,
+                 drop_privileges: bool | None = None, sandbox_uid: int = NOBODY,
+                 sandbox_gid: int = NOBODY, output_cap_bytes: int = DEFAULT_OUTPUT_CAP,
+                 extra_read_paths: tuple[str, ...] = (), python: str | None = None) -> None:
+        if root is None:
+            root = tempfile.mkdtemp(prefix="trellis-sandbox-")
+        self.root = Path(root).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.keep = keep
+        # the engine's own interpreter, so programs see the same installed packages
+        self.python = python or sys.executable
+        self.sandbox_uid = sandbox_uid
+        self.sandbox_gid = sandbox_gid
+        self.output_cap_bytes = output_cap_bytes
+        self.extra_read_paths = tuple(str(Path(p).resolve()) for p in extra_read_paths)
+        self._drop_setting = drop_privileges
+        self._drop_resolved: bool | None = None
+
+    # -- privileges ---------------------------------------------------------
+
+    @property
+    def drops_privileges(self) -> bool:
+        """Whether children run as the unprivileged sandbox user."""
+        if self._drop_resolved is None:
+            self._drop_resolved = self._resolve_drop()
+        return self._drop_resolved
+
+    def _resolve_drop(self) -> bool:
+        if os.geteuid() != 0 or self._drop_setting is False:
+            return False
+        key = (self.python, self.sandbox_uid, self.sandbox_gid, str(self.root))
+        first_probe = key not in _UNPRIVILEGED_PROBES
+        if first_probe:
+            _UNPRIVILEGED_PROBES[key] = self._can_run_unprivileged()
+        if _UNPRIVILEGED_PROBES[key]:
+            os.chmod(self.root, 0o711)  # the sandbox user must traverse, not list
+            return True
+        message = (f"sandbox user {self.sandbox_uid} cannot run {self.python} "
+                   "(is the interpreter under a directory only root can enter?)")
+        if self._drop_setting:
+            raise RuntimeError(message)
+        if first_probe:
+            log.warning("%s; sandboxed programs keep uid 0, confined by namespaces, "
+                        "Landlock, capability dropping and the audit hook only", message)
+        return False
+
+    def _can_run_unprivileged(self) -> bool:
+        probe = Path(tempfile.mkdtemp(prefix="probe-", dir=self.root))
+        try:
+            os.chmod(self.root, 0o711)
+            os.chown(probe, self.sandbox_uid, self.sandbox_gid)
+            proc = subprocess.run(
+                [self.python, "-I", "-c", "open('probe', 'w').write('ok')"],
+                cwd=probe, env={"PATH": "/usr/bin:/bin"}, user=self.sandbox_uid,
+                group=self.sandbox_gid, extra_groups=[], capture_output=True, timeout=30,
+            )
+            return proc.returncode == 0 and (probe / "probe").read_text() == "ok"
+        except (OSError, subprocess.SubprocessError):
+            return False
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
+
+    # -- running ------------------------------------------------------------
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        entrypoint, inputs = _validate_request(request)
+        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
+        try:
+            placed = _populate(workdir, request, entrypoint, inputs)
+            if self.drops_privileges:
+                _chown_tree(workdir, self.sandbox_uid, self.sandbox_gid)
+            result = self._execute(workdir, request, entrypoint)
+            result.files = _collect_files(workdir, skip=placed)
+            return result
+        finally:
+            if not self.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
+
+    def _command(self, workdir: Path, request: ExecutionRequest,
+                 entrypoint: PurePosixPath) -> list[str]:
+        config = {"workdir": str(workdir), "entrypoint": str(entrypoint),
+                  "args": list(request.args), "extra_read": list(self.extra_read_paths)}
+        # -I: no PYTHON* env, no user site, no cwd on sys.path; -B: no .pyc writes;
+        # -u: a killed program still leaves its last output behind
+        return [self.python, "-I", "-B", "-u", str(workdir / BOOTSTRAP_NAME),
+                json.dumps(config)]
+
+    def _execute(self, workdir: Path, request: ExecutionRequest,
+                 entrypoint: PurePosixPath) -> ExecutionResult:
+        limits = request.limits
+        privileges = {}
+        if self.drops_privileges:
+            privileges = {"user": self.sandbox_uid, "group": self.sandbox_gid,
+                          "extra_groups": []}
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self._command(workdir, request, entrypoint), cwd=workdir,
+                env=_child_env(workdir), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                start_new_session=True, preexec_fn=_make_preexec(_rlimits(limits)),
+                **privileges,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return ExecutionResult(status="error", exit_code=None, stdout="",
+                                   stderr=f"sandbox: could not start the program: {exc}",
+                                   duration_s=time.monotonic() - started, workdir=workdir,
+                                   files={}, executor=self.name)
+        outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes)
+        duration = time.monotonic() - started
+        stderr = _strip_info_lines(outcome.stderr.text())
+        for line in outcome.scanner.info:
+            log.debug("sandbox layers for %s: %s", workdir, line)
+        if outcome.wall_timeout:
+            stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
+        return ExecutionResult(
+            status=_classify(outcome, stderr, limits), exit_code=outcome.returncode,
+            stdout=outcome.stdout.text(), stderr=stderr, duration_s=duration,
+            workdir=workdir, files={}, violations=list(outcome.scanner.violations),
+            executor=self.name,
+        )
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers (0: none), i.e. whether the kernel layer of
+    the file-system confinement is in force in addition to the audit hook."""
+    import ctypes
+
+    numbers = {"x86_64": 444, "aarch64": 444}.get(os.uname().machine)
+    if numbers is None:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    return max(libc.syscall(numbers, None, ctypes.c_size_t(0), ctypes.c_uint32(1)), 0)

@@ -1,0 +1,101 @@
+"""Score a predictions file for the diabetes-progression task.
+
+Usage: python evaluate.py PATH_TO_PREDICTIONS_CSV
+
+Prints one JSON line {"metric", "value", "higher_is_better", "n"} and exits 0, or prints
+the reason to stderr and exits 2 when the predictions are malformed. The held-out
+targets are read from heldout/test_targets.csv next to this file.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+TARGETS_FILE = HERE / "heldout" / "test_targets.csv"
+ID_COLUMN = "id"
+TARGET = "progression"
+METRIC = "r2"
+HIGHER_IS_BETTER = True
+EXIT_MALFORMED = 2
+
+
+class MalformedPredictions(Exception):
+    pass
+
+
+def _preview(values) -> str:
+    values = sorted(values)
+    shown = ", ".join(str(v) for v in values[:5])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > 5 else "")
+
+
+def load_aligned_predictions(path: Path, truth: pd.DataFrame) -> np.ndarray:
+    """Return predictions ordered like ``truth``; raise MalformedPredictions otherwise."""
+    if not path.is_file():
+        raise MalformedPredictions(f"predictions file not found: {path}")
+    try:
+        pred = pd.read_csv(path)
+    except Exception as exc:  # empty file, binary junk, ragged rows ...
+        raise MalformedPredictions(f"could not parse {path} as CSV: {exc}") from exc
+    missing_cols = [c for c in (ID_COLUMN, TARGET) if c not in pred.columns]
+    if missing_cols:
+        raise MalformedPredictions(
+            f"missing column(s) {missing_cols}; expected columns {[ID_COLUMN, TARGET]}, "
+            f"got {list(pred.columns)}")
+
+    ids = pd.to_numeric(pred[ID_COLUMN], errors="coerce")
+    if ids.isna().any() or not np.all(np.mod(ids, 1) == 0):
+        raise MalformedPredictions(f"column '{ID_COLUMN}' must contain integer ids only")
+    ids = ids.astype(np.int64)
+    duplicated = set(ids[ids.duplicated()])
+    if duplicated:
+        raise MalformedPredictions(f"duplicate ids: {_preview(duplicated)}")
+    expected = set(truth[ID_COLUMN])
+    missing_ids, extra_ids = expected - set(ids), set(ids) - expected
+    if missing_ids:
+        raise MalformedPredictions(f"missing ids: {_preview(missing_ids)}")
+    if extra_ids:
+        raise MalformedPredictions(f"unexpected ids: {_preview(extra_ids)}")
+    if len(pred) != len(truth):
+        raise MalformedPredictions(f"expected {len(truth)} rows, got {len(pred)}")
+
+    values = pd.to_numeric(pred[TARGET], errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        raise MalformedPredictions(
+            f"{int(bad.sum())} prediction(s) in '{TARGET}' are missing, non-numeric, NaN or inf "
+            f"(ids {_preview(ids[bad].tolist())})")
+    by_id = pd.Series(values, index=ids.to_numpy())
+    return by_id.loc[truth[ID_COLUMN].to_numpy()].to_numpy()
+
+
+def r2(pred: np.ndarray, true: np.ndarray) -> float:
+    """Coefficient of determination: 1 - SS_res / SS_tot (1 is perfect, 0 = predicting the mean)."""
+    ss_res = float(np.sum((true - pred) ** 2))
+    ss_tot = float(np.sum((true - true.mean()) ** 2))
+    return 1.0 - ss_res / ss_tot
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python evaluate.py PATH_TO_PREDICTIONS_CSV", file=sys.stderr)
+        return EXIT_MALFORMED
+    truth = pd.read_csv(TARGETS_FILE)
+    try:
+        pred = load_aligned_predictions(Path(argv[1]), truth)
+    except MalformedPredictions as exc:
+        print(f"evaluate.py: malformed predictions: {exc}", file=sys.stderr)
+        return EXIT_MALFORMED
+    true = truth[TARGET].to_numpy(dtype=float)
+    print(json.dumps({"metric": METRIC, "value": r2(pred, true),
+                      "higher_is_better": HIGHER_IS_BETTER, "n": int(len(true))}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
