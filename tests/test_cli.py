@@ -1,0 +1,48 @@
+"""The command a scientist types: python manage.py run_task examples/<task>."""
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _manage(*args, tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_run_task_prints_live_steps_and_the_evaluate_py_metric(tmp_path):
+    proc = _manage("run_task", "examples/discontinuous-1d", "--seed", "7", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for agent in ("analyzer", "planner", "coder", "verifier", "finalizer"):
+        assert f"] {agent}" in out
+    assert "ran code (candidate solution): ok" in out
+    assert "metric     relative_l2 = " in out and "computed by evaluate.py" in out
+    trace = Path(out.split("trace      ")[1].split()[0])
+    assert trace.is_file() and trace.is_relative_to(tmp_path)
+
+
+def test_run_task_on_a_broken_folder_names_the_file(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "Problem.md").write_text("no title here\n")
+    proc = _manage("run_task", str(broken), tmp_path=tmp_path)
+    assert proc.returncode != 0
+    assert "Problem.md: must start with a title line" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_too_small_budget_is_reported_not_crashed(tmp_path):
+    proc = _manage("run_task", "examples/diabetes-progression", "--max-calls", "1", tmp_path=tmp_path)
+    assert proc.returncode != 0
+    assert "call budget exhausted" in proc.stdout
+    assert "status: stopped" in proc.stdout
+
+
+def test_an_unreachable_real_model_fails_the_run_with_a_clear_reason(tmp_path):
+    proc = _manage("run_task", "examples/discontinuous-1d", "--model", "openai/gpt-4o-mini", tmp_path=tmp_path)
+    assert proc.returncode != 0
+    assert "openai/gpt-4o-mini failed after 3 attempts" in proc.stdout
+    assert "analyzer=FAILURE" in proc.stdout
