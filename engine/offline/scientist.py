@@ -9,6 +9,7 @@ import hashlib
 import json
 import random
 import re
+from typing import Callable
 
 from ..prompts import extract_code, role_of
 from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
@@ -21,6 +22,7 @@ def respond(messages: list[dict], seed: int = 0) -> str:
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = "\n".join(m["content"] for m in messages if m.get("role") == "user")
     role = role_of(system)
+    _load_extensions()
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     rng = random.Random(f"{seed}:{role}:{digest}")
     handler = _ROLES.get(role or "")
@@ -209,5 +211,27 @@ def _finalizer(system: str, user: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
-_ROLES = {"analyzer": _analyzer, "planner": _planner, "coder": _coder, "debugger": _debugger,
-          "verifier": _verifier, "router": _router, "finalizer": _finalizer}
+RoleHandler = Callable[[str, str, random.Random], str]
+_ROLES: dict[str, RoleHandler] = {"analyzer": _analyzer, "planner": _planner, "coder": _coder, "debugger": _debugger,
+                                  "verifier": _verifier, "router": _router, "finalizer": _finalizer}
+# Modules that teach the scientist more roles (judge, editors, tree-search roles); each
+# calls register() at import. Imported on first use to keep this module's imports light.
+EXTENSIONS: tuple[str, ...] = ()
+_loaded = False
+
+
+def register(role: str) -> Callable[[RoleHandler], RoleHandler]:
+    def deco(fn: RoleHandler) -> RoleHandler:
+        _ROLES[role] = fn
+        return fn
+    return deco
+
+
+def _load_extensions() -> None:
+    global _loaded
+    if not _loaded:
+        import importlib
+
+        for name in EXTENSIONS:
+            importlib.import_module(name)
+        _loaded = True

@@ -1,0 +1,82 @@
+"""In-loop validation: score a candidate program without touching the held-out data.
+
+The training file is split (seeded) into a fit part and a validation part. The program runs
+with the same contract as always — it reads `train` and `test_features` and writes
+predictions — but `train` is the fit part and `test_features` holds the validation rows, so
+its predictions can be scored against targets the engine kept back. The official evaluator
+(evaluate.py and heldout/) is never read here.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .metrics import metric_fn
+from .sandbox import ExecutionRequest, ExecutionResult, Executor
+from .task import Task
+
+
+@dataclass(frozen=True)
+class ValidationSplit:
+    files: dict[str, Path]          # relative path in the sandbox -> host file
+    targets: dict[str, float]       # validation id -> true target
+    n_fit: int
+    n_validation: int
+
+
+def make_split(task: Task, workdir: Path, fraction: float = 0.2, seed: int = 0) -> ValidationSplit:
+    r = task.resources
+    if not (r.target and r.id_column and "train" in r.files and "test_features" in r.files):
+        raise ValueError("in-loop validation needs Data_config.json with train, test_features, target and id_column")
+    rows = list(csv.DictReader(io.StringIO((task.folder / r.files["train"]).read_text())))
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_val = max(1, int(round(fraction * len(rows))))
+    val_idx, fit_idx = sorted(order[:n_val]), sorted(order[n_val:])
+    header = list(rows[0].keys())
+    features = [c for c in header if c != r.target]
+    workdir.mkdir(parents=True, exist_ok=True)
+    fit_path, val_path = workdir / "fit.csv", workdir / "validation_features.csv"
+    with fit_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=header)
+        w.writeheader()
+        w.writerows(rows[i] for i in fit_idx)
+    with val_path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([r.id_column, *features])
+        for k, i in enumerate(val_idx):
+            w.writerow([k, *(rows[i][c] for c in features)])
+    targets = {str(k): float(rows[i][r.target]) for k, i in enumerate(val_idx)}
+    return ValidationSplit({r.files["train"]: fit_path, r.files["test_features"]: val_path}, targets,
+                           len(fit_idx), len(val_idx))
+
+
+def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes) -> dict:
+    r = task.resources
+    try:
+        rows = list(csv.DictReader(io.StringIO(predictions_csv.decode("utf-8"))))
+        by_id = {str(int(float(row[r.id_column]))): float(row[r.target]) for row in rows}
+    except (KeyError, ValueError, UnicodeDecodeError) as exc:
+        return {"ok": False, "error": f"validation predictions unreadable: {exc}"}
+    missing = [i for i in split.targets if i not in by_id]
+    if missing:
+        return {"ok": False, "error": f"validation predictions miss {len(missing)} of {len(split.targets)} ids"}
+    ids = list(split.targets)
+    value = metric_fn(task.metric.name)([by_id[i] for i in ids], [split.targets[i] for i in ids])
+    return {"ok": True, "metric": task.metric.name, "value": value, "higher_is_better": task.metric.higher_is_better,
+            "n": len(ids), "split": "validation"}
+
+
+def validate_program(task: Task, code: str, executor: Executor, seed: int = 0) -> tuple[dict, ExecutionResult]:
+    """Run ``code`` on the validation split and score it with the task's metric."""
+    with tempfile.TemporaryDirectory(prefix="trellis-val-") as tmp:
+        split = make_split(task, Path(tmp), seed=seed)
+        result = executor.run(ExecutionRequest(code=code, input_files=split.files, limits=task.resources.limits))
+    out = result.workdir / task.resources.predictions_file
+    if not result.ok or not out.exists():
+        return {"ok": False, "error": f"program {result.status} on the validation split"}, result
+    return score_predictions(task, split, out.read_bytes()), result
