@@ -46,3 +46,10 @@ def test_an_unreachable_real_model_fails_the_run_with_a_clear_reason(tmp_path):
     assert proc.returncode != 0
     assert "openai/gpt-4o-mini failed after 3 attempts" in proc.stdout
     assert "analyzer=FAILURE" in proc.stdout
+
+
+def test_the_demo_command_sets_up_its_database_on_a_fresh_checkout(tmp_path):
+    fresh = tmp_path / "not-yet-created"
+    proc = _manage("migrate", "--noinput", "-v", "0", tmp_path=fresh)
+    assert proc.returncode == 0, proc.stderr
+    assert (fresh / "trellis.sqlite3").is_file()

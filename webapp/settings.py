@@ -5,6 +5,7 @@ from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRELLIS_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, traces and artifacts live here
 
 SECRET_KEY = os.environ.get("TRELLIS_SECRET_KEY", "trellis-embedded-development-key-not-for-production")
 DEBUG = os.environ.get("TRELLIS_DEBUG", "1") == "1"
