@@ -31,6 +31,11 @@ class RunConfig:
     budget: Budget = field(default_factory=Budget)
     cache_dir: Path | None = None
     run_id: str | None = None
+    # "official": the task's evaluate.py scores the deliverable (a plain run_task).
+    # "validation": a search probe; the final code is scored on a split of the training
+    # data and the official evaluator is never called.
+    scoring: str = "official"
+    iteration: int = 0
 
 
 @dataclass
@@ -48,6 +53,8 @@ class RunResult:
     model_seconds: float
     execution_seconds: float
     evaluation_seconds: float
+    final_code: str | None = None
+    predictions_sha256: str | None = None
 
     @property
     def overhead_seconds(self) -> float:
@@ -77,6 +84,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     run_dir.mkdir(parents=True, exist_ok=True)
     trace_path = run_dir / "trace.jsonl"
     tracer = Tracer(run_id, [JsonlTraceSink(trace_path), *sinks])
+    tracer.iteration = config.iteration
     (run_dir / "workflow.json").write_text(workflow.to_json())
     gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
                            cache_dir=config.cache_dir)
@@ -88,8 +96,12 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                 model_override=config.model_override, executor=ctx.executor.name,
                 budget=config.budget.limits(), order=workflow.order())
     try:
-        status, reason, statuses, outputs = _Scheduler(ctx).run()
-        metric, eval_s = _evaluate(ctx, outputs, statuses) if status != "stopped" else (None, 0.0)
+        scheduler = _Scheduler(ctx)
+        status, reason, statuses, outputs = scheduler.run()
+        delivered = _deliverable(ctx, outputs, statuses)
+        final_code = scheduler.bags.get(delivered, {}).get("code") if delivered else None
+        metric, eval_s = (None, 0.0) if status == "stopped" else \
+            _evaluate(ctx, delivered, outputs, final_code, config)
         if status == "completed" and (metric is None or not metric.get("ok")):
             status, reason = "failed", reason or (metric or {}).get("error", "no predictions were produced")
         duration = time.perf_counter() - started
@@ -98,7 +110,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             usage=config.budget.used.to_dict(),
             per_agent_usage={k: v.to_dict() for k, v in sorted(config.budget.per_agent.items())},
             metric=metric, trace_path=str(trace_path), duration_s=duration, model_seconds=gateway.model_seconds,
-            execution_seconds=ctx.execution_seconds, evaluation_seconds=eval_s,
+            execution_seconds=ctx.execution_seconds, evaluation_seconds=eval_s, final_code=final_code,
+            predictions_sha256=outputs[delivered]["predictions"]["sha256"] if delivered else None,
         )
         tracer.emit("run_finished", **result.summary(), per_agent_usage=result.per_agent_usage,
                     duration_s=round(duration, 3), overhead_s=round(result.overhead_seconds, 4))
@@ -257,16 +270,30 @@ def _preview(value: object, limit: int = 400) -> object:
     return value
 
 
-def _evaluate(ctx: RunContext, outputs: dict[str, dict], statuses: dict[str, str]) -> tuple[dict | None, float]:
-    """Score the team's deliverable: the last agent (in order) that delivered predictions."""
-    delivered = [a for a in reversed(ctx.workflow.order()) if "predictions" in outputs.get(a, {})
-                 and statuses.get(a) == "SUCCESS"]
-    if not delivered:
+def _deliverable(ctx: RunContext, outputs: dict[str, dict], statuses: dict[str, str]) -> str | None:
+    """The last agent (in order) that delivered predictions: the team's answer."""
+    return next((a for a in reversed(ctx.workflow.order())
+                 if "predictions" in outputs.get(a, {}) and statuses.get(a) == "SUCCESS"), None)
+
+
+def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], final_code: str | None,
+              config: RunConfig) -> tuple[dict, float]:
+    if delivered is None:
         ctx.tracer.emit("evaluation", None, ok=False, error="no agent delivered predictions")
         return {"ok": False, "error": "no agent delivered predictions"}, 0.0
-    ref = outputs[delivered[0]]["predictions"]
+    ref = outputs[delivered]["predictions"]
     started = time.perf_counter()
-    metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
+    if config.scoring == "validation":
+        from .validation import validate_program
+
+        if final_code is None:
+            metric = {"ok": False, "error": f"{delivered!r} delivered predictions without the code that made them"}
+        else:
+            metric, _ = validate_program(ctx.task, final_code, ctx.executor, seed=config.seed)
+        evaluator = "in-loop validation split"
+    else:
+        metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
+        evaluator = "evaluate.py"
     seconds = time.perf_counter() - started
-    ctx.tracer.emit("evaluation", delivered[0], predictions_sha256=ref["sha256"], evaluator="evaluate.py", **metric)
+    ctx.tracer.emit("evaluation", delivered, predictions_sha256=ref["sha256"], evaluator=evaluator, **metric)
     return metric, seconds

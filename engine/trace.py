@@ -16,6 +16,11 @@ from typing import Iterable, Iterator, Protocol
 EVENT_KINDS = (
     "run_started", "agent_started", "model_call", "tool_call", "code_execution", "handoff",
     "check", "route", "agent_finished", "budget_exhausted", "evaluation", "run_finished",
+    # search-level events (one search runs many probes, each a run with its own trace)
+    "search_started", "mutation_proposed", "judgement", "search_iteration", "official_evaluation",
+    "archive", "search_finished",
+    # evolutionary tree search (engine/search/tree.py)
+    "selector_vote", "knowledge_retrieval", "debate_turn", "tree_node", "node_retired",
 )
 
 

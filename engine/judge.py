@@ -1,0 +1,130 @@
+"""The LLM judge (Mimosa) beside the public checks.
+
+The judge scores one execution on goal alignment g, collaboration efficiency c, output
+quality q and answer plausibility a, each in [0, 1], J = (g+c+q+a)/4, with written feedback
+per criterion. It sees the public checks. A malformed answer is retried, then recorded as a
+failed judgement: never silently given a score.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+from .errors import ModelCallError
+from .gateway import ModelGateway
+from .task import Task
+from .trace import Event
+
+CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
+JUDGE_PROCEDURE = (
+    "Judge one execution of a research team. Score each criterion in [0, 1]: goal_alignment (did the "
+    "team deliver what the task asks, in its contract), collaboration_efficiency (retries, wasted calls, "
+    "tokens for what was achieved), output_quality (the validation score against what this problem "
+    "allows), answer_plausibility (are the values believable; do the public checks support them). "
+    "Ground every score in the evidence shown; do not reward claims the evidence does not support."
+)
+ANSWER_FORMAT = ('Reply with one JSON object only: {"goal_alignment": {"score": <0..1>, "feedback": "..."}, '
+                 '"collaboration_efficiency": {...}, "output_quality": {...}, "answer_plausibility": {...}}')
+
+
+@dataclass
+class Judgement:
+    ok: bool
+    scores: dict[str, float] = field(default_factory=dict)
+    feedback: dict[str, str] = field(default_factory=dict)
+    attempts: int = 0
+    error: str = ""
+    raw: list[str] = field(default_factory=list)
+
+    @property
+    def J(self) -> float | None:  # noqa: N802 - the papers' name
+        return sum(self.scores[c] for c in CRITERIA) / len(CRITERIA) if self.ok else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "J": self.J}
+
+
+def public_checks(events: list[Event]) -> list[dict]:
+    """The latest result of each public check in a run (a retry supersedes earlier tries)."""
+    latest: dict[str, dict] = {}
+    for e in events:
+        if e.kind == "check":
+            latest[e.payload["name"]] = {"agent": e.agent, **e.payload}
+    return list(latest.values())
+
+
+def execution_summary(events: list[Event]) -> dict:
+    calls = [e for e in events if e.kind == "model_call"]
+    finished = {e.agent: e.payload for e in events if e.kind == "agent_finished"}
+    evaluation = next((e.payload for e in reversed(events) if e.kind == "evaluation"), {})
+    execs = [e.payload for e in events if e.kind == "code_execution"]
+    return {
+        "agents": {a: p["status"] for a, p in finished.items()},
+        "model_calls": len(calls),
+        "tokens": sum(c.payload["prompt_tokens"] + c.payload["completion_tokens"] for c in calls),
+        "retries": sum(1 for e in events if e.kind == "route" and e.payload.get("taken")),
+        "executions": [{k: x.get(k) for k in ("purpose", "status", "exit_code", "duration_s")} for x in execs],
+        "last_stdout": execs[-1]["stdout_tail"][-1200:] if execs else "",
+        "final_report": next((p["outputs"].get("final_report", "") for a, p in reversed(list(finished.items()))
+                              if "final_report" in p.get("outputs", {})), ""),
+        "validation": {k: evaluation.get(k) for k in ("ok", "metric", "value", "higher_is_better", "split", "error")},
+    }
+
+
+def build_judge_messages(task: Task, summary: dict, checks: list[dict]) -> list[dict]:
+    system = "\n".join([
+        "You are the judge of a Trellis research team working on the task below.", "",
+        "## Procedure", JUDGE_PROCEDURE, "", "## Answer format", ANSWER_FORMAT])
+    check_lines = "\n".join(f"- {'PASS' if c['passed'] else 'FAIL'} {c['name']}: {c['detail']}" for c in checks)
+    user = "\n".join([task.description(), "", "## Input: public_checks", check_lines or "(none ran)", "",
+                      "## Input: execution", "```json", json.dumps(summary, indent=2, default=str), "```"])
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def parse_judgement(text: str) -> tuple[dict[str, float], dict[str, str]]:
+    """Scores and feedback from a judge answer; ValueError says what is malformed."""
+    m = re.search(r"\{.*\}", text, re.S)
+    if not m:
+        raise ValueError("no JSON object in the answer")
+    try:
+        data = json.loads(m.group(0))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the JSON does not parse: {exc.msg}") from exc
+    scores, feedback = {}, {}
+    for c in CRITERIA:
+        item = data.get(c)
+        if not isinstance(item, dict) or "score" not in item:
+            raise ValueError(f"criterion {c!r} is missing or has no score")
+        score = item["score"]
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= float(score) <= 1.0:
+            raise ValueError(f"criterion {c!r} has score {score!r}, not a number in [0, 1]")
+        if not str(item.get("feedback", "")).strip():
+            raise ValueError(f"criterion {c!r} has no written feedback")
+        scores[c], feedback[c] = float(score), str(item["feedback"]).strip()
+    return scores, feedback
+
+
+def judge_execution(task: Task, events: list[Event], gateway: ModelGateway, agent: str = "judge",
+                    retries: int = 2) -> Judgement:
+    checks = public_checks(events)
+    messages = build_judge_messages(task, execution_summary(events), checks)
+    judgement = Judgement(ok=False)
+    for attempt in range(1, retries + 2):
+        judgement.attempts = attempt
+        try:
+            text = gateway.complete(agent, "judge", messages, temperature=0.0, purpose="judge").text
+        except ModelCallError as exc:
+            judgement.error = str(exc)
+            continue
+        judgement.raw.append(text)
+        try:
+            judgement.scores, judgement.feedback = parse_judgement(text)
+        except ValueError as exc:
+            judgement.error = f"malformed judge answer (attempt {attempt}): {exc}"
+            messages = [*messages, {"role": "assistant", "content": text},
+                        {"role": "user", "content": f"Your answer was malformed: {exc}. {ANSWER_FORMAT}"}]
+            continue
+        judgement.ok, judgement.error = True, ""
+        break
+    return judgement

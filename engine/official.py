@@ -1,0 +1,21 @@
+"""The official evaluator: run once, after the final commitment, outside every search loop.
+
+Nothing under engine/search imports this module (a test checks it); the orchestrator calls
+it after a search has returned its final workflow.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .artifacts import ArtifactStore
+from .evaluation import evaluate_predictions
+from .task import Task
+
+
+def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -> dict:
+    if predictions_sha256 is None:
+        return {"ok": False, "error": "the workflow delivered no predictions"}
+    data = ArtifactStore(Path(run_dir) / "artifacts").read(predictions_sha256)
+    if data is None:
+        return {"ok": False, "error": f"predictions {predictions_sha256[:12]} are missing from {run_dir}"}
+    return {**evaluate_predictions(task, data), "evaluator": "evaluate.py (official, held out)"}

@@ -1,0 +1,1 @@
+"""Search procedures that improve solutions or workflows over many runs."""

@@ -1,0 +1,124 @@
+"""`evolve`: run one search procedure on a task, commit to its final workflow, then (and only
+then) score the initial and final workflows with the official held-out evaluator."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, TextIO
+
+from ..budget import Budget
+from ..synthesis import team_workflow
+from ..task import Task, load_task
+from ..trace import JsonlTraceSink, Tracer
+from .mimosa import IterationRecord, mimosa_search
+from .probe import Gate, ProbeRunner, search_gateway
+
+SEARCHES = ("mimosa", "scimars", "tree")
+
+
+@dataclass
+class EvolveResult:
+    task: str
+    search: str
+    run_dir: Path
+    iterations: int
+    stopped: str
+    initial: dict          # {"workflow_hash", "validation", "J", "official"}
+    final: dict
+    usage: dict
+    wall_s: float
+    start: dict = field(default_factory=dict)  # warm start or de novo
+
+    def to_dict(self) -> dict:
+        return {**self.__dict__, "run_dir": str(self.run_dir)}
+
+
+def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5, seed: int = 0,
+           budget: Budget | None = None, runs_dir: Path = Path("var/runs"), out: TextIO = sys.stdout,
+           gate: Gate | None = None, model_override: str | None = None,
+           official: Callable[..., dict] | None = None) -> EvolveResult:
+    if search not in SEARCHES:
+        raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    task = load_task(task_folder)
+    budget = budget or Budget(max_tokens=2_000_000)
+    run_dir = Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
+    tracer = Tracer(run_dir.name, [JsonlTraceSink(run_dir / "search.jsonl")])
+    gateway = search_gateway(budget, tracer, seed, model_override)
+    started = time.perf_counter()
+    initial_wf = team_workflow(task)
+    tracer.emit("search_started", None, search=search, task=task.name, iterations=iterations, seed=seed,
+                budget=budget.limits(), workflow_hash=initial_wf.hash)
+    out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
+    try:
+        if search == "mimosa":
+            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
+            outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
+                                    on_iteration=lambda r: _print_iteration(r, out))
+            initial, final = outcome.initial, outcome.final
+            initial_d = _describe(initial)
+            final_d = _describe(final)
+            stopped, n = outcome.stopped, len(outcome.iterations)
+        else:
+            raise NotImplementedError(f"search {search!r} is not available yet")
+        # Final commitment made: now, once, the official held-out evaluation of both ends.
+        from ..official import official_metric
+
+        score = official or official_metric
+        initial_d["official"] = score(task, initial.run_dir, initial.result.predictions_sha256)
+        final_d["official"] = score(task, final.run_dir, final.result.predictions_sha256)
+        for label, d in (("initial", initial_d), ("final", final_d)):
+            tracer.emit("official_evaluation", None, which=label, workflow_hash=d["workflow_hash"], **d["official"])
+        result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
+                              time.perf_counter() - started)
+        (run_dir / "final_workflow.json").write_text(final.workflow.to_json())
+        (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
+        tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})
+        _print_summary(task, result, out)
+        return result
+    finally:
+        tracer.close()
+
+
+def _describe(probe) -> dict:
+    return {"workflow_hash": probe.workflow.hash, "version": probe.workflow.version,
+            "validation": probe.validation, "J": probe.judgement.J if probe.judgement else None}
+
+
+def _print_iteration(r: IterationRecord, out: TextIO) -> None:
+    if not r.valid:
+        out.write(f"iter {r.n:>2}  invalid proposal: {r.problems[0][:100]}\n")
+        return
+    m = r.mutation or {}
+    checks = r.probe["checks"] if r.probe else []
+    passed = sum(1 for c in checks if c["passed"])
+    left = r.budget_left.get("tokens")
+    j = "failed" if r.J is None else f"{r.J:.3f}"
+    inc = "-" if r.incumbent_J is None else f"{r.incumbent_J:.3f}"
+    out.write(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {m.get('rationale', '')[:60]}\n"
+              f"         checks {passed}/{len(checks)}  J {j} vs {inc}  "
+              f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  budget left {left} tokens\n")
+    out.flush()
+
+
+def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
+    def official(d: dict) -> str:
+        o = d.get("official") or {}
+        return f"{o['value']:.6g}" if o.get("ok") else f"none ({o.get('error', '')[:40]})"
+
+    def num(x) -> str:
+        return "-" if x is None else f"{x:.4g}"
+
+    name = task.metric.name
+    out.write("\n" + "=" * 72 + "\n")
+    out.write(f"search     {r.search}: {r.iterations} iteration(s), stopped: {r.stopped}\n")
+    out.write(f"{'':10} {'workflow':<14} {'J':>7} {'validation':>12} {'official ' + name:>22}\n")
+    for label, d in (("initial", r.initial), ("final", r.final)):
+        out.write(f"{label:<10} v{d['version']} {d['workflow_hash'][:10]:<11} {num(d['J']):>7} "
+                  f"{num(d['validation']):>12} {official(d):>22}\n")
+    out.write(f"({'higher' if task.metric.higher_is_better else 'lower'} is better; official = evaluate.py on "
+              f"held-out data, run once after the final commitment)\n")
+    out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
+    out.write(f"trace      {r.run_dir / 'search.jsonl'}\n")

@@ -1,0 +1,99 @@
+"""A probe: run one workflow candidate in isolation and gather what selection needs.
+
+Probes use in-loop validation scoring only; the official evaluator is out of their reach.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Protocol
+
+from ..budget import Budget
+from ..gateway import ModelGateway
+from ..judge import Judgement, judge_execution, public_checks
+from ..runner import RunConfig, RunResult, run_workflow
+from ..sandbox import Executor
+from ..task import Task
+from ..trace import Event, EventSink, ListSink, Tracer
+from ..workflow import Workflow
+
+
+@dataclass
+class Probe:
+    workflow: Workflow
+    result: RunResult
+    events: list[Event]
+    checks: list[dict]
+    judgement: Judgement | None = None
+    run_dir: Path | None = None
+
+    @property
+    def checks_passed(self) -> int:
+        return sum(1 for c in self.checks if c["passed"])
+
+    @property
+    def all_checks_pass(self) -> bool:
+        return bool(self.checks) and all(c["passed"] for c in self.checks)
+
+    @property
+    def validation(self) -> float | None:
+        m = self.result.metric or {}
+        return m.get("value") if m.get("ok") else None
+
+    def report(self) -> str:
+        """The analyzer's data report from this execution, for editors and mutators."""
+        for e in self.events:
+            if e.kind == "agent_finished" and "report" in e.payload.get("outputs", {}):
+                return str(e.payload["outputs"]["report"])
+        return ""
+
+    def summary(self) -> dict:
+        return {"workflow_hash": self.workflow.hash, "version": self.workflow.version, "status": self.result.status,
+                "validation": self.result.metric, "checks": self.checks,
+                "J": self.judgement.J if self.judgement else None,
+                "judgement_ok": self.judgement.ok if self.judgement else None,
+                "usage": self.result.usage, "run_id": self.result.run_id}
+
+
+class Gate(Protocol):
+    """Where a person (or a policy) approves or vetoes a change; the web app implements it."""
+
+    def decide(self, proposal: dict) -> tuple[bool, str, str]:
+        """(approved, decided_by, reason)."""
+        ...
+
+
+class AutoGate:
+    """Fully automatic: the search's own rule decides."""
+
+    def decide(self, proposal: dict) -> tuple[bool, str, str]:
+        return bool(proposal.get("rule_accepts")), "policy:automatic", "search rule"
+
+
+@dataclass
+class ProbeRunner:
+    task: Task
+    budget: Budget
+    root: Path
+    seed: int = 0
+    executor: Executor | None = None
+    sinks: Iterable[EventSink] = field(default_factory=tuple)
+    model_override: str | None = None
+    count: int = 0
+
+    def run(self, workflow: Workflow, label: str, iteration: int, judge_with: ModelGateway | None = None) -> Probe:
+        self.count += 1
+        sink = ListSink()
+        run_dir = self.root / f"{self.count:03d}-{label}"
+        result = run_workflow(self.task, workflow, RunConfig(
+            run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
+            model_override=self.model_override, run_id=f"{run_dir.name}"), executor=self.executor,
+            sinks=[sink, *self.sinks])
+        probe = Probe(workflow, result, sink.events, public_checks(sink.events), run_dir=run_dir)
+        if judge_with is not None and result.status != "stopped":
+            probe.judgement = judge_execution(self.task, sink.events, judge_with)
+        return probe
+
+
+def search_gateway(budget: Budget, tracer: Tracer, seed: int, model_override: str | None = None) -> ModelGateway:
+    return ModelGateway(budget, tracer, seed=seed, model_override=model_override)

@@ -1,0 +1,653 @@
+"""AgenticSciML evolutionary tree search.
+
+Nodes are candidate solutions: a script, its in-loop validation score, an analyst's report,
+the knowledge and debate that produced it. The root is an initial candidate written from a
+data analyst's report. Each iteration expands the best node plus 1-2 parents voted for by an
+ensemble of selectors; for each parent the team retrieves 0-1 knowledge entries, debates a
+change (proposer vs critic, N rounds), the engineer writes it, the debugger repairs it until
+it runs, it is trained and scored on a split of the training data, and a result analyst
+reports. A node retires after ``max_children`` children.
+
+Scoring uses engine.validation only: the official evaluator (evaluate.py, heldout/) is never
+inside the loop. Every model call goes through the run's gateway and so draws on its one
+budget; running out stops the search cleanly with the tree and champion found so far.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from ..budget import Budget
+from ..errors import BudgetExhausted, ModelCallError
+from ..gateway import ModelGateway
+from ..harness import DEFAULT_PROCEDURES
+from .. import knowledge as kb
+from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
+from ..offline.strategies import DataSpec, family_of, get_strategy, parse_strategy_header, strategies_for
+from ..prompts import _SYSTEM_HEADER, ANSWER_FORMATS, extract_code, render_artifact
+from ..sandbox import ExecutionRequest, ExecutionResult, Executor
+from ..task import Task, load_task
+from ..trace import EventSink, JsonlTraceSink, Tracer
+from ..validation import validate_program
+
+
+@dataclass
+class TreeConfig:
+    iterations: int = 4
+    selectors: int = 3          # voters in the selector ensemble
+    extra_parents: int = 2      # parents voted for, besides the best node
+    debate_rounds: int = 2      # proposer-critic rounds per child
+    max_debug: int = 3          # debugger attempts before a child is given up
+    max_children: int = 10      # a node retires after this many children
+    seed: int = 0               # also seeds the validation split, so all nodes share one
+
+
+@dataclass
+class Node:
+    id: str
+    parent: str | None
+    iteration: int
+    code: str
+    score: float | None                 # in-loop validation score; None if it never ran
+    status: str                         # "scored" or "failed"
+    report: str                         # data analyst (root) or result analyst (children)
+    strategy: str | None = None
+    params: dict = field(default_factory=dict)
+    proposal: str = ""
+    verdict: str = ""                   # result analyst: improved / regressed / unchanged
+    knowledge: list[str] = field(default_factory=list)   # ids of the entries used (0-1)
+    debate: list[dict] = field(default_factory=list)     # {"round", "speaker", "text"}
+    debug_attempts: int = 0
+    validation: dict = field(default_factory=dict)
+    children: int = 0
+    retired: bool = False
+    retired_at: int | None = None       # iteration in which the node retired
+
+    @property
+    def index(self) -> int:
+        return int(self.id[1:])
+
+    def strategy_line(self) -> str:
+        if not self.strategy:
+            return "strategy: unknown"
+        return f"strategy: {self.strategy} {json.dumps(self.params, sort_keys=True)}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Node":
+        return cls(**d)
+
+
+@dataclass
+class Tree:
+    task: str
+    metric: str
+    higher_is_better: bool
+    max_children: int = 10
+    data_report: str = ""
+    nodes: dict[str, Node] = field(default_factory=dict)
+    next_index: int = 0  # ids are never reused, even for a child abandoned half-way
+
+    def allocate_id(self) -> str:
+        node_id = f"n{self.next_index}"
+        self.next_index += 1
+        return node_id
+
+    def add(self, node: Node) -> Node | None:
+        """Insert ``node``; returns its parent if this child made the parent retire."""
+        self.nodes[node.id] = node
+        parent = self.nodes.get(node.parent) if node.parent else None
+        if parent is None:
+            return None
+        parent.children += 1
+        if parent.children >= self.max_children and not parent.retired:
+            parent.retired, parent.retired_at = True, node.iteration
+            return parent
+        return None
+
+    def sort_key(self, node: Node) -> tuple[float, int]:
+        score = node.score if node.score is not None else math.inf
+        return (-score if self.higher_is_better else score, node.index)
+
+    def ranked(self, nodes: Iterable[Node] | None = None) -> list[Node]:
+        """Scored nodes, best first (ties: the older node)."""
+        pool = self.nodes.values() if nodes is None else nodes
+        return sorted((n for n in pool if n.status == "scored"), key=self.sort_key)
+
+    def eligible(self) -> list[Node]:
+        """Nodes that may still be parents: scored and not retired, best first."""
+        return [n for n in self.ranked() if not n.retired]
+
+    def champion(self) -> Node | None:
+        ranked = self.ranked()
+        return ranked[0] if ranked else None
+
+    def lineage(self, node: Node) -> list[Node]:
+        """``node`` and its ancestors up to the root."""
+        out = [node]
+        while out[-1].parent and out[-1].parent in self.nodes:
+            out.append(self.nodes[out[-1].parent])
+        return out
+
+    def children_of(self, node_id: str) -> list[Node]:
+        return [n for n in self.nodes.values() if n.parent == node_id]
+
+    def table(self) -> list[dict]:
+        """One row per node, for reports and the CLI."""
+        return [{"id": n.id, "parent": n.parent, "iteration": n.iteration, "strategy": n.strategy,
+                 "score": n.score, "status": n.status, "children": n.children, "retired": n.retired,
+                 "knowledge": n.knowledge, "verdict": n.verdict} for n in self.nodes.values()]
+
+    def to_dict(self) -> dict:
+        return {"version": 1, "task": self.task, "metric": self.metric, "higher_is_better": self.higher_is_better,
+                "max_children": self.max_children, "data_report": self.data_report, "next_index": self.next_index,
+                "nodes": [n.to_dict() for n in self.nodes.values()]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tree":
+        nodes = [Node.from_dict(n) for n in d.get("nodes", [])]
+        return cls(task=d["task"], metric=d["metric"], higher_is_better=bool(d["higher_is_better"]),
+                   max_children=int(d.get("max_children", 10)), data_report=d.get("data_report", ""),
+                   nodes={n.id: n for n in nodes}, next_index=int(d.get("next_index", len(nodes))))
+
+    def save(self, path: Path) -> None:
+        # Write then rename, so a search killed mid-write never leaves a torn tree.json.
+        tmp = Path(path).with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "Tree":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass
+class TreeResult:
+    tree: Tree
+    champion: Node | None
+    champion_code: str | None
+    iterations: int          # iterations completed
+    stopped: str             # completed / budget / no_parents / failed
+    reason: str = ""
+    tree_path: Path | None = None
+
+    def summary(self) -> dict:
+        c = self.champion
+        return {"iterations": self.iterations, "stopped": self.stopped, "reason": self.reason,
+                "nodes": len(self.tree.nodes), "champion": c.id if c else None,
+                "champion_score": c.score if c else None, "champion_strategy": c.strategy if c else None,
+                "metric": self.tree.metric, "higher_is_better": self.tree.higher_is_better,
+                "tree_path": str(self.tree_path) if self.tree_path else None}
+
+
+# --- prompts ---------------------------------------------------------------------------------
+PROCEDURES: dict[str, str] = {
+    "selector": (
+        "You are one voter in an ensemble that chooses which candidate solution the team expands next. "
+        "Read the listed nodes (id, validation score, children so far) and name exactly one of them. "
+        "Favour strong nodes; a competitive node with few children is worth exploring. Never vote for a "
+        "node that is not listed."),
+    "proposer": (
+        "Propose one concrete change to the parent solution: a different modelling strategy from the "
+        "library, or new hyperparameters for the parent's strategy. Ground it in the parent's analyst "
+        "report, the data findings and, when one is given, the retrieved knowledge entry. Never repeat an "
+        "approach already tried. When the critic objects, revise the proposal so that it answers every "
+        "objection."),
+    "critic": (
+        "Critique the proposal before any code is written. Object when it repeats the parent's exact "
+        "strategy and parameters or any approach already tried; when the strategy's assumptions "
+        "contradict the data findings (a single smooth global model on data with a jump, an unscaled "
+        "distance method on features of very different scales); or when it is a baseline that cannot beat "
+        "the parent. Accept a proposal you have no objection to."),
+    "engineer": (
+        "Implement the final proposal as one complete, runnable Python script. Read only the task's data "
+        "files, fit the model, print a validation score on a hold-out split of the training rows and write "
+        "the predictions file exactly as the task's contract says. Fix random seeds."),
+    "result_analyst": (
+        "Compare the child's validation score with its parent's, in the metric's direction, and write a "
+        "short report: the verdict, what the approach's traits explain, the data findings that still "
+        "matter, and what to try next."),
+}
+ANSWERS: dict[str, str] = {
+    "selector": "Reply with one line `vote: <node id>` naming one listed node, then one line `reason: ...`.",
+    "proposer": ("Reply with one line `strategy: <key> <json parameters>`, then a line `change: ...` saying "
+                 "what differs from the parent and a line `rationale: ...`."),
+    "critic": ("Start with `verdict: accept` or `verdict: revise`. Write each objection as `objection: ...`; "
+               "name a rejected proposal with `rejected: <key> <json parameters>` and a strategy to drop "
+               "entirely with `avoid: <key>`."),
+    "engineer": "Reply with the complete script in one fenced ```python block.",
+    "result_analyst": ("Start with `verdict: improved`, `verdict: regressed` or `verdict: unchanged`, then a "
+                       "few `- ` bullet lines."),
+}
+
+
+def build_messages(task: Task, role: str, inputs: dict[str, object], procedure: str | None = None,
+                   answer_format: str | None = None, feedback: dict | None = None) -> list[dict]:
+    """A tree-search role prompt in the engine's standard layout (header, procedure, answer
+    format; task, then one ``## Input:`` section per input), so role_of() and the offline
+    scientist read it like every other prompt."""
+    system = [_SYSTEM_HEADER.format(role=role), "", "## Procedure", procedure or PROCEDURES[role],
+              "", "## Answer format", answer_format or ANSWERS[role]]
+    user = [task.description()]
+    for name, value in inputs.items():
+        user += ["", f"## Input: {name}", render_artifact(name, value)]
+    if feedback:
+        user += ["", f"## Feedback from {feedback['from']} ({feedback['status']})",
+                 render_artifact("feedback", feedback["detail"])]
+    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
+
+
+_VOTE = re.compile(r"^\s*vote:\s*`?(n\d+)`?", re.M | re.I)
+_VERDICT = re.compile(r"^\s*verdict:\s*(\w+)", re.M | re.I)
+_STRATEGY = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
+
+
+def parse_vote(text: str) -> str | None:
+    m = _VOTE.search(text)
+    return m.group(1).lower() if m else None
+
+
+def parse_verdict(text: str) -> str:
+    m = _VERDICT.search(text)
+    return m.group(1).lower() if m else ""
+
+
+def parse_strategy(text: str) -> tuple[str, dict] | None:
+    m = _STRATEGY.search(text or "")
+    if not m:
+        return None
+    try:
+        params = json.loads(m.group(2) or "{}")
+    except json.JSONDecodeError:
+        params = {}
+    return m.group(1), params if isinstance(params, dict) else {}
+
+
+# --- the search context -------------------------------------------------------------------------
+@dataclass
+class _Ctx:
+    task: Task
+    gateway: ModelGateway
+    executor: Executor
+    tracer: Tracer
+    config: TreeConfig
+    run_dir: Path
+    knowledge: list[KnowledgeEntry]
+
+    @property
+    def direction(self) -> str:
+        return "higher is better" if self.task.metric.higher_is_better else "lower is better"
+
+    def ask(self, agent: str, role: str, inputs: dict, temperature: float = 0.7, **kw) -> str:
+        messages = build_messages(self.task, role, inputs, **kw)
+        return self.gateway.complete(agent, role, messages, temperature=temperature, purpose="tree_search").text
+
+
+def data_spec(task: Task) -> DataSpec:
+    r = task.resources
+    return DataSpec(train_path=r.files.get("train", "data/train.csv"),
+                    test_path=r.files.get("test_features", "data/test_features.csv"),
+                    target=r.target or "y", features=r.features or ("x",), id_column=r.id_column or "id",
+                    predictions_file=r.predictions_file)
+
+
+def _fmt(score: float | None) -> str:
+    return "none" if score is None else f"{score:.6g}"
+
+
+# --- selection ------------------------------------------------------------------------------------
+def majority_vote(votes: Sequence[str | None], candidates: Sequence[Node], higher_is_better: bool) -> str | None:
+    """The candidate with most votes. Votes for anything not in ``candidates`` do not count.
+    Ties go to the better score, then to the older node, so the outcome never depends on
+    the order the votes arrived in."""
+    by_id = {n.id: n for n in candidates}
+    tally = Counter(v for v in votes if v in by_id)
+    if not tally:
+        return None
+
+    def key(node_id: str) -> tuple:
+        n = by_id[node_id]
+        score = n.score if n.score is not None else math.inf
+        return (-tally[node_id], -score if higher_is_better else score, n.index)
+
+    return min(tally, key=key)
+
+
+def _candidate_lines(ctx: _Ctx, tree: Tree, candidates: list[Node]) -> str:
+    lines = [f"direction: {ctx.direction}", f"metric: {tree.metric}", f"max_children: {tree.max_children}"]
+    for n in candidates:
+        lines.append(f"- {n.id} score={_fmt(n.score)} children={n.children}/{tree.max_children} "
+                     f"strategy={n.strategy or 'unknown'} parent={n.parent or '-'}")
+    return "\n".join(lines)
+
+
+def select_parents(ctx: _Ctx, tree: Tree) -> list[Node]:
+    """The best eligible node, plus up to ``extra_parents`` more chosen by ensemble vote.
+    Retired and failed nodes are never listed, so they can never be chosen."""
+    eligible = tree.eligible()
+    if not eligible:
+        return []
+    chosen = [eligible[0]]
+    for slot in range(1, ctx.config.extra_parents + 1):
+        candidates = [n for n in eligible if n not in chosen]
+        if not candidates:
+            break
+        winner = _ensemble_vote(ctx, tree, candidates, chosen, slot)
+        chosen.append(next(n for n in candidates if n.id == winner))
+    return chosen
+
+
+def _ensemble_vote(ctx: _Ctx, tree: Tree, candidates: list[Node], chosen: list[Node], slot: int) -> str:
+    k = max(1, ctx.config.selectors)
+    votes: list[str | None] = []
+    listing = _candidate_lines(ctx, tree, candidates)
+    already = ", ".join(f"{n.id} ({'best node' if i == 0 else 'voted'})" for i, n in enumerate(chosen))
+    for voter in range(1, k + 1):
+        agent = f"selector_{voter}"
+        # The voter's own line makes each prompt distinct, so the voters are independent draws.
+        answer = ctx.ask(agent, "selector", {"candidates": listing, "already_expanding": already,
+                                             "voter": f"selector {voter} of {k}, choosing parent slot {slot}"})
+        vote = parse_vote(answer)
+        valid = vote in {n.id for n in candidates}
+        votes.append(vote if valid else None)
+        ctx.tracer.emit("selector_vote", agent, slot=slot, voter=voter, vote=vote, valid=valid,
+                        candidates=[n.id for n in candidates], answer=answer)
+    winner = majority_vote(votes, candidates, tree.higher_is_better)
+    fallback = winner is None
+    if fallback:  # no valid vote: the ensemble abstained, take the best remaining node
+        winner = candidates[0].id
+    ctx.tracer.emit("search_iteration", None, phase="vote", slot=slot, votes=votes,
+                    tally=dict(Counter(v for v in votes if v)), winner=winner, fallback=fallback)
+    return winner
+
+
+# --- knowledge -------------------------------------------------------------------------------------
+def _retrieve(ctx: _Ctx, tree: Tree, parent: Node | None, node_id: str) -> Match | None:
+    """0-1 entries for this parent, matched against its analyst report. Entries already
+    applied along its lineage or by its other children are skipped: retrieving them again
+    would only steer the debate back to what was already tried."""
+    query = parent.report if parent else tree.data_report
+    used: set[str] = set()
+    if parent:
+        for n in tree.lineage(parent) + tree.children_of(parent.id):
+            used.update(n.knowledge)
+    ranking = rank(query, ctx.knowledge)
+    chosen = next((m for m in ranking if m.entry.id not in used and m.score >= kb.MIN_OVERLAP), None)
+    ctx.tracer.emit("knowledge_retrieval", None, node=node_id, parent=parent.id if parent else None,
+                    query_chars=len(query), excluded=sorted(used),
+                    top=[{"id": m.entry.id, "matched": list(m.matched)} for m in ranking[:3]],
+                    retrieved=chosen.entry.id if chosen else None,
+                    matched=list(chosen.matched) if chosen else [])
+    return chosen
+
+
+# --- debate ------------------------------------------------------------------------------------------
+def _findings(report: str) -> str:
+    """The data report's conclusions (its Structure section), which every later step needs."""
+    m = re.search(r"^## Structure\s*\n(.*?)(?=^## |\Z)", report, re.M | re.S)
+    return (m.group(1).strip() if m else report.strip()[-1200:]) or "(no data findings)"
+
+
+def _library(ctx: _Ctx) -> str:
+    lines = []
+    for s in strategies_for(family_of(data_spec(ctx.task))):
+        grid = ", ".join(f"{k} in {json.dumps(list(v))}" for k, v in s.param_grid.items())
+        lines.append(f"- {s.key}: {s.title}; tags {', '.join(sorted(s.tags))}; params {grid}")
+    return "\n".join(lines)
+
+
+def _parent_block(ctx: _Ctx, parent: Node | None) -> str:
+    if parent is None:
+        return "none: this is the root candidate, the first solution of the tree"
+    return "\n".join([f"id: {parent.id}", parent.strategy_line(), f"validation_score: {_fmt(parent.score)}",
+                      f"direction: {ctx.direction}", f"children: {parent.children}"])
+
+
+def _tried(tree: Tree) -> str:
+    lines = [f"- {n.id}: {n.strategy or 'unknown'} {json.dumps(n.params, sort_keys=True)} score={_fmt(n.score)}"
+             for n in tree.nodes.values()]
+    return "\n".join(lines) or "nothing yet"
+
+
+def _transcript(turns: list[dict]) -> str:
+    return "\n\n".join(f"### round {t['round']}: {t['speaker']}\n{t['text'].strip()}" for t in turns)
+
+
+def _debate(ctx: _Ctx, tree: Tree, parent: Node | None, knowledge: Match | None,
+            node_id: str) -> tuple[str, list[dict]]:
+    """Proposal, then per round a critique and (on objection) a revision. The root has no
+    parent to improve on, so its first proposal goes ahead without debate."""
+    common = {"parent": _parent_block(ctx, parent),
+              "parent_report": parent.report if parent else tree.data_report,
+              "data_findings": _findings(tree.data_report),
+              "knowledge": knowledge.entry.render() if knowledge else "none retrieved",
+              "tried": _tried(tree)}
+    turns: list[dict] = []
+
+    def say(speaker: str, rnd: int, text: str) -> None:
+        turns.append({"round": rnd, "speaker": speaker, "text": text})
+        ctx.tracer.emit("debate_turn", speaker, node=node_id, parent=parent.id if parent else None,
+                        round=rnd, text=text, strategy=list(parse_strategy(text) or ()),
+                        verdict=parse_verdict(text) if speaker == "critic" else None)
+
+    proposal = ctx.ask("proposer", "proposer", {**common, "strategy_library": _library(ctx)})
+    say("proposer", 0 if parent is None else 1, proposal)
+    rounds = ctx.config.debate_rounds if parent is not None else 0
+    for rnd in range(1, rounds + 1):
+        critique = ctx.ask("critic", "critic", {**common, "proposal": proposal}, temperature=0.2)
+        say("critic", rnd, critique)
+        if parse_verdict(critique) == "accept":
+            break
+        proposal = ctx.ask("proposer", "proposer", {**common, "strategy_library": _library(ctx),
+                                                    "debate": _transcript(turns)})
+        say("proposer", rnd, proposal)
+    return proposal, turns
+
+
+# --- engineering, debugging and validation ---------------------------------------------------------------
+def _validate(ctx: _Ctx, agent: str, node_id: str, code: str, attempt: int) -> tuple[dict, ExecutionResult]:
+    """In-loop validation: run on a seeded split of the training rows, traced like any tool."""
+    train = ctx.task.resources.files.get("train", "")
+    ctx.tracer.emit("tool_call", agent, tool="sandbox.python", executor=ctx.executor.name,
+                    purpose="in-loop validation", node=node_id, attempt=attempt, code=code,
+                    data=f"validation split of {train} (seed {ctx.config.seed})",
+                    limits=asdict(ctx.task.resources.limits))
+    metric, result = validate_program(ctx.task, code, ctx.executor, seed=ctx.config.seed)
+    ctx.tracer.emit("code_execution", agent, purpose="in-loop validation", node=node_id, attempt=attempt,
+                    **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
+                    workdir=str(result.workdir), validation=metric)
+    return metric, result
+
+
+def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
+    evidence = result.evidence(tail=1500)
+    detail = {k: evidence[k] for k in ("status", "exit_code", "stderr_tail", "stdout_tail", "violations")}
+    detail["error"] = metric.get("error", "")
+    return {"from": "validation", "status": "RETRY", "detail": detail}
+
+
+def _build(ctx: _Ctx, node_id: str, proposal: str, parent: Node | None) -> tuple[str, dict, ExecutionResult, int]:
+    """Engineer writes the code; the debugger repairs it from sandbox evidence until it runs
+    and scores, or ``max_debug`` attempts are spent. Returns the last code that ran."""
+    inputs: dict = {"proposal": proposal}
+    if parent is not None:
+        inputs["parent_code"] = parent.code
+    code = extract_code(ctx.ask("engineer", "engineer", inputs, temperature=0.2)) or ""
+    attempt = 0
+    while True:
+        metric, result = _validate(ctx, "engineer" if attempt == 0 else "debugger", node_id, code, attempt)
+        if metric.get("ok") and _finite(metric.get("value")):
+            return code, metric, result, attempt
+        if attempt >= ctx.config.max_debug:
+            return code, metric, result, attempt
+        attempt += 1
+        answer = ctx.ask("debugger", "debugger", {"code": code}, temperature=0.2,
+                         procedure=DEFAULT_PROCEDURES["debugger"], answer_format=ANSWER_FORMATS["debugger"],
+                         feedback=_debug_feedback(metric, result))
+        code = extract_code(answer) or code
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _result_report(ctx: _Ctx, tree: Tree, parent: Node, child: Node, result: ExecutionResult) -> str:
+    comparison = "\n".join([
+        f"direction: {ctx.direction}", f"metric: {tree.metric}",
+        f"parent: {parent.id} {parent.strategy or 'unknown'} score={_fmt(parent.score)}",
+        f"child: {child.id} {child.strategy or 'unknown'} score={_fmt(child.score)}"])
+    return ctx.ask("result_analyst", "result_analyst", {
+        "comparison": comparison, "child_strategy": child.strategy_line(),
+        "execution": result.stdout[-1500:] or result.stderr[-1500:],
+        "data_findings": _findings(tree.data_report)}, temperature=0.2).strip()
+
+
+# --- the search ------------------------------------------------------------------------------------------
+def _analyse_data(ctx: _Ctx) -> str:
+    """The data analyst writes an exploration script; its printed output is the report."""
+    answer = ctx.ask("data_analyst", "analyzer", {}, procedure=DEFAULT_PROCEDURES["analyzer"],
+                     answer_format=ANSWER_FORMATS["analyzer"])
+    code = extract_code(answer)
+    if code is None:
+        return "(the data analyst wrote no script; the search works without a data report)"
+    request = ExecutionRequest(code=code, input_files=ctx.task.input_files(), limits=ctx.task.resources.limits)
+    ctx.tracer.emit("tool_call", "data_analyst", tool="sandbox.python", executor=ctx.executor.name,
+                    purpose="exploratory analysis", code=code, data=sorted(request.input_files),
+                    limits=asdict(request.limits))
+    result = ctx.executor.run(request)
+    ctx.tracer.emit("code_execution", "data_analyst", purpose="exploratory analysis", **result.evidence(),
+                    stdout=result.stdout[-20000:], stderr=result.stderr[-20000:], workdir=str(result.workdir))
+    if result.ok and result.stdout.strip():
+        return result.stdout.strip()
+    return f"The exploratory script failed ({result.status}); the team works without it.\n\n{result.stderr[-1500:]}"
+
+
+def _make_node(ctx: _Ctx, tree: Tree, parent: Node | None, iteration: int) -> Node:
+    """One candidate: knowledge, debate, engineer, debugger, validation, result analyst."""
+    node_id = tree.allocate_id()
+    knowledge = _retrieve(ctx, tree, parent, node_id)
+    proposal, turns = _debate(ctx, tree, parent, knowledge, node_id)
+    code, metric, result, attempts = _build(ctx, node_id, proposal, parent)
+    header = parse_strategy_header(code) or parse_strategy(proposal)
+    ok = bool(metric.get("ok")) and _finite(metric.get("value"))
+    node = Node(id=node_id, parent=parent.id if parent else None, iteration=iteration, code=code,
+                score=float(metric["value"]) if ok else None, status="scored" if ok else "failed",
+                report="", strategy=header[0] if header else None, params=header[1] if header else {},
+                proposal=proposal, knowledge=[knowledge.entry.id] if knowledge else [], debate=turns,
+                debug_attempts=attempts, validation=metric)
+    if parent is None:
+        node.report = tree.data_report
+    elif ok:
+        node.report = _result_report(ctx, tree, parent, node, result)
+        node.verdict = parse_verdict(node.report)
+    else:
+        node.report = f"The child never ran cleanly after {attempts} repair attempt(s): {metric.get('error', '')}"
+        node.verdict = "failed"
+    return node
+
+
+def _record(ctx: _Ctx, tree: Tree, node: Node) -> None:
+    retired = tree.add(node)
+    (ctx.run_dir / "nodes").mkdir(exist_ok=True)
+    (ctx.run_dir / "nodes" / f"{node.id}.py").write_text(node.code)
+    ctx.tracer.emit("tree_node", None, node=node.id, parent=node.parent, iteration=node.iteration,
+                    strategy=node.strategy, params=node.params, score=node.score, status=node.status,
+                    knowledge=node.knowledge, debug_attempts=node.debug_attempts, verdict=node.verdict,
+                    debate_turns=len(node.debate), report=node.report[:2000])
+    if retired is not None:
+        ctx.tracer.emit("node_retired", None, node=retired.id, children=retired.children,
+                        max_children=tree.max_children, iteration=retired.retired_at)
+    tree.save(ctx.run_dir / "tree.json")
+
+
+def _finish(ctx: _Ctx, tree: Tree, done: int, stopped: str, reason: str) -> TreeResult:
+    champion = tree.champion()
+    path = ctx.run_dir / "tree.json"
+    tree.save(path)
+    if champion is not None:
+        (ctx.run_dir / "champion.py").write_text(champion.code)
+    result = TreeResult(tree, champion, champion.code if champion else None, done, stopped, reason, path)
+    ctx.tracer.emit("search_iteration", None, phase="finished", **result.summary())
+    return result
+
+
+def tree_search(task: Task, gateway: ModelGateway, executor: Executor, tracer: Tracer, config: TreeConfig,
+                run_dir: Path) -> TreeResult:
+    """Grow the tree for ``config.iterations`` iterations (or until the budget runs out)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = _Ctx(task, gateway, executor, tracer, config, run_dir, load_knowledge())
+    tree = Tree(task=task.name, metric=task.metric.name, higher_is_better=task.metric.higher_is_better,
+                max_children=config.max_children)
+    done = 0
+    try:
+        tracer.iteration = 0
+        tree.data_report = _analyse_data(ctx)
+        root = _make_node(ctx, tree, None, 0)
+        _record(ctx, tree, root)
+        if root.status != "scored":
+            return _finish(ctx, tree, done, "failed", "the root candidate never ran cleanly")
+        for it in range(1, config.iterations + 1):
+            tracer.iteration = it
+            parents = select_parents(ctx, tree)
+            if not parents:
+                return _finish(ctx, tree, done, "no_parents", "every node is retired or failed")
+            tracer.emit("search_iteration", None, phase="started", parents=[p.id for p in parents],
+                        best=parents[0].id, nodes=len(tree.nodes))
+            for parent in parents:
+                try:
+                    _record(ctx, tree, _make_node(ctx, tree, parent, it))
+                except ModelCallError as exc:  # one child lost to a provider error, not the search
+                    tracer.emit("search_iteration", None, phase="child_abandoned", parent=parent.id, error=str(exc))
+            done = it
+    except BudgetExhausted as exc:
+        tracer.emit("budget_exhausted", None, reason=exc.reason, used=gateway.budget.used.to_dict(),
+                    limits=gateway.budget.limits(), nodes=len(tree.nodes))
+        return _finish(ctx, tree, done, "budget", exc.reason)
+    except ModelCallError as exc:
+        return _finish(ctx, tree, done, "failed", str(exc))
+    return _finish(ctx, tree, done, "completed", "")
+
+
+def default_executor(root: Path) -> Executor:
+    from ..sandbox.subprocess_executor import SubprocessExecutor
+
+    return SubprocessExecutor(root=root)
+
+
+def run_tree_search(task_folder: str | Path, run_dir: str | Path, iterations: int = 4, seed: int = 0,
+                    budget: Budget | None = None, *, config: TreeConfig | None = None,
+                    model_override: str | None = None, executor: Executor | None = None,
+                    sinks: Iterable[EventSink] = (), cache_dir: Path | None = None) -> TreeResult:
+    """Load the task, build gateway/tracer/executor as run_workflow does (trace at
+    run_dir/trace.jsonl) and run the tree search."""
+    task = load_task(task_folder)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    budget = budget or Budget()
+    config = replace(config or TreeConfig(), iterations=iterations, seed=seed)
+    tracer = Tracer(uuid.uuid4().hex[:12], [JsonlTraceSink(run_dir / "trace.jsonl"), *sinks])
+    gateway = ModelGateway(budget, tracer, seed=seed, model_override=model_override, cache_dir=cache_dir)
+    executor = executor or default_executor(run_dir / "sandboxes")
+    started = time.perf_counter()
+    tracer.emit("search_started", None, search="tree", task=task.name, task_fingerprint=task.fingerprint(),
+                config=asdict(config), budget=budget.limits(), executor=executor.name)
+    try:
+        result = tree_search(task, gateway, executor, tracer, config, run_dir)
+        summary = {**result.summary(), "usage": budget.used.to_dict(),
+                   "per_agent_usage": {k: v.to_dict() for k, v in sorted(budget.per_agent.items())},
+                   "duration_s": round(time.perf_counter() - started, 3)}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        tracer.emit("search_finished", None, search="tree", **summary)
+        return result
+    finally:
+        tracer.close()

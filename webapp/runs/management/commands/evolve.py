@@ -1,0 +1,27 @@
+"""python manage.py evolve examples/<task> --search mimosa|scimars|tree --iterations N"""
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from engine.budget import Budget
+from engine.errors import TrellisError
+from engine.search.evolve import SEARCHES, evolve
+
+
+class Command(BaseCommand):
+    help = "Evolve a task's workflow with a search procedure and compare official metrics before and after."
+
+    def add_arguments(self, parser):
+        parser.add_argument("task")
+        parser.add_argument("--search", choices=SEARCHES, default="mimosa")
+        parser.add_argument("--iterations", type=int, default=5)
+        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--max-tokens", type=int, default=2_000_000)
+        parser.add_argument("--model", default=None)
+
+    def handle(self, *args, **o):
+        try:
+            evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
+                   budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
+                   out=self.stdout, model_override=o["model"])
+        except (TrellisError, NotImplementedError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
