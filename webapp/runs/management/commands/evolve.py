@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from engine.budget import Budget
 from engine.errors import TrellisError
-from engine.search.evolve import SEARCHES, evolve
+from engine.evolve import SEARCHES, evolve
 
 
 class Command(BaseCommand):

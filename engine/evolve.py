@@ -9,12 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TextIO
 
-from ..budget import Budget
-from ..synthesis import team_workflow
-from ..task import Task, load_task
-from ..trace import JsonlTraceSink, Tracer
-from .mimosa import IterationRecord, mimosa_search
-from .probe import Gate, ProbeRunner, search_gateway
+from .budget import Budget
+from .synthesis import team_workflow
+from .task import Task, load_task
+from .trace import JsonlTraceSink, Tracer
+from .search.mimosa import IterationRecord, mimosa_search
+from .search.probe import Gate, ProbeRunner, search_gateway
 
 SEARCHES = ("mimosa", "scimars", "tree")
 
@@ -64,7 +64,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         else:
             raise NotImplementedError(f"search {search!r} is not available yet")
         # Final commitment made: now, once, the official held-out evaluation of both ends.
-        from ..official import official_metric
+        from .official import official_metric
 
         score = official or official_metric
         initial_d["official"] = score(task, initial.run_dir, initial.result.predictions_sha256)
