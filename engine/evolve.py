@@ -39,7 +39,7 @@ class EvolveResult:
 def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5, seed: int = 0,
            budget: Budget | None = None, runs_dir: Path = Path("var/runs"), out: TextIO = sys.stdout,
            gate: Gate | None = None, model_override: str | None = None,
-           official: Callable[..., dict] | None = None) -> EvolveResult:
+           official: Callable[..., dict] | None = None, archive_dir: Path | None = None) -> EvolveResult:
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     task = load_task(task_folder)
@@ -48,10 +48,22 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     tracer = Tracer(run_dir.name, [JsonlTraceSink(run_dir / "search.jsonl")])
     gateway = search_gateway(budget, tracer, seed, model_override)
     started = time.perf_counter()
-    initial_wf = team_workflow(task)
+    archive = None
+    if archive_dir is not None:
+        from .archive import WorkflowArchive
+
+        archive = WorkflowArchive(archive_dir)
+        start = archive.start_for(task)
+        initial_wf, start_info = start.workflow, start.to_dict()
+    else:
+        initial_wf, start_info = team_workflow(task), {"path": "de_novo", "similarity": None,
+                                                      "reason": "no archive configured"}
     tracer.emit("search_started", None, search=search, task=task.name, iterations=iterations, seed=seed,
-                budget=budget.limits(), workflow_hash=initial_wf.hash)
+                budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info)
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
+    similarity = start_info.get("similarity")
+    out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
+              + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
     try:
         if search == "mimosa":
             runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
@@ -72,7 +84,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit("official_evaluation", None, which=label, workflow_hash=d["workflow_hash"], **d["official"])
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
-                              time.perf_counter() - started)
+                              time.perf_counter() - started, start=start_info)
+        if archive is not None:
+            entry = archive.add(task, final.workflow, final_d["official"], search, note=f"evolved in {run_dir.name}")
+            tracer.emit("archive", None, entry=entry.id, workflow_hash=final.workflow.hash)
         (run_dir / "final_workflow.json").write_text(final.workflow.to_json())
         (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
         tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})

@@ -45,3 +45,18 @@ def test_evolve_command_prints_each_iteration(tmp_path):
     assert out.count("iter ") >= 2 and "budget left" in out and "checks 5/5" in out
     assert ("ACCEPTED" in out) or ("rejected" in out)
     assert "initial " in out and "final " in out and "official r2" in out
+
+
+def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(tmp_path, examples):
+    archive = tmp_path / "archive"
+    log = open(tmp_path / "log", "w")
+    first = evolve(examples / "diabetes-progression", "mimosa", iterations=1, seed=1, runs_dir=tmp_path,
+                   out=log, archive_dir=archive)
+    assert first.start["path"] == "de_novo" and first.start["similarity"] is None
+    second = evolve(examples / "diabetes-progression", "mimosa", iterations=1, seed=1, runs_dir=tmp_path,
+                    out=log, archive_dir=archive)
+    assert second.start["path"] == "warm_start" and second.start["similarity"] > 0.7
+    assert second.initial["workflow_hash"] == first.final["workflow_hash"]
+    other = evolve(examples / "discontinuous-1d", "mimosa", iterations=0, seed=1, runs_dir=tmp_path,
+                   out=log, archive_dir=archive)
+    assert other.start["path"] == "de_novo" and other.start["similarity"] < 0.7

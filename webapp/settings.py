@@ -57,3 +57,4 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 TRELLIS_RUNS_DIR = VAR_DIR / "runs"
+TRELLIS_ARCHIVE_DIR = VAR_DIR / "archive"

@@ -17,11 +17,13 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--max-tokens", type=int, default=2_000_000)
         parser.add_argument("--model", default=None)
+        parser.add_argument("--no-archive", action="store_true", help="neither warm-start from nor add to the archive")
 
     def handle(self, *args, **o):
         try:
             evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
                    budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
-                   out=self.stdout, model_override=o["model"])
+                   out=self.stdout, model_override=o["model"],
+                   archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR)
         except (TrellisError, NotImplementedError, ValueError) as exc:
             raise CommandError(str(exc)) from exc

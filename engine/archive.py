@@ -1,0 +1,275 @@
+"""The workflow archive: Mimosa's warm start.
+
+Every finished workflow is archived together with an embedding of its task. A new task starts
+from the workflow of the most similar archived task when their cosine similarity is above a
+threshold (0.7), and from a freshly synthesized workflow otherwise; which path was taken, and
+why, is recorded in the returned WarmStart.
+
+Layout under the archive root (plain files, so an archive can be copied, inspected and diffed):
+
+    entries/<id>.json   one entry: task, embedding, workflow, official metric, search procedure
+    index.jsonl         append-only journal of additions, one line per entry
+
+The entry files are the truth; the index is for people and tools that want the history at a
+glance, so a lost or damaged index line never loses an entry.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+import threading
+import uuid
+import warnings
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .contracts import ContractSyntaxError, is_assignable, parse_type
+from .embedding import Embedder, TaskEmbedder, cosine, embedder_name, task_text
+from .errors import WorkflowValidationError
+from .synthesis import team_workflow
+from .task import Task
+from .workflow import Workflow
+
+DEFAULT_THRESHOLD = 0.7
+WARM_START = "warm_start"
+DE_NOVO = "de_novo"
+ENTRY_FORMAT = 1
+
+
+class ArchiveWarning(UserWarning):
+    """An archive entry could not be read and was skipped."""
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    id: str
+    task_name: str
+    task_fingerprint: str
+    task_text: str
+    embedding: tuple[float, ...]
+    embedder: str
+    workflow: Workflow
+    metric: dict | None
+    search: str
+    note: str
+    created: str  # ISO 8601, UTC
+
+    @property
+    def workflow_hash(self) -> str:
+        return self.workflow.hash
+
+    def to_dict(self) -> dict:
+        return {"format": ENTRY_FORMAT, "id": self.id, "task_name": self.task_name,
+                "task_fingerprint": self.task_fingerprint, "task_text": self.task_text,
+                "embedder": self.embedder, "embedding": list(self.embedding),
+                "workflow": self.workflow.to_dict(), "workflow_hash": self.workflow.hash,
+                "metric": self.metric, "search": self.search, "note": self.note, "created": self.created}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ArchiveEntry":
+        """Raises ValueError (or KeyError/TypeError) on anything that does not hold together."""
+        workflow = Workflow.from_dict(d["workflow"])
+        if d["workflow_hash"] != workflow.hash:
+            raise ValueError(f"it records workflow hash {str(d['workflow_hash'])[:12]} but its workflow "
+                             f"hashes to {workflow.hash[:12]}")
+        embedding = tuple(float(x) for x in d["embedding"])
+        if not embedding or not all(math.isfinite(x) for x in embedding):
+            raise ValueError("its embedding is empty or not finite")
+        metric = d.get("metric")
+        if metric is not None and not isinstance(metric, dict):
+            raise ValueError("its metric is not an object")
+        return cls(id=str(d["id"]), task_name=str(d["task_name"]), task_fingerprint=str(d["task_fingerprint"]),
+                   task_text=str(d["task_text"]), embedding=embedding, embedder=str(d["embedder"]),
+                   workflow=workflow, metric=metric, search=str(d["search"]), note=str(d.get("note", "")),
+                   created=str(d["created"]))
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The workflow a new task starts from, and the record of how it was chosen."""
+
+    workflow: Workflow
+    path: str                        # WARM_START or DE_NOVO
+    similarity: float | None         # best cosine in the archive; None when it is empty
+    source: str | None = None        # archive entry id the workflow came from
+    source_task: str | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    reason: str = ""
+
+    @property
+    def warm(self) -> bool:
+        return self.path == WARM_START
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "similarity": self.similarity, "threshold": self.threshold,
+                "source": self.source, "source_task": self.source_task, "reason": self.reason,
+                "workflow_name": self.workflow.name, "workflow_hash": self.workflow.hash}
+
+
+class WorkflowArchive:
+    """Finished workflows under ``root``, retrievable by task similarity. The embedder defaults
+    to the real all-MiniLM-L6-v2 model; pass another (see engine.embedding.Embedder) to swap it."""
+
+    def __init__(self, root: Path | str, embedder: Embedder | None = None):
+        self.root = Path(root)
+        self.embedder: Embedder = embedder if embedder is not None else TaskEmbedder()
+        self._lock = threading.Lock()  # one writer at a time per archive object (ids are unique anyway)
+
+    def __repr__(self) -> str:
+        return f"WorkflowArchive({str(self.root)!r}, embedder={embedder_name(self.embedder)!r})"
+
+    @property
+    def entries_dir(self) -> Path:
+        return self.root / "entries"
+
+    @property
+    def index_path(self) -> Path:
+        return self.root / "index.jsonl"
+
+    # --- writing ------------------------------------------------------------------------------
+    def add(self, task: Task, workflow: Workflow, metric: dict | None, search: str, note: str = "") -> ArchiveEntry:
+        """Archive a finished workflow with its task's embedding and official metric."""
+        workflow.validate()
+        text = task_text(task)
+        created = datetime.now(timezone.utc)
+        entry = ArchiveEntry(
+            id=_entry_id(task.name, created), task_name=task.name, task_fingerprint=task.fingerprint(),
+            task_text=text, embedding=tuple(self.embedder.embed(text)), embedder=embedder_name(self.embedder),
+            workflow=workflow, metric=dict(metric) if metric is not None else None, search=search, note=note,
+            created=created.isoformat(timespec="microseconds"))
+        with self._lock:
+            self.entries_dir.mkdir(parents=True, exist_ok=True)
+            _write_atomically(self.entries_dir / f"{entry.id}.json", json.dumps(entry.to_dict(), indent=2))
+            self._journal(entry)
+        return entry
+
+    def _journal(self, entry: ArchiveEntry) -> None:
+        line = {"id": entry.id, "file": f"entries/{entry.id}.json", "task_name": entry.task_name,
+                "workflow_hash": entry.workflow_hash, "search": entry.search, "created": entry.created}
+        with self.index_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+    # --- reading ------------------------------------------------------------------------------
+    def entries(self) -> list[ArchiveEntry]:
+        """Every readable entry, oldest first; unreadable ones are skipped with an ArchiveWarning."""
+        if not self.entries_dir.is_dir():
+            return []
+        found = [e for e in map(_read_entry, sorted(self.entries_dir.glob("*.json"))) if e is not None]
+        return sorted(found, key=lambda e: (e.created, e.id))
+
+    def nearest(self, task: Task) -> tuple[ArchiveEntry | None, float | None]:
+        """The archived entry most similar to ``task`` and its cosine; (None, None) when empty.
+        Ties (the same task archived twice) go to the better official metric, then the newer."""
+        entries = self.entries()
+        if not entries:
+            return None, None
+        query = self.embedder.embed(task_text(task))
+        scored = [(self._similarity(query, e), _metric_rank(e), i, e) for i, e in enumerate(entries)]
+        sim, _, _, best = max(scored, key=lambda s: s[:3])
+        return best, sim
+
+    def _similarity(self, query: list[float], entry: ArchiveEntry) -> float:
+        vector = entry.embedding
+        if entry.embedder != embedder_name(self.embedder) or len(vector) != len(query):
+            # Vectors from another model live in another space; the stored text lets us re-embed.
+            vector = self.embedder.embed(entry.task_text)
+        return cosine(query, vector)
+
+    # --- warm start ---------------------------------------------------------------------------
+    def start_for(self, task: Task, threshold: float = DEFAULT_THRESHOLD,
+                  synthesize: Callable[[Task], Workflow] = team_workflow) -> WarmStart:
+        """Warm-start from the nearest archived workflow if its similarity is strictly above
+        ``threshold`` and it still fits this task; otherwise synthesize one de novo."""
+        entry, sim = self.nearest(task)
+
+        def de_novo(reason: str) -> WarmStart:
+            return WarmStart(synthesize(task), DE_NOVO, sim, threshold=threshold, reason=reason)
+
+        if entry is None:
+            return de_novo("the archive is empty")
+        if sim <= threshold:
+            return de_novo(f"the nearest archived task, {entry.task_name!r} ({entry.id}), has similarity "
+                           f"{sim:.3f}, not above the threshold {threshold:.2f}")
+        problems = fit_problems(entry.workflow, task)
+        if problems:
+            return de_novo(f"the nearest archived task, {entry.task_name!r} ({entry.id}), is similar "
+                           f"({sim:.3f}) but its workflow does not fit this task: {'; '.join(problems)}")
+        workflow = replace(entry.workflow, name=_rename(entry.workflow.name, entry.task_name, task.name),
+                           note=f"warm start from archive entry {entry.id} ({entry.task_name}, cosine {sim:.3f})")
+        return WarmStart(workflow.validate(), WARM_START, sim, entry.id, entry.task_name, threshold,
+                         f"the archived task {entry.task_name!r} has similarity {sim:.3f} "
+                         f"> {threshold:.2f}; reusing its workflow {entry.workflow_hash[:12]}")
+
+
+def fit_problems(workflow: Workflow, task: Task) -> list[str]:
+    """Why ``workflow`` cannot be run on ``task``: its own rule breaks, plus predictions whose
+    declared contract does not give the task the columns its evaluator expects."""
+    out = list(workflow.problems())
+    if not task.resources.prediction_columns:
+        return out  # the task states no prediction contract, so there is nothing to hold it to
+    contract = task.resources.prediction_contract()
+    expected = parse_type(contract)
+    producers = [a for a in workflow.agents if "predictions" in a.outputs]
+    if not producers:
+        out.append("no agent produces predictions")
+    for agent in producers:
+        declared = agent.outputs["predictions"]
+        try:
+            if not is_assignable(parse_type(declared), expected):
+                out.append(f"agent {agent.id!r} produces predictions as {declared}, "
+                           f"but this task needs {contract}")
+        except ContractSyntaxError:
+            pass  # already reported by workflow.problems()
+    return out
+
+
+def _read_entry(path: Path) -> ArchiveEntry | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("it is not a JSON object")
+        return ArchiveEntry.from_dict(data)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, WorkflowValidationError) as exc:
+        # One damaged file must not take the whole archive (and every new task's start) down.
+        warnings.warn(f"skipping unreadable archive entry {path}: {exc}", ArchiveWarning, stacklevel=3)
+        return None
+
+
+def _metric_rank(entry: ArchiveEntry) -> float:
+    m = entry.metric or {}
+    try:
+        value = float(m["value"])
+    except (KeyError, TypeError, ValueError):
+        return -math.inf
+    if m.get("ok") is False or not math.isfinite(value):
+        return -math.inf
+    return value if m.get("higher_is_better", False) else -value
+
+
+def _entry_id(task_name: str, created: datetime) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", task_name).strip("-.") or "task"
+    return f"{created:%Y%m%dT%H%M%S}-{slug}-{uuid.uuid4().hex[:8]}"
+
+
+def _rename(name: str, old_task: str, new_task: str) -> str:
+    """'discontinuous-1d-team' archived for 'discontinuous-1d' becomes 'jump-team' for 'jump'."""
+    if name == old_task or name.startswith(old_task + "-"):
+        return new_task + name[len(old_task):]
+    return f"{new_task}-{name}"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # A crash mid-write leaves a temporary file, never a half-written entry.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

