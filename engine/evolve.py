@@ -73,6 +73,15 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             initial_d = _describe(initial)
             final_d = _describe(final)
             stopped, n = outcome.stopped, len(outcome.iterations)
+        elif search == "scimars":
+            from .search.scimars import scimars_search
+
+            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
+            outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations)
+            initial, final = outcome.initial, outcome.final
+            initial_d = _describe(initial)
+            final_d = _describe(final)
+            stopped, n = outcome.stopped, len(outcome.iterations)
         else:
             raise NotImplementedError(f"search {search!r} is not available yet")
         # Final commitment made: now, once, the official held-out evaluation of both ends.

@@ -21,6 +21,8 @@ EVENT_KINDS = (
     "archive", "search_finished",
     # evolutionary tree search (engine/search/tree.py)
     "selector_vote", "knowledge_retrieval", "debate_turn", "tree_node", "node_retired",
+    # SciMARS harness self-improvement (engine/search/scimars.py)
+    "reuse_receipt", "composition", "reflection",
 )
 
 

@@ -216,7 +216,7 @@ _ROLES: dict[str, RoleHandler] = {"analyzer": _analyzer, "planner": _planner, "c
                                   "verifier": _verifier, "router": _router, "finalizer": _finalizer}
 # Modules that teach the scientist more roles (judge, editors, tree-search roles); each
 # calls register() at import. Imported on first use to keep this module's imports light.
-EXTENSIONS: tuple[str, ...] = ("engine.offline.search_roles", "engine.offline.tree_roles")
+EXTENSIONS: tuple[str, ...] = ("engine.offline.search_roles", "engine.offline.tree_roles", "engine.offline.scimars_roles")
 _loaded = False
 
 

@@ -30,7 +30,7 @@ from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
-from ..offline.strategies import DataSpec, family_of, get_strategy, parse_strategy_header, strategies_for
+from ..offline.strategies import DataSpec, family_of, parse_strategy_header, strategies_for
 from ..prompts import _SYSTEM_HEADER, ANSWER_FORMATS, extract_code, render_artifact
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..task import Task, load_task
@@ -274,7 +274,9 @@ def parse_strategy(text: str) -> tuple[str, dict] | None:
 
 # --- the search context -------------------------------------------------------------------------
 @dataclass
-class _Ctx:
+class SearchContext:
+    """What every step of one search needs; built by tree_search."""
+
     task: Task
     gateway: ModelGateway
     executor: Executor
@@ -322,7 +324,7 @@ def majority_vote(votes: Sequence[str | None], candidates: Sequence[Node], highe
     return min(tally, key=key)
 
 
-def _candidate_lines(ctx: _Ctx, tree: Tree, candidates: list[Node]) -> str:
+def _candidate_lines(ctx: SearchContext, tree: Tree, candidates: list[Node]) -> str:
     lines = [f"direction: {ctx.direction}", f"metric: {tree.metric}", f"max_children: {tree.max_children}"]
     for n in candidates:
         lines.append(f"- {n.id} score={_fmt(n.score)} children={n.children}/{tree.max_children} "
@@ -330,7 +332,7 @@ def _candidate_lines(ctx: _Ctx, tree: Tree, candidates: list[Node]) -> str:
     return "\n".join(lines)
 
 
-def select_parents(ctx: _Ctx, tree: Tree) -> list[Node]:
+def select_parents(ctx: SearchContext, tree: Tree) -> list[Node]:
     """The best eligible node, plus up to ``extra_parents`` more chosen by ensemble vote.
     Retired and failed nodes are never listed, so they can never be chosen."""
     eligible = tree.eligible()
@@ -346,7 +348,7 @@ def select_parents(ctx: _Ctx, tree: Tree) -> list[Node]:
     return chosen
 
 
-def _ensemble_vote(ctx: _Ctx, tree: Tree, candidates: list[Node], chosen: list[Node], slot: int) -> str:
+def _ensemble_vote(ctx: SearchContext, tree: Tree, candidates: list[Node], chosen: list[Node], slot: int) -> str:
     k = max(1, ctx.config.selectors)
     votes: list[str | None] = []
     listing = _candidate_lines(ctx, tree, candidates)
@@ -371,7 +373,7 @@ def _ensemble_vote(ctx: _Ctx, tree: Tree, candidates: list[Node], chosen: list[N
 
 
 # --- knowledge -------------------------------------------------------------------------------------
-def _retrieve(ctx: _Ctx, tree: Tree, parent: Node | None, node_id: str) -> Match | None:
+def _retrieve(ctx: SearchContext, tree: Tree, parent: Node | None, node_id: str) -> Match | None:
     """0-1 entries for this parent, matched against its analyst report. Entries already
     applied along its lineage or by its other children are skipped: retrieving them again
     would only steer the debate back to what was already tried."""
@@ -397,7 +399,7 @@ def _findings(report: str) -> str:
     return (m.group(1).strip() if m else report.strip()[-1200:]) or "(no data findings)"
 
 
-def _library(ctx: _Ctx) -> str:
+def _library(ctx: SearchContext) -> str:
     lines = []
     for s in strategies_for(family_of(data_spec(ctx.task))):
         grid = ", ".join(f"{k} in {json.dumps(list(v))}" for k, v in s.param_grid.items())
@@ -405,7 +407,7 @@ def _library(ctx: _Ctx) -> str:
     return "\n".join(lines)
 
 
-def _parent_block(ctx: _Ctx, parent: Node | None) -> str:
+def _parent_block(ctx: SearchContext, parent: Node | None) -> str:
     if parent is None:
         return "none: this is the root candidate, the first solution of the tree"
     return "\n".join([f"id: {parent.id}", parent.strategy_line(), f"validation_score: {_fmt(parent.score)}",
@@ -422,7 +424,7 @@ def _transcript(turns: list[dict]) -> str:
     return "\n\n".join(f"### round {t['round']}: {t['speaker']}\n{t['text'].strip()}" for t in turns)
 
 
-def _debate(ctx: _Ctx, tree: Tree, parent: Node | None, knowledge: Match | None,
+def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Match | None,
             node_id: str) -> tuple[str, list[dict]]:
     """Proposal, then per round a critique and (on objection) a revision. The root has no
     parent to improve on, so its first proposal goes ahead without debate."""
@@ -454,7 +456,7 @@ def _debate(ctx: _Ctx, tree: Tree, parent: Node | None, knowledge: Match | None,
 
 
 # --- engineering, debugging and validation ---------------------------------------------------------------
-def _validate(ctx: _Ctx, agent: str, node_id: str, code: str, attempt: int) -> tuple[dict, ExecutionResult]:
+def _validate(ctx: SearchContext, agent: str, node_id: str, code: str, attempt: int) -> tuple[dict, ExecutionResult]:
     """In-loop validation: run on a seeded split of the training rows, traced like any tool."""
     train = ctx.task.resources.files.get("train", "")
     ctx.tracer.emit("tool_call", agent, tool="sandbox.python", executor=ctx.executor.name,
@@ -475,7 +477,7 @@ def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
     return {"from": "validation", "status": "RETRY", "detail": detail}
 
 
-def _build(ctx: _Ctx, node_id: str, proposal: str, parent: Node | None) -> tuple[str, dict, ExecutionResult, int]:
+def _build(ctx: SearchContext, node_id: str, proposal: str, parent: Node | None) -> tuple[str, dict, ExecutionResult, int]:
     """Engineer writes the code; the debugger repairs it from sandbox evidence until it runs
     and scores, or ``max_debug`` attempts are spent. Returns the last code that ran."""
     inputs: dict = {"proposal": proposal}
@@ -500,7 +502,7 @@ def _finite(value: object) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
-def _result_report(ctx: _Ctx, tree: Tree, parent: Node, child: Node, result: ExecutionResult) -> str:
+def _result_report(ctx: SearchContext, tree: Tree, parent: Node, child: Node, result: ExecutionResult) -> str:
     comparison = "\n".join([
         f"direction: {ctx.direction}", f"metric: {tree.metric}",
         f"parent: {parent.id} {parent.strategy or 'unknown'} score={_fmt(parent.score)}",
@@ -512,7 +514,7 @@ def _result_report(ctx: _Ctx, tree: Tree, parent: Node, child: Node, result: Exe
 
 
 # --- the search ------------------------------------------------------------------------------------------
-def _analyse_data(ctx: _Ctx) -> str:
+def _analyse_data(ctx: SearchContext) -> str:
     """The data analyst writes an exploration script; its printed output is the report."""
     answer = ctx.ask("data_analyst", "analyzer", {}, procedure=DEFAULT_PROCEDURES["analyzer"],
                      answer_format=ANSWER_FORMATS["analyzer"])
@@ -531,7 +533,7 @@ def _analyse_data(ctx: _Ctx) -> str:
     return f"The exploratory script failed ({result.status}); the team works without it.\n\n{result.stderr[-1500:]}"
 
 
-def _make_node(ctx: _Ctx, tree: Tree, parent: Node | None, iteration: int) -> Node:
+def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int) -> Node:
     """One candidate: knowledge, debate, engineer, debugger, validation, result analyst."""
     node_id = tree.allocate_id()
     knowledge = _retrieve(ctx, tree, parent, node_id)
@@ -555,7 +557,7 @@ def _make_node(ctx: _Ctx, tree: Tree, parent: Node | None, iteration: int) -> No
     return node
 
 
-def _record(ctx: _Ctx, tree: Tree, node: Node) -> None:
+def _record(ctx: SearchContext, tree: Tree, node: Node) -> None:
     retired = tree.add(node)
     (ctx.run_dir / "nodes").mkdir(exist_ok=True)
     (ctx.run_dir / "nodes" / f"{node.id}.py").write_text(node.code)
@@ -569,7 +571,7 @@ def _record(ctx: _Ctx, tree: Tree, node: Node) -> None:
     tree.save(ctx.run_dir / "tree.json")
 
 
-def _finish(ctx: _Ctx, tree: Tree, done: int, stopped: str, reason: str) -> TreeResult:
+def _finish(ctx: SearchContext, tree: Tree, done: int, stopped: str, reason: str) -> TreeResult:
     champion = tree.champion()
     path = ctx.run_dir / "tree.json"
     tree.save(path)
@@ -585,7 +587,7 @@ def tree_search(task: Task, gateway: ModelGateway, executor: Executor, tracer: T
     """Grow the tree for ``config.iterations`` iterations (or until the budget runs out)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = _Ctx(task, gateway, executor, tracer, config, run_dir, load_knowledge())
+    ctx = SearchContext(task, gateway, executor, tracer, config, run_dir, load_knowledge())
     tree = Tree(task=task.name, metric=task.metric.name, higher_is_better=task.metric.higher_is_better,
                 max_children=config.max_children)
     done = 0

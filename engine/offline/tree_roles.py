@@ -1,0 +1,302 @@
+"""The offline scientist's roles in the evolutionary tree search (engine/search/tree.py):
+selector, proposer, critic, engineer and result analyst. The debugger is the scientist's
+own (it repairs from the traceback with fix_bug, else rewrites from the strategy).
+
+Each role reads only its prompt: node listings, the parent's strategy line and report, the
+retrieved knowledge entry, the debate so far. Choices are seeded by the scientist's rng
+(run seed + exact prompt), so a run is reproducible and different runs vary.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+
+from . import scientist
+from .scientist import _data_spec, _section, _seed_of, _strategy_from, _words, register
+from .strategies import DataSpec, Strategy, family_of, inject_bug, strategies_for
+
+EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
+UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"
+_LINE = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
+_TRIED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=", re.M)
+_REJECTED = re.compile(r"^rejected:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
+_AVOID = re.compile(r"^avoid:\s*([a-z0-9_]+)", re.M)
+_CANDIDATE = re.compile(r"^- (n\d+) score=(\S+) children=(\d+)/(\d+) strategy=(\S+)", re.M)
+
+
+# --- reading strategy lines -----------------------------------------------------------------------
+def _json(text: str | None) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _line(text: str) -> tuple[str, dict] | None:
+    m = _LINE.search(text or "")
+    return (m.group(1), _json(m.group(2))) if m else None
+
+
+def _fingerprint(strategy: Strategy, params: dict, spec: DataSpec) -> str:
+    """What the program would be, not how its parameters are spelled: two configurations
+    that render the same code (a parameter the chosen variant never reads) are the same
+    experiment, and running both would waste a child."""
+    params = {k: v for k, v in params.items() if k in strategy.param_grid}
+    try:
+        code = strategy.render(params, spec, 0)
+    except ValueError:
+        return f"{strategy.key} {json.dumps(params, sort_keys=True, default=str)}"
+    body = code.split("\n", 1)[1]  # the first line spells out the parameters; the rest is the program
+    return f"{strategy.key}:{hashlib.sha256(body.encode()).hexdigest()[:16]}"
+
+
+def _options(user: str) -> dict[str, Strategy]:
+    return {s.key: s for s in strategies_for(family_of(_data_spec(user)))}
+
+
+def _tried(user: str, options: dict[str, Strategy]) -> dict[str, str]:
+    """program fingerprint -> node that already tried it."""
+    spec, out = _data_spec(user), {}
+    for m in _TRIED.finditer(_section(user, "Input: tried")):
+        if m.group(2) in options:
+            out.setdefault(_fingerprint(options[m.group(2)], _json(m.group(3)), spec), m.group(1))
+    return out
+
+
+# --- selector ---------------------------------------------------------------------------------------
+@register("selector")
+def _selector(system: str, user: str, rng: random.Random) -> str:
+    listing = _section(user, "Input: candidates")
+    higher = "higher is better" in listing
+    nodes = []
+    for m in _CANDIDATE.finditer(listing):
+        try:
+            nodes.append((m.group(1), float(m.group(2)), int(m.group(3)), m.group(5)))
+        except ValueError:
+            continue  # a node without a score is no candidate
+    if not nodes:
+        return "vote: none\nreason: no scored node is listed."
+    ranked = sorted(nodes, key=lambda n: (-n[1] if higher else n[1], n[2]))
+    if len(ranked) == 1 or rng.random() < EXPLOIT_RATE:
+        pick = ranked[0]
+        reason = f"{pick[0]} ({pick[3]}) has the best validation score listed, {pick[1]:.6g}."
+    else:
+        # Explore: any other node, favouring those with few children (less explored).
+        others = ranked[1:]
+        pick = rng.choices(others, weights=[1.0 / (1 + n[2]) for n in others])[0]
+        reason = (f"exploring {pick[0]} ({pick[3]}, score {pick[1]:.6g}): it has only {pick[2]} "
+                  f"child(ren), and the best node is not the only promising line.")
+    return f"vote: {pick[0]}\nreason: {reason}"
+
+
+# --- proposer ---------------------------------------------------------------------------------------
+def _knowledge(user: str, options: dict[str, Strategy]) -> tuple[str, set[str], list[tuple[str, dict]]]:
+    """(title, tag words, strategy hints) of the retrieved entry, if any."""
+    text = _section(user, "Input: knowledge")
+    title = re.search(r"^title:\s*(.+)$", text, re.M)
+    tags = re.search(r"^tags:\s*(.+)$", text, re.M)
+    hints_line = re.search(r"^strategies:\s*(.+)$", text, re.M)
+    words = set(re.split(r"[\s,\-]+", tags.group(1).lower())) if tags else set()
+    hints = []
+    for part in (hints_line.group(1).split(";") if hints_line else []):
+        m = re.match(r"^\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", part)
+        if m and m.group(1) in options:
+            hints.append((m.group(1), _json(m.group(2))))
+    return (title.group(1).strip() if title else ""), words, hints
+
+
+def _mutate(strategy: Strategy, params: dict, rng: random.Random) -> tuple[dict, str]:
+    """Change one hyperparameter to another value of its grid."""
+    tunable = [k for k, v in sorted(strategy.param_grid.items()) if len(v) > 1]
+    if not tunable:
+        return dict(params), "no tunable parameter"
+    name = rng.choice(tunable)
+    current = json.dumps(params.get(name))
+    value = rng.choice([v for v in strategy.param_grid[name] if json.dumps(v) != current])
+    return {**params, name: value}, f"{name} {params.get(name)!r} -> {value!r}"
+
+
+def _params_for(strategy: Strategy, parent: tuple[str, dict] | None, hints: list[tuple[str, dict]],
+                blocked: set[str], spec: DataSpec, rng: random.Random) -> tuple[dict, str] | None:
+    """Parameters for ``strategy`` that nobody has tried yet, with a note on what changed."""
+    same = parent is not None and parent[0] == strategy.key
+    base = dict(parent[1]) if same else {k: rng.choice(list(v)) for k, v in sorted(strategy.param_grid.items())}
+    base = {k: v for k, v in base.items() if k in strategy.param_grid}
+    hint = next((p for k, p in hints if k == strategy.key), None)
+    params, note = ({**base, **hint}, f"knowledge suggests {json.dumps(hint, sort_keys=True)}") if hint is not None \
+        else (base, "fresh parameters")
+    if same and hint is None:
+        params, note = _mutate(strategy, params, rng)
+    for _ in range(12):
+        if _fingerprint(strategy, params, spec) not in blocked:
+            return params, note
+        params, note = _mutate(strategy, params, rng)
+    return None
+
+
+def _proposal_score(s: Strategy, parent_key: str | None, ktags: set[str], report: set[str],
+                    hinted: set[str], rng: random.Random) -> float:
+    # Chance, nudged by the knowledge entry (strongly) and by the reports (less); a constant
+    # predictor is a floor, never a proposal worth a child.
+    score = rng.random() + 0.6 * min(len(s.tags & ktags), 3) + 0.2 * min(len(s.tags & report), 2)
+    score += 1.0 if s.key in hinted else 0.0
+    score += 0.25 if s.key == parent_key else 0.0  # refining what works is often a good move
+    score -= 3.0 if s.key == scientist.CONSTANT_STRATEGY else 0.0
+    return score
+
+
+@register("proposer")
+def _proposer(system: str, user: str, rng: random.Random) -> str:
+    options, spec = _options(user), _data_spec(user)
+    parent = _line(_section(user, "Input: parent"))
+    parent = parent if parent and parent[0] in options else None
+    report = _words(_section(user, "Input: parent_report") + " " + _section(user, "Input: data_findings"))
+    title, ktags, hints = _knowledge(user, options)
+    debate = _section(user, "Input: debate")
+    rejected = {_fingerprint(options[m.group(1)], _json(m.group(2)), spec)
+                for m in _REJECTED.finditer(debate) if m.group(1) in options}
+    avoid = set(_AVOID.findall(debate))
+    blocked = set(_tried(user, options)) | rejected
+    if parent:
+        blocked.add(_fingerprint(options[parent[0]], parent[1], spec))
+    hinted = {k for k, _ in hints}
+    ranked = sorted((s for s in options.values() if s.key not in avoid),
+                    key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report, hinted, rng))
+    for strategy in ranked:
+        found = _params_for(strategy, parent, hints, blocked, spec, rng)
+        if found is not None:
+            return _write_proposal(strategy, found[0], found[1], parent, title, ktags, report, bool(debate))
+    fallback = ranked[0] if ranked else next(iter(options.values()))
+    return _write_proposal(fallback, fallback.default_params(), "nothing untried is left", parent, title,
+                           ktags, report, bool(debate))
+
+
+def _write_proposal(strategy: Strategy, params: dict, note: str, parent: tuple[str, dict] | None, title: str,
+                    ktags: set[str], report: set[str], revising: bool) -> str:
+    if parent is None:
+        change = f"first candidate: {strategy.title}"
+    elif parent[0] == strategy.key:
+        change = f"keep {strategy.key}, {note}"
+    else:
+        change = f"switch from {parent[0]} to {strategy.key} ({strategy.title}); {note}"
+    why = [f"its traits ({', '.join(sorted(strategy.tags))})"]
+    if strategy.tags & report:
+        why.append(f"fit what the reports say ({', '.join(sorted(strategy.tags & report))})")
+    if title:
+        shared = sorted(strategy.tags & ktags)
+        why.append(f"the knowledge entry \"{title}\" points this way" + (f" (shared tags: {', '.join(shared)})"
+                                                                         if shared else ""))
+    lines = [f"strategy: {strategy.key} {json.dumps(params, sort_keys=True)}", f"change: {change}",
+             f"rationale: {'; '.join(why)}."]
+    if revising:
+        lines.append("revision: answers the critic's objections; no rejected configuration is repeated.")
+    return "\n".join(lines)
+
+
+# --- critic -------------------------------------------------------------------------------------------
+def _contradiction(strategy: Strategy, findings: str) -> str | None:
+    """Why the strategy's assumptions clash with the data findings, or None."""
+    text = findings.lower()
+    tags = strategy.tags
+    if "discontinuity" in text and "no dominant jump" not in text:
+        if "smooth" in tags and not tags & {"piecewise", "discontinuity", "nonparametric", "trees"}:
+            return (f"the data findings show a discontinuity, but {strategy.key} ({', '.join(sorted(tags))}) is one "
+                    "smooth global model: it will ring around the jump")
+    if "very different scales" in text:
+        if tags & {"nonparametric", "kernel", "neural", "linear"} and not tags & {"scaling", "trees"}:
+            return (f"the features are on very different scales, but {strategy.key} does not scale them, so "
+                    "large-unit features dominate")
+    return None
+
+
+@register("critic")
+def _critic(system: str, user: str, rng: random.Random) -> str:
+    options = _options(user)
+    proposal = _line(_section(user, "Input: proposal"))
+    parent = _line(_section(user, "Input: parent"))
+    findings = _section(user, "Input: data_findings") + "\n" + _section(user, "Input: parent_report")
+    if proposal is None or proposal[0] not in options:
+        return ("verdict: revise\nobjection: the proposal names no strategy of the library; write "
+                "`strategy: <key> <json parameters>`.")
+    strategy, params, spec = options[proposal[0]], proposal[1], _data_spec(user)
+    program = _fingerprint(strategy, params, spec)
+    objections, avoid = [], False
+    if parent and parent[0] in options and program == _fingerprint(options[parent[0]], parent[1], spec):
+        objections.append("it repeats the parent's strategy and parameters (it renders the parent's very "
+                          "program); the child would be a copy")
+    elif program in (tried := _tried(user, options)):
+        objections.append(f"this configuration renders the same program that {tried[program]} already ran")
+    clash = _contradiction(strategy, findings)
+    if clash:
+        objections.append(clash)
+        avoid = True
+    if parent and strategy.key == scientist.CONSTANT_STRATEGY:
+        objections.append("a constant predictor cannot beat a parent that learned something")
+        avoid = True
+    if not objections:
+        return (f"verdict: accept\nno objection: {strategy.key} with {json.dumps(params, sort_keys=True)} is new "
+                "in this tree and its assumptions do not contradict the findings.")
+    lines = ["verdict: revise", *[f"objection: {o}" for o in objections],
+             f"rejected: {strategy.key} {json.dumps(params, sort_keys=True)}"]
+    if avoid:
+        lines.append(f"avoid: {strategy.key}")
+    return "\n".join(lines)
+
+
+# --- engineer ---------------------------------------------------------------------------------------
+@register("engineer")
+def _engineer(system: str, user: str, rng: random.Random) -> str:
+    spec = _data_spec(user)
+    strategy, params = _strategy_from(_section(user, "Input: proposal"), family_of(spec))
+    params = {k: v for k, v in params.items() if k in strategy.param_grid}
+    try:
+        code = strategy.render(params, spec, _seed_of(user, rng))
+    except ValueError:  # a value outside the strategy's options: fall back to its defaults
+        params = strategy.default_params()
+        code = strategy.render(params, spec, _seed_of(user, rng))
+    note = f"Implementation of {strategy.title} with {json.dumps(params, sort_keys=True)}, as proposed."
+    if rng.random() < scientist.BUG_RATE:
+        code, _kind = inject_bug(code, rng)  # a realistic first draft; the debugger will meet it
+    return f"{note}\n\n```python\n{code.rstrip()}\n```"
+
+
+# --- result analyst -------------------------------------------------------------------------------------
+_SIDE = r"^{side}: (n\d+) (\S+) score=(\S+)"
+
+
+@register("result_analyst")
+def _result_analyst(system: str, user: str, rng: random.Random) -> str:
+    comparison = _section(user, "Input: comparison")
+    higher = "higher is better" in comparison
+    metric = re.search(r"^metric: (\S+)", comparison, re.M)
+    parent = re.search(_SIDE.format(side="parent"), comparison, re.M)
+    child = re.search(_SIDE.format(side="child"), comparison, re.M)
+    try:
+        p_score, c_score = float(parent.group(3)), float(child.group(3))
+    except (AttributeError, ValueError):
+        return "verdict: unchanged\n- the comparison gave no two scores to compare."
+    gain = (c_score - p_score) if higher else (p_score - c_score)
+    relative = gain / max(abs(p_score), 1e-12)
+    verdict = "unchanged" if abs(relative) <= UNCHANGED_WITHIN else ("improved" if gain > 0 else "regressed")
+    options = _options(user)
+    traits = sorted(options[child.group(2)].tags) if child.group(2) in options else []
+    findings = [ln for ln in _section(user, "Input: data_findings").splitlines() if ln.startswith("- ")]
+    signals = [ln for ln in _section(user, "Input: execution").splitlines() if ln.startswith("jump_location")]
+    nxt = {"improved": "expand this node: tune the parameters that drove the gain",
+           "regressed": f"prefer the parent's line ({parent.group(2)}) or an approach that fits the findings better",
+           "unchanged": "the change made no difference; try a structurally different strategy"}[verdict]
+    lines = [f"verdict: {verdict}",
+             f"- {child.group(1)} ({child.group(2)}) scored {c_score:.6g} against its parent {parent.group(1)} "
+             f"({parent.group(2)}) at {p_score:.6g} on {metric.group(1) if metric else 'the metric'} "
+             f"({'higher' if higher else 'lower'} is better): {abs(relative) * 100:.1f}% "
+             f"{'better' if gain > 0 else 'worse' if gain < 0 else 'different'}.",
+             f"- approach traits: {', '.join(traits) or 'unknown'}."]
+    lines += [f"- from the run: {s}" for s in signals[:1]]
+    if findings:
+        lines.append("- data findings that still matter:")
+        lines += [f"  {ln}" for ln in findings[:4]]
+    lines.append(f"- next: {nxt}.")
+    return "\n".join(lines)
