@@ -83,21 +83,42 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             final_d = _describe(final)
             stopped, n = outcome.stopped, len(outcome.iterations)
         else:
-            raise NotImplementedError(f"search {search!r} is not available yet")
-        # Final commitment made: now, once, the official held-out evaluation of both ends.
-        from .official import official_metric
+            from .sandbox.subprocess_executor import SubprocessExecutor
+            from .search.tree import TreeConfig, tree_search
 
-        score = official or official_metric
-        initial_d["official"] = score(task, initial.run_dir, initial.result.predictions_sha256)
-        final_d["official"] = score(task, final.run_dir, final.result.predictions_sha256)
+            executor = SubprocessExecutor(root=run_dir / "sandboxes")
+            tree = tree_search(task, gateway, executor, tracer, TreeConfig(iterations=iterations, seed=seed),
+                               run_dir / "tree")
+            root = next((nd for nd in tree.tree.nodes.values() if nd.parent is None), None)
+            if root is None or tree.champion is None:
+                raise RuntimeError(f"the tree search produced no scored candidate ({tree.stopped}: {tree.reason})")
+            initial = final = None
+            initial_d = {"workflow_hash": initial_wf.hash, "version": initial_wf.version, "validation": root.score,
+                         "J": None, "node": root.id}
+            final_d = {"workflow_hash": initial_wf.hash, "version": initial_wf.version,
+                       "validation": tree.champion.score, "J": None, "node": tree.champion.id}
+            stopped, n = f"{tree.stopped} {tree.reason}".strip(), tree.iterations
+            for row in tree.tree.table():
+                out.write("  " + "  ".join(f"{k}={v}" for k, v in row.items()) + "\n")
+        # Final commitment made: now, once, the official held-out evaluation of both ends.
+        from .official import official_for_code, official_metric
+
+        if search == "tree":
+            initial_d["official"] = official_for_code(task, root.code, executor)
+            final_d["official"] = official_for_code(task, tree.champion.code, executor)
+        else:
+            score = official or official_metric
+            initial_d["official"] = score(task, initial.run_dir, initial.result.predictions_sha256)
+            final_d["official"] = score(task, final.run_dir, final.result.predictions_sha256)
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit("official_evaluation", None, which=label, workflow_hash=d["workflow_hash"], **d["official"])
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info)
         if archive is not None:
-            entry = archive.add(task, final.workflow, final_d["official"], search, note=f"evolved in {run_dir.name}")
-            tracer.emit("archive", None, entry=entry.id, workflow_hash=final.workflow.hash)
-        (run_dir / "final_workflow.json").write_text(final.workflow.to_json())
+            entry = archive.add(task, final_workflow, final_d["official"], search, note=f"evolved in {run_dir.name}")
+            tracer.emit("archive", None, entry=entry.id, workflow_hash=final_workflow.hash)
+        final_workflow = final.workflow if final is not None else initial_wf
+        (run_dir / "final_workflow.json").write_text(final_workflow.to_json())
         (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
         tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})
         _print_summary(task, result, out)

@@ -19,3 +19,14 @@ def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -
     if data is None:
         return {"ok": False, "error": f"predictions {predictions_sha256[:12]} are missing from {run_dir}"}
     return {**evaluate_predictions(task, data), "evaluator": "evaluate.py (official, held out)"}
+
+
+def official_for_code(task: Task, code: str, executor) -> dict:
+    """Run a committed program on the task's real data, then score it officially."""
+    from .sandbox import ExecutionRequest
+
+    result = executor.run(ExecutionRequest(code=code, input_files=task.input_files(), limits=task.resources.limits))
+    out = result.workdir / task.resources.predictions_file
+    if not result.ok or not out.exists():
+        return {"ok": False, "error": f"the committed program {result.status} on the task's data"}
+    return {**evaluate_predictions(task, out.read_bytes()), "evaluator": "evaluate.py (official, held out)"}

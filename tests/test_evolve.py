@@ -60,3 +60,11 @@ def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(t
     other = evolve(examples / "discontinuous-1d", "mimosa", iterations=0, seed=1, runs_dir=tmp_path,
                    out=log, archive_dir=archive)
     assert other.start["path"] == "de_novo" and other.start["similarity"] < 0.7
+
+
+def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_search(tmp_path, examples):
+    result = evolve(examples / "discontinuous-1d", "tree", iterations=1, seed=1, runs_dir=tmp_path,
+                    out=open(tmp_path / "log", "w"))
+    i, f = result.initial["official"], result.final["official"]
+    assert i["ok"] and f["ok"] and i["metric"] == "relative_l2"
+    assert result.final["validation"] <= result.initial["validation"]
