@@ -100,6 +100,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             stopped, n = f"{tree.stopped} {tree.reason}".strip(), tree.iterations
             for row in tree.tree.table():
                 out.write("  " + "  ".join(f"{k}={v}" for k, v in row.items()) + "\n")
+        # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
+        final_workflow = final.workflow if final is not None else initial_wf
         # Final commitment made: now, once, the official held-out evaluation of both ends.
         from .official import official_for_code, official_metric
 
@@ -117,7 +119,6 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         if archive is not None:
             entry = archive.add(task, final_workflow, final_d["official"], search, note=f"evolved in {run_dir.name}")
             tracer.emit("archive", None, entry=entry.id, workflow_hash=final_workflow.hash)
-        final_workflow = final.workflow if final is not None else initial_wf
         (run_dir / "final_workflow.json").write_text(final_workflow.to_json())
         (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
         tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})
