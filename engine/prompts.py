@@ -71,3 +71,14 @@ def extract_status(text: str) -> str | None:
 def role_of(system_text: str) -> str | None:
     m = re.match(r"You are the (\w+) of a Trellis research team", system_text)
     return m.group(1) if m else None
+
+
+def extract_json(text: str) -> object:
+    """The first ```json block of an answer, else its outermost {...}; ValueError says why not."""
+    m = re.search(r"```json\s*\n(.*?)```", text, re.S) or re.search(r"(\{.*\})", text, re.S)
+    if not m:
+        raise ValueError("the answer holds no JSON object")
+    try:
+        return json.loads(m.group(1))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the answer's JSON does not parse: {exc.msg}") from exc

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
+from ..prompts import extract_json
 from ..trace import Tracer
 from ..workflow import Workflow
 from .probe import AutoGate, Gate, Probe, ProbeRunner
@@ -97,7 +98,7 @@ def _iteration(n: int, incumbent: Probe, runner: ProbeRunner, gateway: ModelGate
         return IterationRecord(n, None, False, [f"mutator failed: {exc}"], incumbent_J=j_old,
                                budget_left=runner.budget.remaining())
     try:
-        mutation = Mutation.from_dict(_first_json(text))
+        mutation = Mutation.from_dict(extract_json(text))
         mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author="mutator")
         child = mutation.apply(incumbent.workflow)
     except (MutationError, WorkflowValidationError, ValueError) as exc:
@@ -136,18 +137,6 @@ def _emit_judgement(tracer: Tracer, probe: Probe, n: int) -> None:
 
 def _fmt(x: float | None) -> str:
     return "failed" if x is None else f"{x:.3f}"
-
-
-def _first_json(text: str) -> dict:
-    import re
-
-    m = re.search(r"```json\s*\n(.*?)```", text, re.S) or re.search(r"(\{.*\})", text, re.S)
-    if not m:
-        raise ValueError("the mutator's answer holds no JSON object")
-    try:
-        return json.loads(m.group(1))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the mutator's JSON does not parse: {exc.msg}") from exc
 
 
 def _mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:

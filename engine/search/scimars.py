@@ -21,6 +21,7 @@ from ..artifacts import ArtifactStore, sha256_file
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
+from ..prompts import extract_json
 from ..trace import Tracer
 from ..workflow import Workflow
 from .mimosa import SearchOutcome
@@ -224,16 +225,6 @@ def reflector_messages(runner: ProbeRunner, evidence: dict, lessons: list[str]) 
     return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
 
 
-def _first_json(text: str) -> object:
-    m = re.search(r"```json\s*\n(.*?)```", text, re.S) or re.search(r"(\{.*\})", text, re.S)
-    if not m:
-        raise ValueError("the answer holds no JSON object")
-    try:
-        return json.loads(m.group(1))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the answer's JSON does not parse: {exc.msg}") from exc
-
-
 # --- reuse receipts -------------------------------------------------------------------------
 class ReuseCache:
     """Executions of this round, keyed on the full harness hash (memory policy included)."""
@@ -417,7 +408,7 @@ def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[s
         tracer.emit("mutation_proposed", editor, editor=editor, valid=False, problems=[str(exc)])
         return Proposal(editor, None, False, [f"{editor} failed: {exc}"])
     try:
-        mutation = Mutation.from_dict(_first_json(text))
+        mutation = Mutation.from_dict(extract_json(text))
         mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=editor)
         child = mutation.apply(reference.workflow)
     except (MutationError, WorkflowValidationError, ValueError) as exc:
@@ -490,7 +481,7 @@ def _reflect(n: int, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
     try:
         text = gateway.complete("reflector", "reflector", reflector_messages(runner, evidence, lessons),
                                 temperature=0.3, purpose="reflection").text
-        data = _first_json(text)
+        data = extract_json(text)
         found = data.get("lessons") if isinstance(data, dict) else None
         new = [str(x) for x in found if str(x).strip()] if isinstance(found, list) else []
     except (ModelCallError, ValueError):
