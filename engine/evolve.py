@@ -77,7 +77,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             from .search.scimars import scimars_search
 
             runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
-            outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations)
+            outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
+                                     on_round=lambda r: _print_round(r, out))
             initial, final = outcome.initial, outcome.final
             initial_d = _describe(initial)
             final_d = _describe(final)
@@ -147,6 +148,29 @@ def _print_iteration(r: IterationRecord, out: TextIO) -> None:
               f"         checks {passed}/{len(checks)}  J {j} vs {inc}  "
               f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  budget left {left} tokens\n")
     out.flush()
+
+
+def _print_round(r, out: TextIO) -> None:
+    """One SciMARS round: each editor's proposal with its probe's checks, then the composer's choice."""
+    out.write(f"round {r.n:>2}  reference validation {_num((r.reference or {}).get('validation', {}).get('value'))}\n")
+    for p in r.proposals:
+        m = p.mutation or {}
+        if not p.valid:
+            out.write(f"         {p.editor:<20} invalid: {(p.problems or ['?'])[0][:80]}\n")
+            continue
+        checks = (p.probe or {}).get("checks", [])
+        value = ((p.probe or {}).get("validation") or {}).get("value")
+        reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
+        out.write(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}: checks "
+                  f"{sum(c['passed'] for c in checks)}/{len(checks)} validation {_num(value)}"
+                  f"{' supported' if p.supported else ''}{reused}\n")
+    out.write(f"         decision: {r.decision}{' (' + ', '.join(r.chosen) + ')' if r.chosen else ''}  "
+              f"budget left {r.budget_left.get('tokens')} tokens\n")
+    out.flush()
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
 
 
 def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
