@@ -50,7 +50,8 @@ def rebuild(events: Iterable[Event]) -> RunRecord:
             rec.outputs[ev.agent] = p.get("outputs", {})
         elif ev.kind == "route":
             if p.get("taken"):
-                _reset_between(rec, p["target"], ev.agent)
+                for node in rec.workflow.between(p["target"], ev.agent) if rec.workflow else ():
+                    rec.agent_status[node] = "WAITING"
             else:
                 rec.agent_status[ev.agent] = "FAILURE"
         elif ev.kind == "model_call":
@@ -73,16 +74,6 @@ def rebuild(events: Iterable[Event]) -> RunRecord:
 
 def rebuild_from_file(path: Path) -> RunRecord:
     return rebuild(read_events(path))
-
-
-def _reset_between(rec: RunRecord, start: str, end: str) -> None:
-    import networkx as nx
-
-    if rec.workflow is None:
-        return
-    g = rec.workflow.graph()
-    for node in ({start} | nx.descendants(g, start)) & ({end} | nx.ancestors(g, end)):
-        rec.agent_status[node] = "WAITING"
 
 
 def _settle(rec: RunRecord, stopped_reason: str | None) -> None:

@@ -238,17 +238,9 @@ class _Scheduler:
             "message": outcome.message, **_feedback_detail(outcome.produced, self.bags.get(agent_id, {}))}}
         self.ctx.tracer.emit("route", agent_id, on=outcome.status, target=route.target, taken=True,
                              loop=used + 1, max_loops=route.max_loops, reason=outcome.message)
-        for node in self._between(route.target, agent_id):
+        for node in self.wf.between(route.target, agent_id):
             self.statuses[node] = "WAITING"
         return route.target
-
-    def _between(self, start: str, end: str) -> list[str]:
-        """Agents to run again when work goes back from ``end`` to ``start``."""
-        import networkx as nx
-
-        g = self.wf.graph()
-        again = ({start} | nx.descendants(g, start)) & ({end} | nx.ancestors(g, end))
-        return [a for a in self.order if a in again]
 
 
 def _feedback_detail(produced: dict, bag: dict) -> dict:

@@ -90,7 +90,7 @@ class Task:
         return h.hexdigest()
 
 
-def _sections(text: str) -> dict[str, str]:
+def markdown_sections(text: str) -> dict[str, str]:
     """Split markdown on '## ' headings, keyed by lower-cased heading."""
     out: dict[str, list[str]] = {}
     current = ""
@@ -122,7 +122,7 @@ def _parse_problem(text: str) -> tuple[str, str, str]:
     if not first.startswith("# "):
         raise TaskSpecError("Problem.md", "must start with a title line '# <title>'")
     title = first[2:].strip()
-    sections = _sections(text)
+    sections = markdown_sections(text)
     goal = sections.get("goal", "")
     if not goal:
         raise TaskSpecError("Problem.md", "needs a non-empty '## Goal' section saying what the team must achieve")
@@ -137,7 +137,7 @@ def _parse_requirements(text: str) -> tuple[str, ...]:
 
 
 def _parse_evaluation(text: str) -> tuple[Metric, str]:
-    section = _sections(text).get("metric")
+    section = markdown_sections(text).get("metric")
     if section is None:
         raise TaskSpecError("Evaluation.md", "needs a '## Metric' section with 'name: ...' and 'direction: ...'")
     name = re.search(r"^\s*name:\s*([A-Za-z0-9_\-]+)\s*$", section, re.M)

@@ -168,6 +168,12 @@ class Workflow:
     def incoming(self, agent_id: str) -> list[Edge]:
         return [e for e in self.edges if e.target == agent_id]
 
+    def between(self, start: str, end: str) -> list[str]:
+        """Agents to run again when a route sends work back from ``end`` to ``start``, in run order."""
+        g = self.graph()
+        again = ({start} | nx.descendants(g, start)) & ({end} | nx.ancestors(g, end))
+        return [a for a in self.order() if a in again]
+
     def route_for(self, agent_id: str, status: str) -> Route | None:
         return next((r for r in self.routes if r.source == agent_id and r.on == status), None)
 

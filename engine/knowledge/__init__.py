@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ..task import markdown_sections
+
 KNOWLEDGE_DIR = Path(__file__).resolve().parent
 MIN_OVERLAP = 2  # one shared word is coincidence ("smooth" is everywhere); two is a topic
 
@@ -56,18 +58,6 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _sections(text: str) -> dict[str, str]:
-    out: dict[str, list[str]] = {}
-    current = ""
-    for line in text.splitlines():
-        m = re.match(r"^##\s+(.+?)\s*$", line)
-        if m:
-            current = m.group(1).strip().lower()
-        else:
-            out.setdefault(current, []).append(line)
-    return {k: "\n".join(v).strip() for k, v in out.items()}
-
-
 def _parse_strategies(line: str) -> tuple[tuple[str, dict], ...]:
     hints = []
     for part in filter(None, (p.strip() for p in line.split(";"))):
@@ -85,7 +75,7 @@ def parse_entry(path: Path) -> KnowledgeEntry:
     if not title or not tags:
         raise ValueError(f"{path}: a knowledge entry needs a '# title' and a 'tags:' line")
     strategies = re.search(r"^strategies:[ \t]*(.*?)\s*$", text, re.M)
-    sections = _sections(text)
+    sections = markdown_sections(text)
     return KnowledgeEntry(
         id=Path(path).stem, title=title.group(1),
         tags=tuple(t.strip().lower() for t in tags.group(1).split(",") if t.strip()),
