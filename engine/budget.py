@@ -61,5 +61,16 @@ class Budget:
             "cost_usd": None if self.max_cost_usd is None else round(self.max_cost_usd - self.used.cost_usd, 6),
         }
 
+    def restore(self, used: dict, per_agent: dict | None = None) -> None:
+        """Carry over what an interrupted run had already spent (resume draws from the same budget)."""
+        def usage(d: dict) -> Usage:
+            return Usage(int(d.get("calls", 0)), int(d.get("prompt_tokens", 0)),
+                         int(d.get("completion_tokens", 0)), float(d.get("cost_usd", 0.0)))
+        self.used = usage(used)
+        self.per_agent = {k: usage(v) for k, v in (per_agent or {}).items()}
+
+    def usage_state(self) -> dict:
+        return {"used": self.used.to_dict(), "per_agent": {k: v.to_dict() for k, v in self.per_agent.items()}}
+
     def limits(self) -> dict:
         return {"max_tokens": self.max_tokens, "max_cost_usd": self.max_cost_usd, "max_calls": self.max_calls}

@@ -39,3 +39,14 @@ class BudgetExhausted(TrellisError):
 
 class ModelCallError(TrellisError):
     pass
+
+
+class RunInterrupted(BaseException):
+    """A controller (a person pausing or cancelling, or a lost lease) stops a run between steps.
+
+    A BaseException, like KeyboardInterrupt, so that no ``except Exception`` on the way up
+    (provider retries, role steps) mistakes it for a failure of the step it lands in."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)

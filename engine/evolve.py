@@ -7,12 +7,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Callable, Iterable, TextIO
 
 from .budget import Budget
 from .synthesis import team_workflow
 from .task import Task, load_task
-from .trace import JsonlTraceSink, Tracer
+from .trace import EventSink, JsonlTraceSink, Tracer
+from .workflow import Workflow
 from .search.mimosa import IterationRecord, mimosa_search
 from .search.probe import Gate, ProbeRunner, search_gateway
 
@@ -39,13 +40,21 @@ class EvolveResult:
 def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5, seed: int = 0,
            budget: Budget | None = None, runs_dir: Path = Path("var/runs"), out: TextIO = sys.stdout,
            gate: Gate | None = None, model_override: str | None = None,
-           official: Callable[..., dict] | None = None, archive_dir: Path | None = None) -> EvolveResult:
+           official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
+           sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
+           on_checkpoint: Callable[[dict], None] | None = None) -> EvolveResult:
+    """Run one search and the official evaluation after it.
+
+    ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
+    them). ``on_checkpoint``/``resume`` make a Mimosa search continue after its last finished
+    iteration in the same ``run_dir``; SciMARS and the tree search start over on resume."""
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     task = load_task(task_folder)
     budget = budget or Budget(max_tokens=2_000_000)
-    run_dir = Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
-    tracer = Tracer(run_dir.name, [JsonlTraceSink(run_dir / "search.jsonl")])
+    sinks = list(sinks)
+    run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
+    tracer = Tracer(run_dir.name, [JsonlTraceSink(run_dir / "search.jsonl"), *sinks])
     gateway = search_gateway(budget, tracer, seed, model_override)
     started = time.perf_counter()
     archive = None
@@ -53,11 +62,20 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         from .archive import WorkflowArchive
 
         archive = WorkflowArchive(archive_dir)
+    if resume and resume.get("start"):  # the start chosen before the interruption, not a new one
+        initial_wf, start_info = Workflow.from_dict(resume["start"]["workflow"]), resume["start"]["info"]
+    elif archive is not None:
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
     else:
         initial_wf, start_info = team_workflow(task), {"path": "de_novo", "similarity": None,
                                                       "reason": "no archive configured"}
+    start_state = {"workflow": initial_wf.to_dict(), "info": start_info}
+
+    def checkpoint(state: dict) -> None:
+        if on_checkpoint:
+            on_checkpoint({**state, "start": start_state})
+
     tracer.emit("search_started", None, search=search, task=task.name, iterations=iterations, seed=seed,
                 budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info)
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
@@ -66,9 +84,12 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
               + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
     try:
         if search == "mimosa":
-            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
+            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
+                                 sinks=sinks)
             outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
-                                    on_iteration=lambda r: _print_iteration(r, out))
+                                    on_iteration=lambda r: _print_iteration(r, out),
+                                    resume=resume if resume and resume.get("n") is not None else None,
+                                    on_checkpoint=checkpoint)
             initial, final = outcome.initial, outcome.final
             initial_d = _describe(initial)
             final_d = _describe(final)
@@ -76,7 +97,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         elif search == "scimars":
             from .search.scimars import scimars_search
 
-            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override)
+            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
+                                 sinks=sinks)
             outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
                                      on_round=lambda r: _print_round(r, out))
             initial, final = outcome.initial, outcome.final

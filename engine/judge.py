@@ -44,6 +44,11 @@ class Judgement:
     def to_dict(self) -> dict:
         return {**asdict(self), "J": self.J}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Judgement":
+        return cls(ok=bool(d.get("ok")), scores=dict(d.get("scores", {})), feedback=dict(d.get("feedback", {})),
+                   attempts=int(d.get("attempts", 0)), error=str(d.get("error", "")), raw=list(d.get("raw", [])))
+
 
 def public_checks(events: list[Event]) -> list[dict]:
     """The latest result of each public check in a run (a retry supersedes earlier tries)."""

@@ -1,5 +1,9 @@
 """Mimosa local search: one incumbent; each iteration one mutation, probed and judged;
-accept iff J(W') > J(W) (and the gate agrees); stop at the iteration budget or J > 0.9."""
+accept iff J(W') > J(W); stop at the iteration budget or J > 0.9.
+
+The rule is what the automatic gate applies; a gate with a person behind it has the final
+word (a scientist may keep a change the judge disliked, or veto one it liked), and a person's
+own edit of the workflow is adopted between iterations."""
 from __future__ import annotations
 
 import json
@@ -55,28 +59,50 @@ class SearchOutcome:
 
 def mimosa_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
                   iterations: int = 5, stop_j: float = 0.9, gate: Gate | None = None,
-                  on_iteration=None) -> SearchOutcome:
+                  on_iteration=None, resume: dict | None = None, on_checkpoint=None) -> SearchOutcome:
+    """Run the search. ``on_checkpoint(state)`` is called after the initial probe and after every
+    iteration with a JSON-able state; passing that state back as ``resume`` continues the search
+    after its last finished iteration (a killed worker loses at most the iteration in flight)."""
     gate = gate or AutoGate()
-    tracer.iteration = 0
-    incumbent = runner.run(initial, "initial", 0, judge_with=gateway)
-    first = incumbent
+    if resume:
+        first = Probe.from_checkpoint(resume["first"])
+        incumbent = Probe.from_checkpoint(resume["incumbent"])
+        history = list(resume.get("history", []))
+        done = int(resume["n"])
+        runner.count = int(resume.get("probes", runner.count))
+        runner.budget.restore(**resume["budget"])
+    else:
+        tracer.iteration = 0
+        incumbent = runner.run(initial, "initial", 0, judge_with=gateway)
+        first, history, done = incumbent, [], 0
+        _emit_judgement(tracer, incumbent, 0)
+
+    def checkpoint(n: int) -> None:
+        if on_checkpoint:
+            on_checkpoint({"n": n, "first": first.checkpoint(), "incumbent": incumbent.checkpoint(),
+                           "incumbent_workflow": incumbent.workflow.to_dict(), "history": history,
+                           "probes": runner.count, "budget": runner.budget.usage_state()})
+
+    if not resume:
+        checkpoint(0)
     records: list[IterationRecord] = []
-    history: list[str] = []
     stopped = "iteration budget reached"
-    _emit_judgement(tracer, incumbent, 0)
-    for n in range(1, iterations + 1):
+    for n in range(done + 1, iterations + 1):
         if incumbent.judgement and incumbent.judgement.ok and incumbent.judgement.J > stop_j:
             stopped = f"J = {incumbent.judgement.J:.3f} > {stop_j}"
             break
         tracer.iteration = n
         try:
-            record = _iteration(n, incumbent, runner, gateway, tracer, history, gate)
+            edit = gate.human_edit(incumbent.workflow)
+            record = _human_iteration(n, incumbent, edit, runner, gateway, tracer, history) if edit \
+                else _iteration(n, incumbent, runner, gateway, tracer, history, gate)
         except BudgetExhausted as exc:
             stopped = f"budget exhausted: {exc.reason}"
             break
         records.append(record)
         if record.accepted:
             incumbent = record.probe_run
+        checkpoint(n)
         if on_iteration:
             on_iteration(record)
         if record.probe and record.probe["status"] == "stopped":
@@ -86,6 +112,28 @@ def mimosa_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway,
         if incumbent.judgement and incumbent.judgement.ok and incumbent.judgement.J > stop_j:
             stopped = f"J = {incumbent.judgement.J:.3f} > {stop_j}"
     return SearchOutcome(first, incumbent, records, stopped)
+
+
+def _human_iteration(n: int, incumbent: Probe, edit: tuple[Workflow, str], runner: ProbeRunner,
+                     gateway: ModelGateway, tracer: Tracer, history: list[str]) -> IterationRecord:
+    """A version a person wrote replaces the incumbent: it is probed and judged like any
+    candidate so its evidence is on record, and adopted because a person made it."""
+    workflow, author = edit
+    j_old = incumbent.judgement.J if incumbent.judgement else None
+    mutation = {"kind": "human_edit", "target": workflow.name, "params": {}, "rationale": workflow.note,
+                "author": author}
+    change = diff(incumbent.workflow, workflow)
+    tracer.emit("mutation_proposed", author, valid=True, mutation=mutation, diff=change,
+                parent_hash=incumbent.workflow.hash, child_hash=workflow.hash)
+    probe = runner.run(workflow, f"iter{n}-edit", n, judge_with=gateway)
+    _emit_judgement(tracer, probe, n)
+    j_new = probe.judgement.J if probe.judgement else None
+    history.append(f"a person edited the workflow ({workflow.note}) -> J {_fmt(j_new)} vs {_fmt(j_old)}: adopted")
+    tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
+                accepted=True, decided_by=author, reason="edited by a person", checks=probe.checks,
+                budget_left=runner.budget.remaining(), workflow_hash=workflow.hash, workflow=workflow.to_dict())
+    return IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old, accepted=True,
+                           decided_by=author, budget_left=runner.budget.remaining(), diff=change, probe_run=probe)
 
 
 def _iteration(n: int, incumbent: Probe, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
@@ -113,9 +161,12 @@ def _iteration(n: int, incumbent: Probe, runner: ProbeRunner, gateway: ModelGate
     _emit_judgement(tracer, probe, n)
     j_new = probe.judgement.J if probe.judgement else None
     rule = accepts(j_new, j_old)
-    approved, by, reason = gate.decide({"mutation": mutation.to_dict(), "diff": change, "rule_accepts": rule,
-                                        "J": j_new, "incumbent_J": j_old, "checks": probe.checks})
-    accepted = rule and approved
+    approved, by, reason = gate.decide({"n": n, "mutation": mutation.to_dict(), "diff": change, "rule_accepts": rule,
+                                        "J": j_new, "incumbent_J": j_old, "checks": probe.checks,
+                                        "judgement": probe.judgement.to_dict() if probe.judgement else None,
+                                        "validation": probe.result.metric, "parent_hash": incumbent.workflow.hash,
+                                        "workflow": child.to_dict(), "probe_run_id": probe.result.run_id})
+    accepted = approved
     proposal = {k: v for k, v in mutation.to_dict().items() if k != "author"}
     history.append(f"{json.dumps(proposal, sort_keys=True)} -> J {_fmt(j_new)} vs {_fmt(j_old)}: "
                    f"{'accepted' if accepted else 'rejected'}")
@@ -124,7 +175,8 @@ def _iteration(n: int, incumbent: Probe, runner: ProbeRunner, gateway: ModelGate
                              probe_run=probe)
     tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation.to_dict(), J=j_new,
                 incumbent_J=j_old, accepted=accepted, decided_by=by, reason=reason,
-                checks=probe.checks, budget_left=runner.budget.remaining(), workflow_hash=child.hash)
+                checks=probe.checks, budget_left=runner.budget.remaining(), workflow_hash=child.hash,
+                workflow=child.to_dict() if accepted else None)
     return record
 
 

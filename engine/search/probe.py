@@ -4,7 +4,8 @@ Probes use in-loop validation scoring only; the official evaluator is out of the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -14,7 +15,7 @@ from ..judge import Judgement, judge_execution, public_checks
 from ..runner import RunConfig, RunResult, run_workflow
 from ..sandbox import Executor
 from ..task import Task
-from ..trace import Event, EventSink, ListSink, Tracer
+from ..trace import Event, EventSink, ListSink, Tracer, read_events
 from ..workflow import Workflow
 
 
@@ -47,6 +48,21 @@ class Probe:
                 return str(e.payload["outputs"]["report"])
         return ""
 
+    def checkpoint(self) -> dict:
+        """What a resumed search needs to rebuild this probe: its folder and its judgement."""
+        return {"run_dir": str(self.run_dir), "judgement": self.judgement.to_dict() if self.judgement else None}
+
+    @classmethod
+    def from_checkpoint(cls, state: dict) -> "Probe":
+        """Rebuild a finished probe from its folder (workflow.json, trace.jsonl, summary.json)."""
+        run_dir = Path(state["run_dir"])
+        workflow = Workflow.from_dict(json.loads((run_dir / "workflow.json").read_text()))
+        saved = json.loads((run_dir / "summary.json").read_text())
+        result = RunResult(**{f.name: saved[f.name] for f in fields(RunResult) if f.name in saved})
+        events = list(read_events(run_dir / "trace.jsonl"))
+        judgement = Judgement.from_dict(state["judgement"]) if state.get("judgement") else None
+        return cls(workflow, result, events, public_checks(events), judgement, run_dir)
+
     def summary(self) -> dict:
         return {"workflow_hash": self.workflow.hash, "version": self.workflow.version, "status": self.result.status,
                 "validation": self.result.metric, "checks": self.checks,
@@ -56,18 +72,30 @@ class Probe:
 
 
 class Gate(Protocol):
-    """Where a person (or a policy) approves or vetoes a change; the web app implements it."""
+    """Where a person (or a policy) approves or vetoes a change; the web app implements it.
+
+    The gate has the final word: a policy consults ``proposal["rule_accepts"]`` (the search's
+    own rule), a person may overrule it either way. ``decided_by`` names who decided:
+    ``policy:<name>`` or ``user:<name>``."""
 
     def decide(self, proposal: dict) -> tuple[bool, str, str]:
         """(approved, decided_by, reason)."""
         ...
 
+    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
+        """A workflow version a person authored on top of ``incumbent``, with its author, to
+        adopt before the next iteration; None when there is none."""
+        ...
+
 
 class AutoGate:
-    """Fully automatic: the search's own rule decides."""
+    """Fully automatic: the search's own rule decides; nobody edits."""
 
     def decide(self, proposal: dict) -> tuple[bool, str, str]:
         return bool(proposal.get("rule_accepts")), "policy:automatic", "search rule"
+
+    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
+        return None
 
 
 @dataclass
