@@ -77,7 +77,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             on_checkpoint({**state, "start": start_state})
 
     tracer.emit("search_started", None, search=search, task=task.name, iterations=iterations, seed=seed,
-                budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info)
+                budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
+                workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None)
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
     similarity = start_info.get("similarity")
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")

@@ -1,5 +1,11 @@
-"""Django settings. Embedded defaults need no external service; production reads the
-environment (TRELLIS_SECRET_KEY, TRELLIS_DEBUG, TRELLIS_ALLOWED_HOSTS, DATABASE_URL later)."""
+"""Django settings.
+
+Embedded defaults (no environment set) need no external service: SQLite in WAL mode under
+var/, and an embedded Redis server on a unix socket (webapp/embedded_redis.py) that serves
+both as the Celery broker and as the Channels layer. Production reads the environment:
+DATABASE_URL (postgres://…), TRELLIS_REDIS_URL (redis://…), TRELLIS_SECRET_KEY,
+TRELLIS_DEBUG=0, TRELLIS_ALLOWED_HOSTS.
+"""
 import os
 from pathlib import Path
 
@@ -12,24 +18,31 @@ DEBUG = os.environ.get("TRELLIS_DEBUG", "1") == "1"
 ALLOWED_HOSTS = os.environ.get("TRELLIS_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
 
 INSTALLED_APPS = [
+    "daphne",  # first, so that runserver serves ASGI (WebSockets included)
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "channels",
     "webapp.runs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
 ]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
 
 ROOT_URLCONF = "webapp.urls"
 TEMPLATES = [{
@@ -45,7 +58,34 @@ TEMPLATES = [{
 WSGI_APPLICATION = "webapp.wsgi.application"
 ASGI_APPLICATION = "webapp.asgi.application"
 
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "trellis.sqlite3"}}
+
+def _database() -> dict:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        import dj_database_url
+
+        return dj_database_url.parse(url, conn_max_age=60)
+    # The web process and the workers write the same file: WAL lets readers and the writer
+    # proceed together, IMMEDIATE transactions queue writers instead of failing on upgrade.
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "trellis.sqlite3",
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
+                        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}}
+
+
+DATABASES = {"default": _database()}
+
+# One Redis serves as broker and channel layer. Embedded: a unix socket under var/.
+EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
+REDIS_URL = os.environ.get("TRELLIS_REDIS_URL") or f"unix://{EMBEDDED_REDIS_SOCKET}"
+CHANNEL_LAYERS = {"default": {
+    "BACKEND": "channels_redis.core.RedisChannelLayer",
+    "CONFIG": {"hosts": [{"address": REDIS_URL}], "capacity": 2000, "expiry": 30},
+}}
+CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.startswith("unix://") else REDIS_URL
+CELERY_TASK_ACKS_LATE = False  # a lost worker's run is resumed from its checkpoint, not redelivered
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ROUTES = {"webapp.runs.tasks.execute_run": {"queue": "runs"}}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 AUTH_PASSWORD_VALIDATORS = []
 LANGUAGE_CODE = "en-us"
@@ -54,7 +94,12 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+WHITENOISE_USE_FINDERS = True  # serve static/ directly; no collectstatic step for the embedded studio
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 TRELLIS_RUNS_DIR = VAR_DIR / "runs"
 TRELLIS_ARCHIVE_DIR = VAR_DIR / "archive"
+TRELLIS_EXAMPLES_DIR = BASE_DIR / "examples"
+# A run whose worker has not reported for this long is shown as interrupted (worker lost).
+TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))

@@ -1,0 +1,159 @@
+// The run page: one WebSocket per page; events colour the DAG's nodes as agents run, and
+// tell the HTMX fragments (queue, versions, header) and the plotly charts when to refresh.
+(function () {
+  "use strict";
+  const root = document.getElementById("run");
+  if (!root) return;
+  const COLORS = { waiting: "#c9cfd8", running: "#e0a526", done: "#2f8f5b", failed: "#c8423b", skipped: "#9aa3ad" };
+  let cy = null;
+  let graphSource = null;   // the engine run id whose agents the graph shows
+  let graphKey = null;      // which workflow is drawn, to redraw only when it changes
+
+  function trigger(name) { document.body.dispatchEvent(new CustomEvent(name, { bubbles: true })); }
+
+  const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
+
+  function drawGraph(data) {
+    document.getElementById("dag-label").textContent = data.label || "";
+    const key = JSON.stringify(data.elements.map((e) => [e.data.id, e.data.label]));
+    graphSource = data.source;
+    if (!cy || key !== graphKey) {
+      graphKey = key;
+      if (cy) cy.destroy();
+      cy = cytoscape({
+        container: document.getElementById("dag"),
+        elements: data.elements,
+        userZoomingEnabled: true, boxSelectionEnabled: false, autoungrabify: true,
+        style: [
+          { selector: "node", style: {
+              "shape": "round-rectangle", "width": 132, "height": 46, "label": "data(label)",
+              "text-wrap": "wrap", "text-valign": "center", "font-size": 11, "color": "#13202e",
+              "background-color": (n) => COLORS[n.data("state")] || COLORS.waiting,
+              "border-width": 2, "border-color": "#3b4656" } },
+          { selector: "node[state = 'running']", style: { "border-width": 4, "border-color": "#8a5a00" } },
+          { selector: "node[state = 'done'], node[state = 'failed']", style: { "color": "#fff" } },
+          { selector: "edge", style: {
+              "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.6, "line-color": "#67758a",
+              "target-arrow-color": "#67758a", "label": "data(label)", "font-size": 9, "text-rotation": "autorotate",
+              "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2, "color": "#2c3a4c" } },
+          { selector: "edge[kind = 'route']", style: {
+              "line-style": "dashed", "line-color": "#b0733a", "target-arrow-color": "#b0733a", "curve-style": "unbundled-bezier",
+              "control-point-distances": [60], "control-point-weights": [0.5], "color": "#7a4a1c" } },
+        ],
+        layout: { name: "preset", fit: true, padding: 28 },
+      });
+      listHandoffs(data.elements);
+    }
+    for (const [id, state] of Object.entries(data.states)) setState(id, state);
+  }
+
+  // The contracts in full, as text: readable where the graph's labels are cut short.
+  function listHandoffs(elements) {
+    const body = document.querySelector("#handoffs tbody");
+    body.replaceChildren();
+    for (const e of elements) {
+      if (!e.data.source) continue;
+      const tr = document.createElement("tr");
+      const cells = e.data.kind === "route" ? [e.data.source + " ⟲ " + e.data.target, "route on " + e.data.label]
+                                            : [e.data.source + " → " + e.data.target, e.data.label.split(":")[0] + ": " + e.data.contract];
+      for (const c of cells) { const td = document.createElement("td"); td.textContent = c; tr.appendChild(td); }
+      body.appendChild(tr);
+    }
+  }
+
+  function setState(agent, state) {
+    if (!cy) return;
+    const node = cy.getElementById(agent);
+    if (node && node.length) node.data("state", state);
+    const list = document.getElementById("dag-states");
+    let li = document.getElementById("state-" + agent);
+    if (!li) { li = document.createElement("li"); li.id = "state-" + agent; list.appendChild(li); }
+    li.dataset.state = state;
+    li.textContent = agent + ": " + state;
+  }
+
+  function loadGraph() { return fetch(root.dataset.graph).then((r) => r.json()).then(drawGraph); }
+  const refreshGraph = debounce(loadGraph, 150);
+
+  const CRITERIA = { goal_alignment: "g goal", collaboration_efficiency: "c collaboration", output_quality: "q quality", answer_plausibility: "a plausibility" };
+  function drawScores(s) {
+    const layout = (title, y) => ({ title: { text: title, font: { size: 13 }, x: 0.02 }, margin: { l: 44, r: 44, t: 34, b: 84 },
+      height: 280, xaxis: { title: { text: "iteration", standoff: 4 }, dtick: 1 }, yaxis: y,
+      legend: { orientation: "h", x: 0, y: -0.32, yanchor: "top", font: { size: 10 } },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff" });
+    const x = s.iteration;
+    const traces = [{ x, y: s.J, name: "J", mode: "lines+markers", line: { width: 3, color: "#1d2430" } },
+                    { x, y: s.best_J, name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } }];
+    for (const [k, label] of Object.entries(CRITERIA)) traces.push({ x, y: s.criteria[k], name: label, mode: "markers", marker: { size: 7 } });
+    Plotly.react("chart-j", traces, layout("J and its four criteria", { range: [0, 1.02] }), { displayModeBar: false, responsive: true });
+    Plotly.react("chart-checks", [
+      { x, y: s.checks_passed, name: "checks passed", type: "bar", marker: { color: "#2f8f5b" } },
+      { x, y: s.checks_total.map((t, i) => t - s.checks_passed[i]), name: "checks failed", type: "bar", marker: { color: "#c8423b" } },
+      { x, y: s.tokens, name: "tokens spent", yaxis: "y2", mode: "lines+markers", line: { color: "#6b5bd6" } },
+    ], { ...layout("Public checks and budget spent", { title: { text: "checks" } }), barmode: "stack",
+         yaxis2: { overlaying: "y", side: "right", title: { text: "tokens" }, rangemode: "tozero" } }, { displayModeBar: false, responsive: true });
+  }
+  function loadScores() { return fetch(root.dataset.scores).then((r) => r.json()).then(drawScores); }
+  const refreshScores = debounce(loadScores, 300);
+  const refreshQueue = debounce(() => trigger("queue-changed"), 200);
+  const refreshVersions = debounce(() => trigger("versions-changed"), 200);
+  const refreshStatus = debounce(() => trigger("status-changed"), 200);
+
+  function activity(msg) {
+    const ol = document.getElementById("activity");
+    const li = document.createElement("li");
+    const p = msg.payload || {};
+    let text = msg.kind.replace(/_/g, " ");
+    if (msg.agent) text += " · " + msg.agent;
+    if (p.status) text += " · " + p.status;
+    if (msg.kind === "judgement" && p.J != null) text += " · J " + p.J.toFixed(3);
+    if (msg.kind === "search_iteration") text += p.accepted ? " · accepted" : " · not accepted";
+    if (msg.status) text += " · " + msg.status;
+    li.textContent = (msg.iteration != null ? "it " + msg.iteration + " · " : "") + text;
+    li.className = "a-" + msg.kind;
+    ol.prepend(li);
+    while (ol.children.length > 14) ol.removeChild(ol.lastChild);
+  }
+
+  function onMessage(msg) {
+    activity(msg);
+    switch (msg.kind) {
+      case "agent_started": if (msg.source === graphSource) setState(msg.agent, "running"); else refreshGraph(); break;
+      case "agent_finished":
+        if (msg.source === graphSource) setState(msg.agent, { SUCCESS: "done", FAILURE: "failed", STOPPED: "failed", SKIPPED: "skipped" }[msg.payload.status] || "waiting");
+        else refreshGraph();
+        break;
+      case "run_started": case "run_finished": refreshGraph(); break;
+      case "judgement": refreshScores(); break;
+      case "mutation_proposed": case "mutation_pending": case "mutation_decided": refreshQueue(); refreshStatus(); break;
+      case "search_iteration": refreshQueue(); refreshVersions(); refreshGraph(); refreshScores(); break;
+      case "version_created": refreshVersions(); refreshGraph(); break;
+      case "status": case "checkpoint": case "search_finished": case "official_evaluation": refreshStatus(); break;
+    }
+  }
+
+  let backoff = 500;
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss://" : "ws://";
+    const ws = new WebSocket(proto + location.host + root.dataset.ws);
+    const state = document.getElementById("ws-state");
+    ws.onopen = () => { state.textContent = "live"; state.dataset.live = "1"; backoff = 500; loadGraph(); loadScores(); };
+    ws.onmessage = (e) => onMessage(JSON.parse(e.data));
+    ws.onclose = () => {
+      state.textContent = "reconnecting…"; state.dataset.live = "0";
+      setTimeout(connect, backoff); backoff = Math.min(backoff * 2, 8000);
+    };
+  }
+
+  // A refresh must not wipe what a person is typing in the editor.
+  window.editorBusy = () => !!document.querySelector("#editor :focus");
+
+  // The editor's selects prefill their fields from the chosen edge or role.
+  document.body.addEventListener("change", (e) => {
+    const t = e.target;
+    if (t.id === "contract-edge") document.getElementById("contract-type").value = t.selectedOptions[0].dataset.contract || "";
+    if (t.id === "procedure-role") document.getElementById("procedure-text").value = t.selectedOptions[0].dataset.text || "";
+  });
+
+  loadGraph(); loadScores(); connect();
+})();

@@ -1,0 +1,223 @@
+"""The engine's two interfaces, implemented on the database and Channels (DESIGN.md):
+
+- ``RunEventSink``: every engine event becomes an Event row (plus Judgement, WorkflowVersion and
+  Mutation rows where the event says so) and a message to the run's WebSocket group.
+- ``DatabaseGate``: a proposed mutation becomes a Mutation row; the run's gate policy decides
+  it, or the worker waits on the row until a person approves or vetoes it.
+
+Both run in the Celery worker. Between steps they look at the run's row, so a person's pause or
+cancel (or a lease taken over by a resumed attempt) stops the engine with ``RunInterrupted``.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from engine.errors import RunInterrupted
+from engine.trace import Event as EngineEvent
+from engine.workflow import Workflow
+
+from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run, RunStatus,
+                     WorkflowVersion)
+
+log = logging.getLogger(__name__)
+CONTROL_CHECK_S = 0.25
+
+
+def brief(payload: dict, limit: int = 160) -> dict:
+    """The part of a payload worth pushing to every browser: scalars, short strings, scores."""
+    out: dict[str, Any] = {}
+    for k, v in payload.items():
+        if isinstance(v, (bool, int, float)) or v is None:
+            out[k] = v
+        elif isinstance(v, str):
+            out[k] = v if len(v) <= limit else v[:limit] + "…"
+        elif k in ("scores", "budget_left", "used", "budget_used") and isinstance(v, dict):
+            out[k] = v
+    return out
+
+
+def broadcast(run: Run | int, message: dict) -> None:
+    """Send to everyone watching a run. A missing channel layer never stops the engine."""
+    group = run.group if isinstance(run, Run) else f"run-{run}"
+    try:
+        async_to_sync(get_channel_layer().group_send)(group, {"type": "run.message", "message": message})
+    except Exception:  # noqa: BLE001 - live updates are best effort; the database has everything
+        log.exception("could not push to %s", group)
+
+
+def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True) -> WorkflowVersion:
+    with transaction.atomic():
+        current = run.versions.order_by("-number").first()
+        number = (current.number + 1) if current else 1
+        version = WorkflowVersion.objects.create(
+            run=run, number=number, hash=data.get("hash") or Workflow.from_dict(data).hash, parent=current,
+            data=data, author=author, note=note, iteration=iteration, adopted=adopted)
+    broadcast(run, {"kind": "version_created", "version": number, "author": author})
+    return version
+
+
+class RunEventSink:
+    def __init__(self, run: Run, lease: str):
+        self.run_id = run.pk
+        self.lease = lease
+        self.seq = run.last_seq
+        self.usage = dict(run.usage or {})
+        self._checked = 0.0
+
+    # --- the engine's EventSink -----------------------------------------------------------
+    def emit(self, event: EngineEvent) -> None:
+        self.seq += 1
+        payload = event.payload
+        Event.objects.create(run_id=self.run_id, seq=self.seq, source=event.run_id, source_seq=event.seq,
+                             ts=event.ts, kind=event.kind, agent=event.agent or "", iteration=event.iteration,
+                             payload=payload)
+        if event.kind == "model_call" and isinstance(payload.get("budget_used"), dict):
+            self.usage = payload["budget_used"]  # the run's one budget, as of this call
+        Run.objects.filter(pk=self.run_id).update(last_seq=self.seq, heartbeat=timezone.now(), usage=self.usage)
+        self._side_effects(event)
+        broadcast(self.run_id, {"kind": event.kind, "seq": self.seq, "agent": event.agent,
+                                "iteration": event.iteration, "source": event.run_id, "ts": event.ts,
+                                "payload": brief(payload)})
+        self.check_control()
+
+    def close(self) -> None:
+        pass
+
+    # --- control --------------------------------------------------------------------------
+    def check_control(self, force: bool = False) -> None:
+        """Raise RunInterrupted if a person paused or cancelled the run, or it changed hands."""
+        now = time.monotonic()
+        if not force and now - self._checked < CONTROL_CHECK_S:
+            return
+        self._checked = now
+        status, lease = Run.objects.filter(pk=self.run_id).values_list("status", "lease").get()
+        if lease != self.lease:
+            raise RunInterrupted("lease lost: the run was resumed by another worker")
+        if status == RunStatus.PAUSING:
+            raise RunInterrupted("paused")
+        if status == RunStatus.CANCELLING:
+            raise RunInterrupted("cancelled")
+
+    def heartbeat(self) -> None:
+        Run.objects.filter(pk=self.run_id, lease=self.lease).update(heartbeat=timezone.now())
+
+    def save_checkpoint(self, state: dict) -> None:
+        """Called by the engine after every finished iteration: the step a resume starts after."""
+        Run.objects.filter(pk=self.run_id, lease=self.lease).update(
+            checkpoint=state, usage=state["budget"]["used"], heartbeat=timezone.now())
+        broadcast(self.run_id, {"kind": "checkpoint", "n": state["n"], "used": state["budget"]["used"]})
+
+    # --- rows derived from events ---------------------------------------------------------
+    def _side_effects(self, event: EngineEvent) -> None:
+        p = event.payload
+        if event.kind == "search_started":
+            run = Run.objects.get(pk=self.run_id)
+            if not run.versions.exists() and p.get("workflow"):
+                record_version(run, p["workflow"], "engine", f"initial workflow ({p.get('start', {}).get('path')})", 0)
+        elif event.kind == "judgement":
+            Judgement.objects.create(
+                run_id=self.run_id, iteration=p.get("iteration_n", event.iteration), workflow_hash=p.get("workflow_hash", ""),
+                ok=bool(p.get("ok")), J=p.get("J"), scores=p.get("scores", {}), feedback=p.get("feedback", {}),
+                error=p.get("error", ""), checks=p.get("checks", []), validation=p.get("validation"),
+                budget_used=dict(self.usage))
+        elif event.kind == "search_iteration":
+            self._iteration_settled(event)
+
+    def _iteration_settled(self, event: EngineEvent) -> None:
+        p = event.payload
+        run = Run.objects.get(pk=self.run_id)
+        Run.objects.filter(pk=self.run_id).update(budget_left=p.get("budget_left") or {})
+        mutation = p.get("mutation") or {}
+        if mutation.get("kind") == "human_edit":
+            pending = run.versions.filter(adopted=False, hash=p.get("workflow_hash")).order_by("number").first()
+            if pending:
+                WorkflowVersion.objects.filter(pk=pending.pk).update(adopted=True, iteration=p.get("n", 0))
+                broadcast(run, {"kind": "version_created", "version": pending.number, "author": pending.author})
+            return
+        if p.get("accepted") and p.get("workflow"):
+            current = run.current_version
+            if current is None or current.hash != p["workflow_hash"]:
+                record_version(run, p["workflow"], p.get("decided_by") or "mutator",
+                               f"{mutation.get('kind')} on {mutation.get('target')}: {mutation.get('rationale', '')}",
+                               p.get("n", 0))
+
+
+class DatabaseGate:
+    """The human gate: policy first, then a person, through Mutation rows."""
+
+    def __init__(self, run: Run, sink: RunEventSink, poll_s: float = 0.3):
+        self.run_id = run.pk
+        self.sink = sink
+        self.poll_s = poll_s
+
+    def decide(self, proposal: dict) -> tuple[bool, str, str]:
+        run = Run.objects.get(pk=self.run_id)
+        mutation = proposal["mutation"]
+        checks = proposal.get("checks") or []
+        evidence = {"J": proposal.get("J"), "incumbent_J": proposal.get("incumbent_J"), "checks": checks,
+                    "validation": proposal.get("validation"), "judgement": proposal.get("judgement"),
+                    "probe_run_id": proposal.get("probe_run_id")}
+        row, created = Mutation.objects.get_or_create(
+            run=run, iteration=proposal.get("n", 0), child_hash=proposal["workflow"]["hash"],
+            defaults=dict(kind=mutation["kind"], target=mutation.get("target", ""),
+                          rationale=mutation.get("rationale", ""), proposal=mutation, diff=proposal.get("diff") or {},
+                          parent_hash=proposal.get("parent_hash", ""), child=proposal["workflow"], evidence=evidence,
+                          rule_accepts=bool(proposal.get("rule_accepts"))))
+        if not created and row.status != MutationStatus.PROPOSED:
+            # Decided before the worker was lost: the person's decision stands.
+            return row.accepted, row.decided_by, row.reason
+        if created:
+            self._policy(run, row, checks)
+        if row.pending:
+            self._wait(row)
+        row.refresh_from_db()
+        return row.accepted, row.decided_by, row.reason
+
+    def _policy(self, run: Run, row: Mutation, checks: list[dict]) -> None:
+        all_pass = bool(checks) and all(c.get("passed") for c in checks)
+        if run.gate_policy == GatePolicy.AUTOMATIC:
+            status = MutationStatus.AUTO_APPROVED if row.rule_accepts else MutationStatus.AUTO_REJECTED
+            decide(row, status, "policy:automatic", "J improved" if row.rule_accepts else "J did not improve")
+        elif run.gate_policy == GatePolicy.AUTO_IMPROVE and row.rule_accepts and all_pass:
+            decide(row, MutationStatus.AUTO_APPROVED, "policy:auto_improve", "J improved and every public check passed")
+        else:
+            broadcast(run, {"kind": "mutation_pending", "mutation": row.pk, "iteration": row.iteration})
+
+    def _wait(self, row: Mutation) -> None:
+        Run.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(status=RunStatus.AWAITING)
+        broadcast(self.run_id, {"kind": "status", "status": RunStatus.AWAITING})
+        try:
+            while True:
+                if Mutation.objects.filter(pk=row.pk).exclude(status=MutationStatus.PROPOSED).exists():
+                    return
+                self.sink.check_control(force=True)
+                self.sink.heartbeat()
+                time.sleep(self.poll_s)
+        finally:
+            if Run.objects.filter(pk=self.run_id, status=RunStatus.AWAITING).update(status=RunStatus.RUNNING):
+                broadcast(self.run_id, {"kind": "status", "status": RunStatus.RUNNING})
+
+    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
+        version = WorkflowVersion.objects.filter(run_id=self.run_id, adopted=False).order_by("number").first()
+        if version is None:
+            return None
+        wf = Workflow.from_dict({**version.data, "hash": None})
+        return wf, version.author
+
+
+def decide(row: Mutation, status: str, by: str, reason: str) -> bool:
+    """Settle a pending mutation; False when someone (or something) settled it first."""
+    changed = Mutation.objects.filter(pk=row.pk, status=MutationStatus.PROPOSED).update(
+        status=status, decided_by=by, reason=reason, decided_at=timezone.now())
+    if changed:
+        row.refresh_from_db()
+        broadcast(row.run_id, {"kind": "mutation_decided", "mutation": row.pk, "status": status, "by": by})
+    return bool(changed)

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+
+from .models import GatePolicy, Run
+
+
+def example_choices() -> list[tuple[str, str]]:
+    root = settings.TRELLIS_EXAMPLES_DIR
+    return [(str(p), p.name) for p in sorted(root.iterdir()) if (p / "Problem.md").exists()]
+
+
+class NewRunForm(forms.Form):
+    project = forms.CharField(max_length=120, initial="Demo project")
+    task_folder = forms.ChoiceField(label="Task", choices=example_choices)
+    search = forms.ChoiceField(choices=Run.SEARCHES, initial="mimosa")
+    iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
+    gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)
+    seed = forms.IntegerField(initial=0)
+    model = forms.CharField(required=False, max_length=200,
+                            help_text="litellm model for every role; blank uses the offline provider")
+    max_tokens = forms.IntegerField(min_value=1000, initial=2_000_000, label="Token budget")
+
+    def run_options(self) -> dict:
+        d = self.cleaned_data
+        return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
+                "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"]}

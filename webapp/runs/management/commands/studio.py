@@ -1,0 +1,100 @@
+"""python manage.py studio — the whole studio on one machine, no external service:
+an embedded Redis (broker + channel layer), a Celery worker, the ASGI web server, and a demo
+project with a run already going on an example task with the offline provider."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from webapp import embedded_redis
+from webapp.runs import controls
+from webapp.runs.models import GatePolicy, Project, Run
+
+
+class Command(BaseCommand):
+    help = "Start the Trellis studio (embedded Redis, a Celery worker, the web server) with a live demo run."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-demo", action="store_true", help="do not start a demo run")
+        parser.add_argument("--demo-task", default=str(Path(settings.TRELLIS_EXAMPLES_DIR) / "diabetes-progression"))
+        parser.add_argument("--workers", type=int, default=2, help="runs executed at once by the embedded worker")
+
+    def handle(self, *args, **options):
+        # SIGTERM (from a supervisor or `kill`) stops the children like Ctrl-C does.
+        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        call_command("migrate", interactive=False, verbosity=0)
+        children: list[subprocess.Popen] = []
+        redis_proc = None
+        if not os.environ.get("TRELLIS_REDIS_URL"):
+            redis_proc = embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET, settings.VAR_DIR / "redis")
+            self.stdout.write(f"embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}")
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+        try:
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "runs,celery",
+                 "-c", str(options["workers"]), "--loglevel", "WARNING", "-n", "trellis-embedded@%h"],
+                env=env, cwd=settings.BASE_DIR))
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]),
+                 "webapp.asgi:application"], env=env, cwd=settings.BASE_DIR))
+            if not os.environ.get("TRELLIS_REDIS_URL"):
+                resumed = controls.recover_orphans()
+                if resumed:
+                    self.stdout.write(f"resuming run(s) {', '.join(map(str, resumed))} from their last checkpoint")
+            user, password = self._demo_account()
+            run = None if options["no_demo"] else self._demo_run(options["demo_task"], user)
+            url = f"http://{options['host']}:{options['port']}/"
+            self.stdout.write(self.style.SUCCESS(f"\nTrellis studio: {url}"))
+            self.stdout.write(f"sign in as {user.username!r} with password {password!r}" if password
+                              else f"sign in as {user.username!r}")
+            if run:
+                self.stdout.write(f"demo run: {url}runs/{run.pk}/ ({run.task.name}, {run.get_search_display()}, "
+                                  f"gate: {run.get_gate_policy_display().lower()})")
+            self.stdout.write("Ctrl-C stops everything.\n")
+            self._wait(children)
+        finally:
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
+            for child in children:
+                try:
+                    child.wait(10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+            embedded_redis.stop(redis_proc)
+
+    def _demo_account(self):
+        User = get_user_model()
+        user = User.objects.filter(username="demo").first()
+        if user:
+            return user, ("demo" if user.check_password("demo") else None)
+        return User.objects.create_superuser("demo", "demo@localhost", "demo"), "demo"
+
+    def _demo_run(self, folder: str, user) -> Run:
+        project, _ = Project.objects.get_or_create(
+            name="Demo project", defaults={"description": "Example tasks run offline with the scripted provider."})
+        task = controls.task_for_folder(project, folder)
+        active = Run.objects.filter(task=task).exclude(status__in=["completed", "cancelled", "failed"]).first()
+        if active:
+            return active
+        return controls.start_run(task, user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+
+    def _wait(self, children: list[subprocess.Popen]) -> None:
+        try:
+            while all(c.poll() is None for c in children):
+                time.sleep(0.5)
+            dead = next(c for c in children if c.poll() is not None)
+            self.stderr.write(f"{' '.join(dead.args[:4])} exited with {dead.returncode}; stopping the studio")
+        except KeyboardInterrupt:
+            self.stdout.write("\nstopping the studio")

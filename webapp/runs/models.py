@@ -1,0 +1,232 @@
+"""What the studio stores: projects, tasks, runs, workflow versions, events, mutations,
+judgements. A run is persisted after every step (its events as they happen, its checkpoint
+after every search iteration), so a killed worker loses at most the step in flight."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=120, unique=True)
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """A task folder (Problem.md, Requirements.md, Evaluation.md, data, evaluate.py)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
+    name = models.CharField(max_length=120)
+    title = models.CharField(max_length=300, blank=True)
+    folder = models.CharField(max_length=500)
+    metric_name = models.CharField(max_length=80, blank=True)
+    higher_is_better = models.BooleanField(default=True)
+
+    class Meta:
+        unique_together = [("project", "name")]
+
+    def __str__(self) -> str:
+        return self.title or self.name
+
+
+class GatePolicy(models.TextChoices):
+    MANUAL = "manual", "Every mutation waits for a person"
+    AUTO_IMPROVE = "auto_improve", "Auto-approve when J improves and all checks pass"
+    AUTOMATIC = "automatic", "Fully automatic (the search's rule decides)"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    AWAITING = "awaiting_decision", "awaiting a decision"
+    PAUSING = "pausing", "pausing"
+    PAUSED = "paused", "paused"
+    INTERRUPTED = "interrupted", "interrupted (worker lost)"
+    CANCELLING = "cancelling", "cancelling"
+    CANCELLED = "cancelled", "cancelled"
+    COMPLETED = "completed", "completed"
+    FAILED = "failed", "failed"
+
+
+ACTIVE_STATUSES = {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING, RunStatus.PAUSING,
+                   RunStatus.CANCELLING}
+RESUMABLE_STATUSES = {RunStatus.PAUSED, RunStatus.INTERRUPTED, RunStatus.FAILED}
+
+
+class Run(models.Model):
+    SEARCHES = [("mimosa", "Mimosa local search"), ("scimars", "SciMARS rounds"), ("tree", "AgenticSciML tree")]
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    search = models.CharField(max_length=20, choices=SEARCHES, default="mimosa")
+    iterations = models.PositiveIntegerField(default=4)
+    seed = models.IntegerField(default=0)
+    gate_policy = models.CharField(max_length=20, choices=GatePolicy.choices, default=GatePolicy.MANUAL)
+    model = models.CharField(max_length=200, blank=True, help_text="litellm model; blank = offline provider")
+    max_tokens = models.PositiveIntegerField(default=2_000_000)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    status_reason = models.TextField(blank=True)
+    # A worker owns a run while its lease matches; a resumed run gets a new lease, so a
+    # stale worker that wakes up cannot write over its successor.
+    lease = models.CharField(max_length=40, blank=True)
+    heartbeat = models.DateTimeField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    usage = models.JSONField(default=dict)
+    budget_left = models.JSONField(default=dict)
+    result = models.JSONField(null=True, blank=True)   # initial/final official metrics, once committed
+    run_dir = models.CharField(max_length=500, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    last_seq = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} · {self.task.name} · {self.search}"
+
+    @property
+    def group(self) -> str:
+        return f"run-{self.pk}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def worker_lost(self) -> bool:
+        """Active, but its worker has gone quiet for longer than a heartbeat allows."""
+        if self.status not in {RunStatus.RUNNING, RunStatus.AWAITING, RunStatus.PAUSING, RunStatus.CANCELLING}:
+            return False
+        stale = timedelta(seconds=settings.TRELLIS_HEARTBEAT_STALE_S)
+        return self.heartbeat is None or timezone.now() - self.heartbeat > stale
+
+    @property
+    def can_resume(self) -> bool:
+        return self.status in RESUMABLE_STATUSES or self.worker_lost
+
+    @property
+    def current_version(self) -> "WorkflowVersion | None":
+        return self.versions.order_by("-number").first()
+
+
+class WorkflowVersion(models.Model):
+    """One version of a run's workflow lineage: the initial one, each accepted mutation, each
+    person's edit. ``data`` is the engine's Workflow.to_dict()."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    hash = models.CharField(max_length=64)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    data = models.JSONField()
+    author = models.CharField(max_length=150)   # engine, mutator, user:<name>
+    note = models.TextField(blank=True)
+    iteration = models.IntegerField(default=0)
+    adopted = models.BooleanField(default=True, help_text="False while a person's edit waits for the engine")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        unique_together = [("run", "number")]
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"v{self.number} {self.hash[:10]}"
+
+
+class Event(models.Model):
+    """One engine event. ``seq`` numbers a run's events in arrival order across all its probes;
+    ``source`` is the engine's own run id (the search or one probe)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    source = models.CharField(max_length=120, blank=True)
+    source_seq = models.PositiveIntegerField(default=0)
+    ts = models.FloatField()
+    kind = models.CharField(max_length=40, db_index=True)
+    agent = models.CharField(max_length=120, blank=True, db_index=True)
+    iteration = models.IntegerField(default=0, db_index=True)
+    payload = models.JSONField(default=dict)
+
+    class Meta:
+        unique_together = [("run", "seq")]
+        ordering = ["seq"]
+
+
+class MutationStatus(models.TextChoices):
+    PROPOSED = "proposed", "waiting for a person"
+    APPROVED = "approved", "approved"
+    VETOED = "vetoed", "vetoed"
+    AUTO_APPROVED = "auto_approved", "auto-approved"
+    AUTO_REJECTED = "auto_rejected", "rejected by the policy"
+    ADOPTED = "adopted", "a person's edit, adopted"
+
+
+class Mutation(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="mutations")
+    iteration = models.IntegerField()
+    kind = models.CharField(max_length=40)
+    target = models.CharField(max_length=200, blank=True)
+    rationale = models.TextField(blank=True)
+    proposal = models.JSONField(default=dict)        # the engine's Mutation.to_dict()
+    diff = models.JSONField(default=dict)
+    parent_hash = models.CharField(max_length=64, blank=True)
+    child_hash = models.CharField(max_length=64)
+    child = models.JSONField(default=dict)           # the candidate workflow
+    evidence = models.JSONField(default=dict)        # probe: checks, validation, judgement, J vs incumbent
+    rule_accepts = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=MutationStatus.choices, default=MutationStatus.PROPOSED)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-iteration", "-created"]
+        unique_together = [("run", "iteration", "child_hash")]
+
+    @property
+    def pending(self) -> bool:
+        return self.status == MutationStatus.PROPOSED
+
+    @property
+    def accepted(self) -> bool:
+        return self.status in {MutationStatus.APPROVED, MutationStatus.AUTO_APPROVED, MutationStatus.ADOPTED}
+
+
+class Judgement(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="judgements")
+    iteration = models.IntegerField()
+    workflow_hash = models.CharField(max_length=64)
+    ok = models.BooleanField()
+    J = models.FloatField(null=True)  # noqa: N815 - the papers' name
+    scores = models.JSONField(default=dict)
+    feedback = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+    checks = models.JSONField(default=list)
+    validation = models.JSONField(null=True)
+    budget_used = models.JSONField(default=dict)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["iteration", "created"]
+
+
+class Annotation(models.Model):
+    """A person's note on one event of a trace (teams annotate traces together)."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="annotations")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    text = models.TextField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created"]

@@ -1,0 +1,193 @@
+"""Shapes the stored run for the pages: the DAG with agent states, the score series, the
+side-by-side diff of two versions, and paged event payloads."""
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+
+import networkx as nx
+
+from .models import Event, Run
+
+NODE_STATE = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
+              "RETRY": "waiting", "FALLBACK": "waiting"}
+
+
+def graph_state(run: Run) -> dict:
+    """The workflow being executed now (the latest probe's), else the current version, with
+    each agent's state from that execution's events."""
+    version = run.current_version
+    started = run.events.filter(kind="run_started").order_by("-seq").first()
+    states: dict[str, str] = {}
+    if started and started.payload.get("workflow"):
+        workflow = started.payload["workflow"]
+        for ev in run.events.filter(source=started.source, kind__in=("agent_started", "agent_finished")).order_by("seq"):
+            if ev.kind == "agent_started":
+                states[ev.agent] = "running"
+            else:
+                states[ev.agent] = NODE_STATE.get(ev.payload.get("status"), "done")
+        label = f"iteration {started.iteration}: " + ("initial workflow" if started.iteration == 0 else
+                                                      "candidate" if not version or version.hash != workflow.get("hash")
+                                                      else f"v{version.number}")
+        finished = run.events.filter(source=started.source, kind="run_finished").exists()
+    elif version:
+        workflow, label, finished = version.data, f"v{version.number}", True
+    else:
+        return {"workflow": None, "states": {}, "label": "no workflow yet", "source": None}
+    for agent in workflow.get("agents", []):
+        states.setdefault(agent["id"], "waiting")
+    return {"workflow": workflow, "states": states, "label": label, "finished": finished,
+            "source": started.source if started else None,
+            "version": version.number if version else None,
+            "version_hash": version.hash if version else None}
+
+
+def layered_positions(workflow: dict, dx: int = 230, dy: int = 80) -> dict[str, dict]:
+    """Top-to-bottom layers of the DAG (networkx's topological generations), each layer
+    centred, so a pipeline reads downwards with room beside each edge for its contract."""
+    g = nx.DiGraph()
+    g.add_nodes_from(a["id"] for a in workflow.get("agents", []))
+    g.add_edges_from((e["source"], e["target"]) for e in workflow.get("edges", []))
+    order = {a["id"]: i for i, a in enumerate(workflow.get("agents", []))}
+    try:
+        layers = list(nx.topological_generations(g))
+    except nx.NetworkXUnfeasible:  # a stored cyclic graph still draws, in declaration order
+        layers = [[n] for n in sorted(g.nodes, key=order.get)]
+    pos = {}
+    for x, layer in enumerate(layers):
+        layer = sorted(layer, key=order.get)
+        for y, node in enumerate(layer):
+            pos[node] = {"x": (y - (len(layer) - 1) / 2) * dx, "y": x * dy}
+    return pos
+
+
+def short(text: str, limit: int = 34) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def cytoscape_elements(workflow: dict, states: dict[str, str]) -> list[dict]:
+    els: list[dict] = []
+    pos = layered_positions(workflow)
+    for a in workflow.get("agents", []):
+        roles = a.get("roles", [])
+        label = a["id"] if roles == [a["id"]] else f"{a['id']}\n({' + '.join(roles)})"
+        els.append({"data": {"id": a["id"], "label": label, "state": states.get(a["id"], "waiting")},
+                    "position": pos.get(a["id"], {"x": 0, "y": 0})})
+    for e in workflow.get("edges", []):
+        els.append({"data": {"id": f"{e['source']}->{e['target']}:{e['artifact']}", "source": e["source"],
+                             "target": e["target"], "label": f"{e['artifact']}: {short(e['contract'])}",
+                             "contract": e["contract"], "kind": "edge"}})
+    for r in workflow.get("routes", []):
+        els.append({"data": {"id": f"route:{r['source']}:{r['on']}", "source": r["source"], "target": r["target"],
+                             "label": f"{r['on']} ≤{r['max_loops']}", "kind": "route"}})
+    return els
+
+
+def score_series(run: Run) -> dict:
+    rows = list(run.judgements.order_by("iteration", "created"))
+    incumbent = []
+    best = None
+    for j in rows:
+        if j.ok and (best is None or j.J > best):
+            best = j.J
+        incumbent.append(best)
+    return {
+        "iteration": [j.iteration for j in rows],
+        "J": [j.J for j in rows],
+        "criteria": {c: [j.scores.get(c) for j in rows] for c in
+                     ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")},
+        "checks_passed": [sum(1 for c in j.checks if c.get("passed")) for j in rows],
+        "checks_total": [len(j.checks) for j in rows],
+        "validation": [(j.validation or {}).get("value") for j in rows],
+        "tokens": [(j.budget_used or {}).get("tokens") for j in rows],
+        "calls": [(j.budget_used or {}).get("calls") for j in rows],
+        "best_J": incumbent,
+    }
+
+
+def workflow_lines(data: dict) -> list[str]:
+    """A workflow as readable lines, in a stable order, for a line diff."""
+    lines = [f"workflow {data.get('name', '')}"]
+    for a in sorted(data.get("agents", []), key=lambda a: a["id"]):
+        lines.append(f"agent {a['id']}: roles {', '.join(a.get('roles', []))}")
+        for k in ("inputs", "outputs"):
+            for name, typ in sorted((a.get(k) or {}).items()):
+                lines.append(f"  {k[:-1]} {name}: {typ}")
+        if a.get("tools"):
+            lines.append(f"  tools {', '.join(a['tools'])}")
+        if a.get("model"):
+            lines.append(f"  model {a['model']}")
+        if a.get("prompt"):
+            lines.append(f"  prompt: {a['prompt']}")
+    for e in sorted(data.get("edges", []), key=lambda e: (e["source"], e["target"], e["artifact"])):
+        lines.append(f"edge {e['source']} -> {e['target']}  {e['artifact']}: {e['contract']}")
+    for r in sorted(data.get("routes", []), key=lambda r: (r["source"], r["on"])):
+        lines.append(f"route {r['source']} on {r['on']} -> {r['target']} (max {r['max_loops']})")
+    harness = data.get("harness", {})
+    for role, text in sorted((harness.get("procedures") or {}).items()):
+        lines.append(f"procedure {role}: {text}")
+    for k, v in sorted((harness.get("coordination") or {}).items()):
+        lines.append(f"coordination {k}: {json.dumps(v)}")
+    for k, v in sorted((harness.get("memory") or {}).items()):
+        lines.append(f"memory {k}: {json.dumps(v)}")
+    return lines
+
+
+@dataclass
+class DiffRow:
+    tag: str          # equal / replace / delete / insert
+    left: str
+    right: str
+
+
+def side_by_side(a: dict, b: dict) -> list[DiffRow]:
+    left, right = workflow_lines(a), workflow_lines(b)
+    rows: list[DiffRow] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=left, b=right, autojunk=False).get_opcodes():
+        if tag == "equal":
+            rows.extend(DiffRow("equal", left[i], right[j1 + k]) for k, i in enumerate(range(i1, i2)))
+            continue
+        span = max(i2 - i1, j2 - j1)
+        for k in range(span):
+            lt = left[i1 + k] if i1 + k < i2 else ""
+            rt = right[j1 + k] if j1 + k < j2 else ""
+            rows.append(DiffRow(tag if lt and rt else ("delete" if lt else "insert"), lt, rt))
+    return rows
+
+
+PAGE_CHARS = 4000
+
+
+def paged_payload(event: Event, field: str | None, page: int) -> dict:
+    """A payload with every long string cut to one page; ``field`` asks for one page of one
+    long string (``messages.1.content``), so a 2 MB stdout is read a page at a time."""
+    if field:
+        value = _lookup(event.payload, field)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+        pages = max(1, -(-len(text) // PAGE_CHARS))
+        page = min(max(page, 1), pages)
+        return {"field": field, "text": text[(page - 1) * PAGE_CHARS: page * PAGE_CHARS], "page": page,
+                "pages": pages, "chars": len(text)}
+    return {"items": list(_flatten(event.payload, ""))}
+
+
+def _lookup(obj, path: str):
+    for part in path.split("."):
+        obj = obj[int(part)] if isinstance(obj, list) else obj[part]
+    return obj
+
+
+def _flatten(obj, prefix: str):
+    """(path, preview, long?) for every leaf, long strings and big values shortened."""
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(obj, list) and obj and any(isinstance(x, (dict, list)) for x in obj):
+        for i, v in enumerate(obj):
+            yield from _flatten(v, f"{prefix}.{i}" if prefix else str(i))
+    else:
+        text = obj if isinstance(obj, str) else json.dumps(obj, default=str)
+        long = len(text) > PAGE_CHARS // 4
+        yield {"path": prefix, "preview": text[: PAGE_CHARS // 4], "long": long, "chars": len(text),
+               "code": prefix.endswith(("code", "content", "response", "stdout_tail", "stderr_tail"))}
