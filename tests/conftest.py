@@ -13,3 +13,24 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
+
+
+@pytest.fixture(scope="session")
+def studio(django_db_setup, django_db_blocker):
+    """A real studio on the test database: embedded Redis, a Celery worker, Daphne."""
+    from django.conf import settings
+
+    from tests.studio_harness import Studio
+
+    from django.db import connection
+
+    s = Studio(settings.VAR_DIR, connection.settings_dict["NAME"]).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def demo_user(transactional_db):
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.create_user("ada", password="lovelace-1843")

@@ -7,10 +7,13 @@ DATABASE_URL (postgres://…), TRELLIS_REDIS_URL (redis://…), TRELLIS_SECRET_K
 TRELLIS_DEBUG=0, TRELLIS_ALLOWED_HOSTS.
 """
 import os
+import sys
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("TRELLIS_VAR_DIR", BASE_DIR / "var"))
+# Tests get a folder of their own, so they never touch the studio's database, runs or archive.
+_DEFAULT_VAR = BASE_DIR / "var" / ("pytest" if "pytest" in sys.modules else "")
+VAR_DIR = Path(os.environ.get("TRELLIS_VAR_DIR", _DEFAULT_VAR))
 VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, traces and artifacts live here
 
 SECRET_KEY = os.environ.get("TRELLIS_SECRET_KEY", "trellis-embedded-development-key-not-for-production")
@@ -67,7 +70,10 @@ def _database() -> dict:
         return dj_database_url.parse(url, conn_max_age=60)
     # The web process and the workers write the same file: WAL lets readers and the writer
     # proceed together, IMMEDIATE transactions queue writers instead of failing on upgrade.
-    return {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "trellis.sqlite3",
+    name = Path(os.environ.get("TRELLIS_DB_PATH", VAR_DIR / "trellis.sqlite3"))
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": name,
+            # A file, not memory, so that the tests' worker and web server share the test database.
+            "TEST": {"NAME": name.with_name("test-" + name.name)},
             "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE",
                         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"}}
 
@@ -95,6 +101,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise expects it; collectstatic fills it in production
 WHITENOISE_USE_FINDERS = True  # serve static/ directly; no collectstatic step for the embedded studio
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

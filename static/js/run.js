@@ -34,8 +34,9 @@
           { selector: "node[state = 'done'], node[state = 'failed']", style: { "color": "#fff" } },
           { selector: "edge", style: {
               "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.6, "line-color": "#67758a",
-              "target-arrow-color": "#67758a", "label": "data(label)", "font-size": 9, "text-rotation": "autorotate",
+              "target-arrow-color": "#67758a", "label": "data(label)", "font-size": 9, "text-rotation": "none",
               "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2, "color": "#2c3a4c" } },
+          { selector: "edge[bow != 0]", style: { "curve-style": "unbundled-bezier", "control-point-distances": "data(bow)", "control-point-weights": 0.5 } },
           { selector: "edge[kind = 'route']", style: {
               "line-style": "dashed", "line-color": "#b0733a", "target-arrow-color": "#b0733a", "curve-style": "unbundled-bezier",
               "control-point-distances": [60], "control-point-weights": [0.5], "color": "#7a4a1c" } },

@@ -74,10 +74,15 @@ def cytoscape_elements(workflow: dict, states: dict[str, str]) -> list[dict]:
         label = a["id"] if roles == [a["id"]] else f"{a['id']}\n({' + '.join(roles)})"
         els.append({"data": {"id": a["id"], "label": label, "state": states.get(a["id"], "waiting")},
                     "position": pos.get(a["id"], {"x": 0, "y": 0})})
+    side = 1
     for e in workflow.get("edges", []):
+        span = round(abs(pos.get(e["target"], {}).get("y", 0) - pos.get(e["source"], {}).get("y", 0)) / 80)
+        # An edge that skips layers bows out to one side (alternating) instead of crossing the nodes between.
+        bow = 0 if span <= 1 else side * (40 + 25 * span)
+        side = -side if span > 1 else side
         els.append({"data": {"id": f"{e['source']}->{e['target']}:{e['artifact']}", "source": e["source"],
                              "target": e["target"], "label": f"{e['artifact']}: {short(e['contract'])}",
-                             "contract": e["contract"], "kind": "edge"}})
+                             "contract": e["contract"], "kind": "edge", "bow": bow}})
     for r in workflow.get("routes", []):
         els.append({"data": {"id": f"route:{r['source']}:{r['on']}", "source": r["source"], "target": r["target"],
                              "label": f"{r['on']} ≤{r['max_loops']}", "kind": "route"}})

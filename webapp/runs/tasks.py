@@ -26,6 +26,10 @@ def execute_run(run_id: int, lease: str) -> str:
     if not claimed:  # cancelled before it started, or superseded by a newer resume
         return "skipped"
     run = Run.objects.select_related("task").get(pk=run_id)
+    if run.checkpoint:
+        # Scores of an iteration the lost worker never finished would be duplicated by the rerun;
+        # its events stay in the trace.
+        run.judgements.filter(iteration__gt=run.checkpoint.get("n", 0)).delete()
     Run.objects.filter(pk=run_id).update(attempts=run.attempts + 1, started=run.started or timezone.now())
     broadcast(run, {"kind": "status", "status": RunStatus.RUNNING})
     sink = RunEventSink(run, lease)

@@ -1,0 +1,105 @@
+"""The studio end to end with its real parts: embedded Redis as broker and channel layer, a
+Celery worker process executing the engine, the test database shared with it."""
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tests.studio_harness import wait_for
+from webapp.runs import controls
+from webapp.runs.models import GatePolicy, Mutation, MutationStatus, Project, Run, RunStatus
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _start(examples, **options) -> Run:
+    project = Project.objects.create(name="Live tests")
+    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    return controls.start_run(task, **options)
+
+
+def _run(pk: int) -> Run:
+    return Run.objects.get(pk=pk)
+
+
+def _finish(run: Run, timeout: float = 300) -> Run:
+    return wait_for(lambda: (r := _run(run.pk)).status in {"completed", "failed", "cancelled"} and r,
+                    timeout, what=f"run {run.pk} to finish")
+
+
+def test_a_person_approves_one_mutation_and_vetoes_another(studio, examples, demo_user):
+    run = _start(examples, search="mimosa", iterations=2, gate_policy=GatePolicy.MANUAL)
+    client = Client()
+    client.force_login(demo_user)
+
+    first = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 240,
+                     what="the first mutation to wait for a person")
+    assert _run(run.pk).status == RunStatus.AWAITING  # a pending mutation pauses this run
+    assert client.post(f"/mutations/{first.pk}/approve", {"reason": "clearer procedure"}).status_code == 200
+
+    second = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED, iteration=2).first(), 240,
+                      what="the second mutation")
+    assert client.post(f"/mutations/{second.pk}/veto", {"reason": "not convinced"}).status_code == 200
+    run = _finish(run)
+
+    assert run.status == RunStatus.COMPLETED, run.status_reason
+    first.refresh_from_db(), second.refresh_from_db()
+    assert (first.status, first.decided_by, first.reason) == ("approved", "user:ada", "clearer procedure")
+    assert (second.status, second.decided_by) == ("vetoed", "user:ada")
+    versions = list(run.versions.order_by("number"))
+    # The approved mutation became v2; the vetoed one left no version.
+    assert [v.number for v in versions] == [1, 2]
+    assert versions[1].hash == first.child_hash and versions[1].author == "user:ada"
+    assert run.result["final"]["workflow_hash"] == first.child_hash
+    assert run.result["initial"]["official"]["ok"] and run.result["final"]["official"]["ok"]
+    assert sorted(run.judgements.values_list("iteration", flat=True)) == [0, 1, 2]
+    assert run.events.filter(kind="agent_started").count() >= 3 * 6  # every agent of three probes
+
+
+def test_a_worker_killed_mid_run_resumes_from_its_last_step(studio, examples, settings):
+    settings.TRELLIS_HEARTBEAT_STALE_S = 3
+    run = _start(examples, search="mimosa", iterations=3, gate_policy=GatePolicy.AUTOMATIC)
+    wait_for(lambda: (_run(run.pk).checkpoint or {}).get("n", -1) >= 1, 300, what="iteration 1 to be persisted")
+    # Kill it inside the next iteration's probe, not between steps.
+    wait_for(lambda: run.events.filter(kind="agent_started", iteration=2).exists(), 120, what="iteration 2 to start")
+    studio.kill_worker()
+    before = _run(run.pk)
+    kept = list(run.events.order_by("seq").values_list("seq", "kind", "agent")[:200])
+    assert before.status in {RunStatus.RUNNING, RunStatus.AWAITING}
+    wait_for(lambda: _run(run.pk).worker_lost, 20, what="the run to show its worker is lost")
+    assert _run(run.pk).can_resume
+
+    studio.start_worker()
+    controls.resume_run(_run(run.pk))
+    run = _finish(run)
+
+    assert run.status == RunStatus.COMPLETED, run.status_reason
+    assert run.attempts == 2
+    # Nothing lost: the events from before the kill are all still there, in order, and the
+    # resumed attempt started after iteration 1 instead of from scratch.
+    assert list(run.events.order_by("seq").values_list("seq", "kind", "agent")[:len(kept)]) == kept
+    started = list(run.events.filter(kind="search_started").values_list("payload", flat=True))
+    assert [p.get("resumed_after") for p in started] == [None, before.checkpoint["n"]]
+    iterations = sorted(run.events.filter(kind="search_iteration").values_list("payload__n", flat=True))
+    assert iterations == [1, 2, 3]
+    assert sorted(run.judgements.values_list("iteration", flat=True)) == [0, 1, 2, 3]
+    assert run.result["final"]["official"]["ok"]
+
+
+def test_pause_then_resume_and_cancel_from_the_browser_endpoints(studio, examples, demo_user):
+    run = _start(examples, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
+    client = Client()
+    client.force_login(demo_user)
+    wait_for(lambda: _run(run.pk).status == RunStatus.RUNNING and run.events.exists(), 120, what="the run to start")
+    assert client.post(f"/runs/{run.pk}/control/pause").status_code == 200
+    wait_for(lambda: _run(run.pk).status == RunStatus.PAUSED, 120, what="the pause to take effect")
+    paused_at = _run(run.pk).last_seq
+    assert client.post(f"/runs/{run.pk}/control/pause").status_code == 409  # not running: a clear refusal
+    assert _run(run.pk).last_seq == paused_at  # nothing runs while paused
+
+    assert client.post(f"/runs/{run.pk}/control/resume").status_code == 200
+    wait_for(lambda: _run(run.pk).last_seq > paused_at, 120, what="the run to continue")
+    assert client.post(f"/runs/{run.pk}/control/cancel").status_code == 200
+    run = _finish(run)
+    assert run.status == RunStatus.CANCELLED
+    assert run.attempts == 2
