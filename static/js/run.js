@@ -13,8 +13,35 @@
 
   const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
 
+  // What the graph shows, and which version is the run's latest, so that a decision or an
+  // edit shows up here even while the next probe runs a candidate.
+  function graphLabel(data) {
+    const label = data.label || "";
+    if (!data.version || label.endsWith("v" + data.version)) return label;
+    return label + " · latest version v" + data.version;
+  }
+
+  // Room between layers for the contracts; parallel handoffs share one label (one line each)
+  // instead of drawing their labels on top of each other; an edge that bows past a layer
+  // carries its label outside the bow, clear of the node it passes.
+  function spaced(elements) {
+    const groups = {};
+    const out = elements.map((e) => {
+      const d = { ...e.data };
+      if (d.kind === "edge") (groups[d.source + ">" + d.target] ||= []).push(d);
+      if (d.bow) { d.bow = d.bow * 2; d.shift = (d.bow > 0 ? -1 : 1) * (d.label.length * 2.6 + 8); }
+      return e.position ? { data: d, position: { x: e.position.x, y: e.position.y * 1.45 } } : { data: d };
+    });
+    for (const group of Object.values(groups)) {
+      if (group.length < 2) continue;
+      group[0].label = group.map((d) => d.label).join("\n");
+      for (const d of group.slice(1)) d.label = "";
+    }
+    return out;
+  }
+
   function drawGraph(data) {
-    document.getElementById("dag-label").textContent = data.label || "";
+    document.getElementById("dag-label").textContent = graphLabel(data);
     const key = JSON.stringify(data.elements.map((e) => [e.data.id, e.data.label]));
     graphSource = data.source;
     if (!cy || key !== graphKey) {
@@ -22,21 +49,21 @@
       if (cy) cy.destroy();
       cy = cytoscape({
         container: document.getElementById("dag"),
-        elements: data.elements,
+        elements: spaced(data.elements),
         userZoomingEnabled: true, boxSelectionEnabled: false, autoungrabify: true,
         style: [
           { selector: "node", style: {
               "shape": "round-rectangle", "width": 132, "height": 46, "label": "data(label)",
-              "text-wrap": "wrap", "text-valign": "center", "font-size": 11, "color": "#13202e",
+              "text-wrap": "wrap", "text-valign": "center", "font-size": 12, "color": "#13202e",
               "background-color": (n) => COLORS[n.data("state")] || COLORS.waiting,
               "border-width": 2, "border-color": "#3b4656" } },
           { selector: "node[state = 'running']", style: { "border-width": 4, "border-color": "#8a5a00" } },
           { selector: "node[state = 'done'], node[state = 'failed']", style: { "color": "#fff" } },
           { selector: "edge", style: {
               "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.6, "line-color": "#67758a",
-              "target-arrow-color": "#67758a", "label": "data(label)", "font-size": 9, "text-rotation": "none",
+              "target-arrow-color": "#67758a", "label": "data(label)", "font-size": 10, "text-rotation": "none", "text-wrap": "wrap",
               "text-background-color": "#fff", "text-background-opacity": 0.85, "text-background-padding": 2, "color": "#2c3a4c" } },
-          { selector: "edge[bow != 0]", style: { "curve-style": "unbundled-bezier", "control-point-distances": "data(bow)", "control-point-weights": 0.5 } },
+          { selector: "edge[bow != 0]", style: { "curve-style": "unbundled-bezier", "control-point-distances": "data(bow)", "control-point-weights": 0.5, "text-margin-x": "data(shift)" } },
           { selector: "edge[kind = 'route']", style: {
               "line-style": "dashed", "line-color": "#b0733a", "target-arrow-color": "#b0733a", "curve-style": "unbundled-bezier",
               "control-point-distances": [60], "control-point-weights": [0.5], "color": "#7a4a1c" } },
@@ -83,15 +110,17 @@
       legend: { orientation: "h", x: 0, y: -0.32, yanchor: "top", font: { size: 10 } },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff" });
     const x = s.iteration;
+    const none = x.length ? {} : { annotations: [{ text: "no probe judged yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#5b6575" } }],
+                                   xaxis: { title: { text: "iteration", standoff: 4 }, range: [-0.5, 4.5], dtick: 1 } };
     const traces = [{ x, y: s.J, name: "J", mode: "lines+markers", line: { width: 3, color: "#1d2430" } },
                     { x, y: s.best_J, name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } }];
     for (const [k, label] of Object.entries(CRITERIA)) traces.push({ x, y: s.criteria[k], name: label, mode: "markers", marker: { size: 7 } });
-    Plotly.react("chart-j", traces, layout("J and its four criteria", { range: [0, 1.02] }), { displayModeBar: false, responsive: true });
+    Plotly.react("chart-j", traces, { ...layout("J and its four criteria", { range: [0, 1.02] }), ...none }, { displayModeBar: false, responsive: true });
     Plotly.react("chart-checks", [
       { x, y: s.checks_passed, name: "checks passed", type: "bar", marker: { color: "#2f8f5b" } },
       { x, y: s.checks_total.map((t, i) => t - s.checks_passed[i]), name: "checks failed", type: "bar", marker: { color: "#c8423b" } },
       { x, y: s.tokens, name: "tokens spent", yaxis: "y2", mode: "lines+markers", line: { color: "#6b5bd6" } },
-    ], { ...layout("Public checks and budget spent", { title: { text: "checks" } }), barmode: "stack",
+    ], { ...layout("Public checks and budget spent", { title: { text: "checks" }, rangemode: "tozero" }), ...none, barmode: "stack",
          yaxis2: { overlaying: "y", side: "right", title: { text: "tokens" }, rangemode: "tozero" } }, { displayModeBar: false, responsive: true });
   }
   function loadScores() { return fetch(root.dataset.scores).then((r) => r.json()).then(drawScores); }
@@ -153,6 +182,12 @@
   document.body.addEventListener("change", (e) => {
     const t = e.target;
     if (t.id === "contract-edge") document.getElementById("contract-type").value = t.selectedOptions[0].dataset.contract || "";
+    if (t.id === "rewire-edge") {
+      const o = t.selectedOptions[0].dataset;
+      document.getElementById("rewire-source").value = o.source;
+      document.getElementById("rewire-target").value = o.target;
+      document.getElementById("rewire-contract").value = o.contract || "";
+    }
     if (t.id === "procedure-role") document.getElementById("procedure-text").value = t.selectedOptions[0].dataset.text || "";
   });
 

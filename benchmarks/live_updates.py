@@ -1,0 +1,418 @@
+"""Live updates: latency from an engine event to a watching browser's WebSocket, and throughput.
+
+Starts the studio's real live path in a temporary var dir: the embedded Redis (the channel layer)
+and a Daphne web server, no Celery worker. A separate emitter process stands in for the worker:
+it sends engine events through the worker's own sink (webapp.runs.bridge.RunEventSink: an Event
+row and a Run update in SQLite, then a group_send to ``run-<pk>`` through channels_redis). N
+aiohttp WebSocket clients, one asyncio process, logged in with a real session cookie, watch the
+run at /ws/runs/<pk>/. Every event carries its send time (time.time(), taken just before
+sink.emit; same machine) and each client notes its arrival time: latency = arrival - send.
+
+For each client count, two phases of --events events each:
+- steady: events at --rate per second; latency p50/p95/p99/max over every (event, client) pair;
+- burst: events as fast as the sink can write them; events/s = events delivered to all N
+  clients / (last arrival - first send), and the latency under that load.
+Lost = messages that never reached a client (expected 0; channels_redis drops silently when a
+channel is over its capacity). The sink columns split the emitter's time per event into the
+database part (Event row, Run update, control check) and the group_send part.
+
+    python benchmarks/live_updates.py [--clients 1 10 100] [--events 200] [--rate 20] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+PROMPT = "You are the coder of a scientific workflow. " * 40   # ~1.8 kB, like a real prompt
+RESPONSE = "def solve(data):\n    return fit(data)\n" * 25      # ~1 kB, like a real answer
+
+
+def configure(var_dir: Path) -> dict:
+    """The env vars that point settings (here, in the emitter and in Daphne) at var_dir."""
+    os.environ.update({"TRELLIS_VAR_DIR": str(var_dir), "TRELLIS_DB_PATH": str(var_dir / "bench.sqlite3"),
+                       "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                       "PYTHONUNBUFFERED": "1"})
+    for name in ("TRELLIS_REDIS_URL", "DATABASE_URL"):  # the embedded Redis and SQLite, nothing shared
+        os.environ.pop(name, None)
+    return dict(os.environ)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    """Nearest-rank percentile; nan when there is nothing to rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+# --- the emitter: a stand-in for the Celery worker, in its own process -------------------------
+
+def emitter_main(conn, run_pk: int, lease: str) -> None:
+    import django
+
+    django.setup()
+    from engine.trace import Event as EngineEvent
+    from webapp.runs import bridge
+    from webapp.runs.models import Run
+
+    sent_s: list[float] = []
+    sent_at: list[float] = []
+    original = bridge.broadcast
+
+    def timed_broadcast(run, message):  # the sink calls the module's broadcast: time that part
+        sent_at.append(time.time())
+        t = time.perf_counter()
+        original(run, message)
+        sent_s.append(time.perf_counter() - t)
+
+    bridge.broadcast = timed_broadcast
+    sink = bridge.RunEventSink(Run.objects.get(pk=run_pk), lease)
+    source_seq = 0
+    conn.send("ready")
+    while True:
+        cmd = conn.recv()
+        if cmd[0] == "stop":
+            break
+        _, phase, n, rate = cmd
+        emit_s: list[float] = []
+        first_ts = None
+        sent_s.clear()
+        sent_at.clear()
+        start = time.perf_counter()
+        for i in range(n):
+            if rate:
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            source_seq += 1
+            used = {"tokens": 1000 * source_seq, "calls": source_seq, "cost_usd": 0.0}
+            t0 = time.perf_counter()
+            now = time.time()
+            first_ts = first_ts or now
+            sink.emit(EngineEvent(
+                "bench-probe", source_seq, now, "model_call", "coder", 1,
+                {"bench": phase, "i": i, "sent": now, "role": "coder", "purpose": "write the solution",
+                 "model": "offline", "provider": "offline",
+                 "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": PROMPT}],
+                 "response": RESPONSE, "prompt_tokens": 900, "completion_tokens": 250, "cost_usd": 0.0,
+                 "duration_s": 0.01, "cached": False, "request_key": f"{source_seq:064x}",
+                 "budget_used": used, "budget_remaining": {"tokens": 2_000_000 - used["tokens"]}}))
+            emit_s.append(time.perf_counter() - t0)
+        wall = time.perf_counter() - start
+        conn.send({"emit_s": emit_s, "send_s": list(sent_s), "sent_at": list(sent_at), "wall_s": wall,
+                   "first_ts": first_ts})
+    conn.send("stopped")
+
+
+# --- the clients -------------------------------------------------------------------------------
+
+class Watchers:
+    """N WebSocket clients on one run; arrivals[phase][i] = arrival times of event i's messages."""
+
+    def __init__(self, url: str, run_pk: int, cookie: str):
+        self.ws_url = url.replace("http://", "ws://") + f"/ws/runs/{run_pk}/"
+        self.headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
+        self.session = None
+        self.sockets: list = []
+        self.readers: list[asyncio.Task] = []
+        self.arrivals: dict[str, dict[int, list[float]]] = {}
+        self.latency: dict[str, list[float]] = {}
+        self.received: dict[str, int] = {}
+        self.progress = asyncio.Event()
+        self.connect_errors: list[str] = []
+        self.server_closed: list[int | None] = []  # close codes of sockets the server closed on us
+        self.closing = False
+
+    async def _open(self, gate: asyncio.Semaphore, attempts: int = 6):
+        import aiohttp
+
+        for attempt in range(attempts):
+            async with gate:
+                try:
+                    return await self.session.ws_connect(self.ws_url, headers=self.headers, heartbeat=None,
+                                                         max_msg_size=0)
+                except aiohttp.WSServerHandshakeError as e:  # e.g. a 500 from the consumer's group_add
+                    self.connect_errors.append(str(e.status))
+            await asyncio.sleep(0.2 * (attempt + 1))
+        raise RuntimeError(f"could not connect after {attempts} attempts: {self.connect_errors[-attempts:]}")
+
+    async def connect(self, n: int, concurrency: int) -> float:
+        import aiohttp
+
+        self.session = aiohttp.ClientSession()
+        gate = asyncio.Semaphore(concurrency or n)
+        t = time.perf_counter()
+        self.sockets = await asyncio.gather(*(self._open(gate) for _ in range(n)))
+        elapsed = time.perf_counter() - t
+        self.readers = [asyncio.create_task(self._read(ws)) for ws in self.sockets]
+        return elapsed
+
+    async def _read(self, ws) -> None:
+        import aiohttp
+
+        async for msg in ws:
+            arrived = time.time()
+            if msg.type != aiohttp.WSMsgType.TEXT:
+                break
+            data = json.loads(msg.data)
+            payload = data.get("payload") or {}
+            phase = payload.get("bench")
+            if phase is None:
+                continue
+            self.arrivals.setdefault(phase, {}).setdefault(payload["i"], []).append(arrived)
+            self.latency.setdefault(phase, []).append(arrived - payload["sent"])
+            self.received[phase] = self.received.get(phase, 0) + 1
+            self.progress.set()
+        if not self.closing:
+            self.server_closed.append(ws.close_code)
+            self.progress.set()
+
+    async def wait_for(self, phase: str, expected: int, quiet_s: float) -> None:
+        """Until every client has every message of the phase, or nothing arrived for quiet_s."""
+        while self.received.get(phase, 0) < expected:
+            self.progress.clear()
+            try:
+                await asyncio.wait_for(self.progress.wait(), quiet_s)
+            except asyncio.TimeoutError:
+                return
+
+    async def close(self) -> None:
+        self.closing = True
+        for ws in self.sockets:  # one at a time: the server's group_discard per socket needs a connection
+            await ws.close()
+        for task in self.readers:
+            task.cancel()
+        await asyncio.gather(*self.readers, return_exceptions=True)
+        if self.session:
+            await self.session.close()
+        self.sockets, self.readers = [], []
+
+
+# --- the benchmark -----------------------------------------------------------------------------
+
+def setup_database() -> tuple[int, str, str]:
+    """Migrate, then a user, a task, a running Run with a lease, and that user's session cookie."""
+    import uuid
+
+    import django
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.test import Client
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    from webapp.runs import controls
+    from webapp.runs.models import Project, Run, RunStatus
+
+    user = get_user_model().objects.create_user("bench", password="bench")
+    project = Project.objects.create(name="Live updates benchmark")
+    task = controls.task_for_folder(project, ROOT / "examples" / "diabetes-progression")
+    lease = uuid.uuid4().hex
+    run = Run.objects.create(task=task, created_by=user, status=RunStatus.RUNNING, lease=lease)
+    client = Client()
+    client.force_login(user)
+    from django.db import connections
+
+    connections.close_all()
+    return run.pk, lease, client.cookies["sessionid"].value
+
+
+def start_daphne(env: dict, var_dir: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    log = (var_dir / "daphne.log").open("ab")
+    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"daphne did not answer on {url}; see {var_dir / 'daphne.log'}")
+
+
+def stop_process_group(proc: subprocess.Popen | None) -> None:
+    if proc and proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+async def emit(conn, phase: str, n: int, rate: float | None) -> dict:
+    conn.send(("emit", phase, n, rate))
+    return await asyncio.get_running_loop().run_in_executor(None, conn.recv)
+
+
+async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, events: int, rate: float,
+                  quiet_s: float, concurrency: int) -> dict:
+    watchers = Watchers(url, run_pk, cookie)
+    try:
+        connect_s = await watchers.connect(n_clients, concurrency)
+        # Warm up the path (Daphne's receive loop, the emitter's connections) before measuring; right
+        # away, since an idle consumer may be closed by the server (see the notes printed below).
+        await emit(conn, f"warm{n_clients}", 5, None)
+        await watchers.wait_for(f"warm{n_clients}", 5 * n_clients, quiet_s)
+        out = {"clients": n_clients, "connect_s": connect_s, "connect_errors": len(watchers.connect_errors)}
+        for kind, phase_rate in (("steady", rate), ("burst", None)):
+            phase = f"{kind}{n_clients}"
+            stats = await emit(conn, phase, events, phase_rate)
+            await watchers.wait_for(phase, events * n_clients, quiet_s)
+            arrivals = watchers.arrivals.get(phase, {})
+            complete = [max(a) for a in arrivals.values() if len(a) >= n_clients]
+            lat = [1000 * x for x in watchers.latency.get(phase, [])]
+            # From the start of group_send (after the sink's database writes) to each arrival.
+            sent_at = stats["sent_at"]
+            hop = [1000 * (t - sent_at[i]) for i, ts in arrivals.items() if i < len(sent_at) for t in ts]
+            emit_ms = [1000 * x for x in stats["emit_s"]]
+            send_ms = [1000 * x for x in stats["send_s"]]
+            db_ms = [e - s for e, s in zip(emit_ms, send_ms)]
+            out[kind] = {
+                "p50": pct(lat, 50), "p95": pct(lat, 95), "p99": pct(lat, 99), "max": max(lat, default=float("nan")),
+                "hop_p50": pct(hop, 50), "hop_p99": pct(hop, 99),
+                "lost": events * n_clients - watchers.received.get(phase, 0),
+                "emit_rate": events / stats["wall_s"],
+                "delivered_rate": len(complete) / (max(complete) - stats["first_ts"]) if complete else 0.0,
+                "emit_ms": pct(emit_ms, 50), "emit_p99": pct(emit_ms, 99), "db_ms": pct(db_ms, 50),
+                "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99)}
+        out["server_closed"] = list(watchers.server_closed)
+        return out
+    finally:
+        await watchers.close()
+
+
+def print_table(rows: list[dict], rate: float, events: int) -> None:
+    print(f"\nLatency from an engine event (time.time() just before RunEventSink.emit) to its arrival in each "
+          f"WebSocket client.\n{events} events per phase; steady phase at {rate:g} events/s, burst as fast as the "
+          f"sink goes.")
+    header = (f"{'clients':>7} | {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7} {'lost':>5} | "
+              f"{'burst ev/s':>10} {'msgs/s':>7} {'p50 ms':>7} {'p99 ms':>8} {'lost':>5} | "
+              f"{'conn s':>6} {'conn err':>8} {'closed':>6}")
+    print(f"{'':>7} | {'steady':<39} | {'burst (sustained, delivered to every client)':<44} | connections")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        s, b = r["steady"], r["burst"]
+        print(f"{r['clients']:>7} | {s['p50']:>7.1f} {s['p95']:>7.1f} {s['p99']:>7.1f} {s['max']:>7.1f} "
+              f"{s['lost']:>5} | {b['delivered_rate']:>10.1f} {b['delivered_rate'] * r['clients']:>7.0f} "
+              f"{b['p50']:>7.1f} {b['p99']:>8.1f} {b['lost']:>5} | {r['connect_s']:>6.2f} "
+              f"{r['connect_errors']:>8} {len(r['server_closed']):>6}", flush=True)
+
+    print("\nWhere the time goes (medians, p99 in brackets):")
+    header = (f"{'clients':>7} | {'sink emit ms':>13} {'db ms':>6} {'group_send ms':>14} | "
+              f"{'send->client ms':>16} | {'burst emit ev/s':>15} {'burst sink ms':>13} {'burst send->client':>19}")
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        s, b = r["steady"], r["burst"]
+        print(f"{r['clients']:>7} | {s['emit_ms']:>5.2f} [{s['emit_p99']:>5.1f}] {s['db_ms']:>6.2f} "
+              f"{s['send_ms']:>5.2f} [{s['send_p99']:>6.1f}] | {s['hop_p50']:>6.1f} [{s['hop_p99']:>7.1f}] | "
+              f"{b['emit_rate']:>15.1f} {b['emit_ms']:>13.2f} {b['hop_p50']:>7.1f} [{b['hop_p99']:>9.1f}]")
+    print("\nsink emit: RunEventSink.emit; db: its database part (Event row, Run update, control check);\n"
+          "group_send: its broadcast (async_to_sync over channels_redis); send->client: from the start of\n"
+          "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
+          "first send); msgs/s = that x clients. conn err: WebSocket handshakes refused (then retried);\n"
+          "closed: sockets the server closed during the measurement.")
+    closed = [c for r in rows for c in r["server_closed"]]
+    if closed:
+        print(f"server-closed sockets, close codes: {sorted(set(map(str, closed)))}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--events", type=int, default=200, help="events per phase (default 200)")
+    parser.add_argument("--rate", type=float, default=20.0, help="events/s in the steady phase (default 20)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 40 events per phase")
+    parser.add_argument("--quiet-s", type=float, default=10.0,
+                        help="stop waiting for a phase's messages after this long with none arriving")
+    parser.add_argument("--connect-concurrency", type=int, default=0,
+                        help="handshakes in flight at once (default 0: all clients at once)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary var dir (DB, Daphne log)")
+    args = parser.parse_args()
+    events = 40 if args.quick else args.events
+
+    started = time.perf_counter()
+    var_dir = Path(tempfile.mkdtemp(prefix="trellis-live-bench-"))
+    env = configure(var_dir)
+    from webapp import embedded_redis  # no Django settings needed
+
+    redis_proc = daphne = emitter = None
+    conn = None
+
+    def terminate(signum, frame):  # a kill still runs the cleanup below
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        redis_proc = embedded_redis.start(var_dir / "redis.sock", var_dir / "redis")
+        run_pk, lease, cookie = setup_database()
+        daphne, url = start_daphne(env, var_dir)
+        ctx = mp.get_context("spawn")
+        conn, child = ctx.Pipe()
+        emitter = ctx.Process(target=emitter_main, args=(child, run_pk, lease), daemon=True)
+        emitter.start()
+        if not conn.poll(60) or conn.recv() != "ready":
+            raise RuntimeError("the emitter process did not start")
+        print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}", flush=True)
+        rows = []
+        for n in args.clients:
+            row = asyncio.run(measure(conn, url, run_pk, cookie, n, events, args.rate, args.quiet_s,
+                                      args.connect_concurrency))
+            rows.append(row)
+            s, b = row["steady"], row["burst"]
+            print(f"  {n} clients: steady p50 {s['p50']:.1f} ms p99 {s['p99']:.1f} ms lost {s['lost']}; "
+                  f"burst {b['delivered_rate']:.1f} ev/s lost {b['lost']}", flush=True)
+        print_table(rows, args.rate, events)
+    finally:
+        if emitter is not None:
+            if emitter.is_alive():
+                try:
+                    conn.send(("stop",))
+                except OSError:
+                    pass
+            emitter.join(10)
+            if emitter.is_alive():
+                emitter.terminate()
+                emitter.join(5)
+        stop_process_group(daphne)
+        embedded_redis.stop(redis_proc)
+        if args.keep:
+            print(f"kept {var_dir}")
+        else:
+            shutil.rmtree(var_dir, ignore_errors=True)
+    print(f"\ntook {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
