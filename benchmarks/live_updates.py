@@ -59,6 +59,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     """Nearest-rank percentile; nan when there is nothing to rank."""
     if not values:
@@ -95,6 +104,9 @@ def emitter_main(conn, run_pk: int, lease: str) -> None:
         cmd = conn.recv()
         if cmd[0] == "stop":
             break
+        if cmd[0] == "diag":
+            conn.send(group_send_costs(cmd[1]))
+            continue
         _, phase, n, rate = cmd
         emit_s: list[float] = []
         first_ts = None
@@ -124,6 +136,39 @@ def emitter_main(conn, run_pk: int, lease: str) -> None:
         conn.send({"emit_s": emit_s, "send_s": list(sent_s), "sent_at": list(sent_at), "wall_s": wall,
                    "first_ts": first_ts})
     conn.send("stopped")
+
+
+def group_send_costs(n: int) -> dict:
+    """ms per group_send to a one-member group: as the sink does it (async_to_sync, so a fresh event
+    loop, thread and Redis connection per call) and awaited n times on one event loop."""
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    group = "bench-diag"
+    async_to_sync(layer.group_add)(group, "specific.benchdiag!x")  # nobody reads it; expires in 30 s
+    message = {"type": "run.message", "message": {"kind": "model_call", "seq": 0, "payload": {"i": 0}}}
+
+    async def awaited():
+        for _ in range(n):
+            await layer.group_send(group, message)
+
+    async def nothing():
+        pass
+
+    t = time.perf_counter()
+    for _ in range(n):
+        async_to_sync(layer.group_send)(group, message)
+    per_call = (time.perf_counter() - t) / n
+    t = time.perf_counter()
+    async_to_sync(awaited)()
+    one_loop = (time.perf_counter() - t) / n
+    t = time.perf_counter()
+    for _ in range(n):
+        async_to_sync(nothing)()
+    bare = (time.perf_counter() - t) / n
+    async_to_sync(layer.group_discard)(group, "specific.benchdiag!x")
+    return {"async_to_sync_ms": 1000 * per_call, "one_loop_ms": 1000 * one_loop, "bare_ms": 1000 * bare}
 
 
 # --- the clients -------------------------------------------------------------------------------
@@ -275,7 +320,7 @@ async def emit(conn, phase: str, n: int, rate: float | None) -> dict:
 
 
 async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, events: int, rate: float,
-                  quiet_s: float, concurrency: int) -> dict:
+                  quiet_s: float, concurrency: int, pids: dict[str, int]) -> dict:
     watchers = Watchers(url, run_pk, cookie)
     try:
         connect_s = await watchers.connect(n_clients, concurrency)
@@ -286,8 +331,11 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
         out = {"clients": n_clients, "connect_s": connect_s, "connect_errors": len(watchers.connect_errors)}
         for kind, phase_rate in (("steady", rate), ("burst", None)):
             phase = f"{kind}{n_clients}"
+            cpu0, wall0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.perf_counter()
             stats = await emit(conn, phase, events, phase_rate)
             await watchers.wait_for(phase, events * n_clients, quiet_s)
+            wall = time.perf_counter() - wall0
+            cpu = {k: 100 * (cpu_seconds(p) - cpu0[k]) / wall for k, p in pids.items()}
             arrivals = watchers.arrivals.get(phase, {})
             complete = [max(a) for a in arrivals.values() if len(a) >= n_clients]
             lat = [1000 * x for x in watchers.latency.get(phase, [])]
@@ -304,14 +352,14 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
                 "emit_rate": events / stats["wall_s"],
                 "delivered_rate": len(complete) / (max(complete) - stats["first_ts"]) if complete else 0.0,
                 "emit_ms": pct(emit_ms, 50), "emit_p99": pct(emit_ms, 99), "db_ms": pct(db_ms, 50),
-                "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99)}
+                "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99), "cpu": cpu}
         out["server_closed"] = list(watchers.server_closed)
         return out
     finally:
         await watchers.close()
 
 
-def print_table(rows: list[dict], rate: float, events: int) -> None:
+def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -> None:
     print(f"\nLatency from an engine event (time.time() just before RunEventSink.emit) to its arrival in each "
           f"WebSocket client.\n{events} events per phase; steady phase at {rate:g} events/s, burst as fast as the "
           f"sink goes.")
@@ -330,19 +378,27 @@ def print_table(rows: list[dict], rate: float, events: int) -> None:
 
     print("\nWhere the time goes (medians, p99 in brackets):")
     header = (f"{'clients':>7} | {'sink emit ms':>13} {'db ms':>6} {'group_send ms':>14} | "
-              f"{'send->client ms':>16} | {'burst emit ev/s':>15} {'burst sink ms':>13} {'burst send->client':>19}")
+              f"{'send->client ms':>16} | {'burst emit ev/s':>15} {'burst send->client':>19} | "
+              f"{'burst CPU % daphne/redis/emitter/clients':>40}")
     print(header)
     print("-" * len(header))
     for r in rows:
         s, b = r["steady"], r["burst"]
+        cpu = "/".join(f"{b['cpu'][k]:.0f}" for k in ("daphne", "redis", "emitter", "clients"))
         print(f"{r['clients']:>7} | {s['emit_ms']:>5.2f} [{s['emit_p99']:>5.1f}] {s['db_ms']:>6.2f} "
               f"{s['send_ms']:>5.2f} [{s['send_p99']:>6.1f}] | {s['hop_p50']:>6.1f} [{s['hop_p99']:>7.1f}] | "
-              f"{b['emit_rate']:>15.1f} {b['emit_ms']:>13.2f} {b['hop_p50']:>7.1f} [{b['hop_p99']:>9.1f}]")
+              f"{b['emit_rate']:>15.1f} {b['hop_p50']:>7.1f} [{b['hop_p99']:>9.1f}] | "
+              f"{cpu:>40}")
     print("\nsink emit: RunEventSink.emit; db: its database part (Event row, Run update, control check);\n"
           "group_send: its broadcast (async_to_sync over channels_redis); send->client: from the start of\n"
           "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
           "first send); msgs/s = that x clients. conn err: WebSocket handshakes refused (then retried);\n"
-          "closed: sockets the server closed during the measurement.")
+          "closed: sockets the server closed during the measurement. CPU %: of one core, over the burst\n"
+          f"phase, on a machine with {os.cpu_count()} cores.")
+    if diag:
+        print(f"group_send alone, one-member group: {diag['async_to_sync_ms']:.2f} ms per call through async_to_sync "
+              f"as the sink does it,\n{diag['one_loop_ms']:.2f} ms awaited on one event loop; an empty async_to_sync "
+              f"call costs {diag['bare_ms']:.2f} ms.")
     closed = [c for r in rows for c in r["server_closed"]]
     if closed:
         print(f"server-closed sockets, close codes: {sorted(set(map(str, closed)))}")
@@ -385,15 +441,18 @@ def main() -> None:
         if not conn.poll(60) or conn.recv() != "ready":
             raise RuntimeError("the emitter process did not start")
         print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}", flush=True)
+        pids = {"daphne": daphne.pid, "redis": redis_proc.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []
         for n in args.clients:
             row = asyncio.run(measure(conn, url, run_pk, cookie, n, events, args.rate, args.quiet_s,
-                                      args.connect_concurrency))
+                                      args.connect_concurrency, pids))
             rows.append(row)
             s, b = row["steady"], row["burst"]
             print(f"  {n} clients: steady p50 {s['p50']:.1f} ms p99 {s['p99']:.1f} ms lost {s['lost']}; "
                   f"burst {b['delivered_rate']:.1f} ev/s lost {b['lost']}", flush=True)
-        print_table(rows, args.rate, events)
+        conn.send(("diag", 100))
+        diag = conn.recv() if conn.poll(120) else None
+        print_table(rows, args.rate, events, diag)
     finally:
         if emitter is not None:
             if emitter.is_alive():

@@ -1,0 +1,172 @@
+"""The studio's pages and its human gate, on the database alone (no worker needed): gate
+policies, the contract/procedure editor's validation, the trace viewer's filters and paging."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.test import Client
+
+from engine.synthesis import team_workflow
+from engine.task import load_task
+from webapp.runs.bridge import DatabaseGate, RunEventSink, decide, record_version
+from webapp.runs.models import Event, GatePolicy, Mutation, MutationStatus, Project, Run, RunStatus, Task
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run(examples) -> Run:
+    spec = load_task(examples / "diabetes-progression")
+    task = Task.objects.create(project=Project.objects.create(name="p"), name=spec.name,
+                               folder=str(examples / "diabetes-progression"))
+    r = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa")
+    record_version(r, team_workflow(spec).to_dict(), "engine", "initial", 0)
+    return r
+
+
+@pytest.fixture
+def client(demo_user) -> Client:
+    c = Client()
+    c.force_login(demo_user)
+    return c
+
+
+def _proposal(run: Run, rule: bool, checks_pass: bool = True, n: int = 1) -> dict:
+    wf = run.current_version.data
+    child = {**wf, "note": f"child {n}", "hash": f"{n:064x}"}
+    return {"n": n, "mutation": {"kind": "prompt_refinement", "target": "coder", "params": {}, "rationale": "r"},
+            "diff": {}, "rule_accepts": rule, "J": 0.8 if rule else 0.5, "incumbent_J": 0.7,
+            "checks": [{"name": "exit_ok", "passed": True}, {"name": "values_vary", "passed": checks_pass}],
+            "parent_hash": wf["hash"], "workflow": child}
+
+
+def _gate(run: Run, policy: str) -> DatabaseGate:
+    Run.objects.filter(pk=run.pk).update(gate_policy=policy)
+    run.refresh_from_db()
+    return DatabaseGate(run, RunEventSink(run, "L"), poll_s=0.05)
+
+
+def test_automatic_policy_follows_the_search_rule(run):
+    gate = _gate(run, GatePolicy.AUTOMATIC)
+    assert gate.decide(_proposal(run, rule=True, n=1))[:2] == (True, "policy:automatic")
+    assert gate.decide(_proposal(run, rule=False, n=2))[:2] == (False, "policy:automatic")
+    assert list(run.mutations.order_by("iteration").values_list("status", flat=True)) == ["auto_approved", "auto_rejected"]
+
+
+def test_auto_improve_approves_only_an_improvement_with_every_check_passing(run):
+    gate = _gate(run, GatePolicy.AUTO_IMPROVE)
+    assert gate.decide(_proposal(run, rule=True, n=1))[:2] == (True, "policy:auto_improve")
+    # J improved but a public check failed: a person decides.
+    threading.Timer(0.4, lambda: decide(Mutation.objects.get(iteration=2), MutationStatus.VETOED,
+                                        "user:ada", "values constant")).start()
+    assert gate.decide(_proposal(run, rule=True, checks_pass=False, n=2)) == (False, "user:ada", "values constant")
+
+
+def test_manual_policy_waits_for_a_person_and_only_this_run_pauses(run):
+    gate = _gate(run, GatePolicy.MANUAL)
+    seen = {}
+
+    def person():
+        row = None
+        while row is None:
+            row = Mutation.objects.filter(run=run, status=MutationStatus.PROPOSED).first()
+            time.sleep(0.05)
+        seen["status_while_waiting"] = Run.objects.get(pk=run.pk).status
+        decide(row, MutationStatus.APPROVED, "user:ada", "looks right")
+
+    t = threading.Thread(target=person)
+    t.start()
+    # The rule rejects it, but a person has the final word.
+    assert gate.decide(_proposal(run, rule=False)) == (True, "user:ada", "looks right")
+    t.join()
+    assert seen["status_while_waiting"] == RunStatus.AWAITING
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+
+
+def test_a_decision_made_before_a_worker_was_lost_stands_on_resume(run):
+    gate = _gate(run, GatePolicy.MANUAL)
+    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash=f"{1:064x}")
+    decide(row, MutationStatus.VETOED, "user:ada", "no")
+    assert gate.decide(_proposal(run, rule=True)) == (False, "user:ada", "no")
+    assert run.mutations.count() == 1
+
+
+def test_pausing_stops_a_waiting_gate(run):
+    from engine.errors import RunInterrupted
+
+    gate = _gate(run, GatePolicy.MANUAL)
+    threading.Timer(0.3, lambda: Run.objects.filter(pk=run.pk).update(status=RunStatus.PAUSING)).start()
+    with pytest.raises(RunInterrupted, match="paused"):
+        gate.decide(_proposal(run, rule=True))
+
+
+def test_approve_and_veto_buttons_record_who_and_why(run, client):
+    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash="a" * 64)
+    page = client.post(f"/mutations/{row.pk}/veto", {"reason": "changes the evaluator's input"})
+    assert page.status_code == 200 and b"vetoed by user:ada" in page.content
+    row.refresh_from_db()
+    assert (row.status, row.decided_by, row.reason) == ("vetoed", "user:ada", "changes the evaluator's input")
+    # A second click cannot overturn it.
+    client.post(f"/mutations/{row.pk}/approve")
+    row.refresh_from_db()
+    assert row.status == "vetoed"
+
+
+def test_an_invalid_contract_type_is_refused_with_the_parsers_message(run, client):
+    edge = run.current_version.data["edges"][0]
+    page = client.post(f"/runs/{run.pk}/editor", {"kind": "contract", "contract": "list[",
+                                                  "edge": f"{edge['source']}->{edge['target']}:{edge['artifact']}"})
+    assert page.status_code == 422
+    assert b"invalid contract type" in page.content and b"nothing changed" in page.content
+    assert run.versions.count() == 1
+
+
+def test_an_edge_that_makes_a_cycle_is_refused(run, client):
+    # debugger -> finalizer (code) turned round to finalizer -> coder closes a loop through
+    # coder -> debugger -> verifier -> finalizer.
+    page = client.post(f"/runs/{run.pk}/editor", {
+        "kind": "edge", "edge": "debugger->finalizer:code", "new_source": "finalizer", "new_target": "coder",
+        "contract": "python"})
+    assert page.status_code == 422
+    assert b"form a cycle" in page.content and b"nothing changed" in page.content
+    assert run.versions.count() == 1
+
+
+def test_a_valid_procedure_edit_becomes_a_version_by_that_person(run, client):
+    page = client.post(f"/runs/{run.pk}/editor", {"kind": "procedure", "role": "planner",
+                                                  "procedure": "Prefer gradient boosting.", "note": "domain prior"})
+    assert page.status_code == 200 and b"Saved as v2" in page.content
+    v2 = run.versions.get(number=2)
+    assert v2.author == "user:ada" and v2.parent.number == 1
+    assert v2.data["harness"]["procedures"]["planner"] == "Prefer gradient boosting."
+    assert not v2.adopted  # the running Mimosa search adopts it at its next iteration
+    wf, author = DatabaseGate(run, RunEventSink(run, "L")).human_edit(None)
+    assert wf.hash == v2.hash and author == "user:ada"
+
+
+def _event(run: Run, seq: int, kind: str, agent: str, iteration: int, payload: dict) -> Event:
+    return Event.objects.create(run=run, seq=seq, kind=kind, agent=agent, iteration=iteration, ts=1.0,
+                                source="probe", payload=payload)
+
+
+def test_trace_viewer_filters_and_pages_large_outputs(run, client):
+    long = "".join(f"line {k}\n" for k in range(3000))
+    pages = -(-len(long) // 4000)
+    for i in range(120):
+        _event(run, i + 1, "model_call" if i % 2 else "check", "coder" if i % 3 else "verifier", i // 40,
+               {"response": "x" * 10 if i != 7 else long})
+    page = client.get(f"/runs/{run.pk}/trace", {"kind": "model_call", "agent": "coder"}, HTTP_HX_REQUEST="true")
+    rows = page.content.decode()
+    assert "40 events" in rows and "<td>check</td>" not in rows and "<td>verifier</td>" not in rows
+    assert client.get(f"/runs/{run.pk}/trace", {"iteration": "2"}, HTTP_HX_REQUEST="true").context["page"].paginator.count == 40
+    detail = client.get(f"/runs/{run.pk}/events/8").content.decode()
+    assert f"read all {len(long)} characters" in detail and "line 2999" not in detail
+    last = client.get(f"/runs/{run.pk}/events/8", {"field": "response", "page": pages}).content.decode()
+    assert f"page {pages} of {pages}" in last and "line 2999" in last and "line 0\n" not in last
+
+
+def test_pages_need_a_signed_in_person(run):
+    assert Client().get(f"/runs/{run.pk}/").status_code == 302
+    assert Client().get("/healthz").status_code == 200
