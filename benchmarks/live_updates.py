@@ -336,6 +336,8 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
             await watchers.wait_for(phase, events * n_clients, quiet_s)
             wall = time.perf_counter() - wall0
             cpu = {k: 100 * (cpu_seconds(p) - cpu0[k]) / wall for k, p in pids.items()}
+            delivered = watchers.received.get(phase, 0)
+            daphne_ms = 10 * cpu["daphne"] * wall / delivered if delivered else float("nan")
             arrivals = watchers.arrivals.get(phase, {})
             complete = [max(a) for a in arrivals.values() if len(a) >= n_clients]
             lat = [1000 * x for x in watchers.latency.get(phase, [])]
@@ -352,7 +354,8 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
                 "emit_rate": events / stats["wall_s"],
                 "delivered_rate": len(complete) / (max(complete) - stats["first_ts"]) if complete else 0.0,
                 "emit_ms": pct(emit_ms, 50), "emit_p99": pct(emit_ms, 99), "db_ms": pct(db_ms, 50),
-                "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99), "cpu": cpu}
+                "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99), "cpu": cpu,
+                "daphne_ms_per_msg": daphne_ms}
         out["server_closed"] = list(watchers.server_closed)
         return out
     finally:
@@ -379,7 +382,7 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -
     print("\nWhere the time goes (medians, p99 in brackets):")
     header = (f"{'clients':>7} | {'sink emit ms':>13} {'db ms':>6} {'group_send ms':>14} | "
               f"{'send->client ms':>16} | {'burst emit ev/s':>15} {'burst send->client':>19} | "
-              f"{'burst CPU % daphne/redis/emitter/clients':>40}")
+              f"{'burst CPU % daphne/redis/emitter/clients':>40} {'daphne CPU ms/msg':>17}")
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -388,13 +391,14 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -
         print(f"{r['clients']:>7} | {s['emit_ms']:>5.2f} [{s['emit_p99']:>5.1f}] {s['db_ms']:>6.2f} "
               f"{s['send_ms']:>5.2f} [{s['send_p99']:>6.1f}] | {s['hop_p50']:>6.1f} [{s['hop_p99']:>7.1f}] | "
               f"{b['emit_rate']:>15.1f} {b['hop_p50']:>7.1f} [{b['hop_p99']:>9.1f}] | "
-              f"{cpu:>40}")
+              f"{cpu:>40} {b['daphne_ms_per_msg']:>17.3f}")
     print("\nsink emit: RunEventSink.emit; db: its database part (Event row, Run update, control check);\n"
           "group_send: its broadcast (async_to_sync over channels_redis); send->client: from the start of\n"
           "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
           "first send); msgs/s = that x clients. conn err: WebSocket handshakes refused (then retried);\n"
           "closed: sockets the server closed during the measurement. CPU %: of one core, over the burst\n"
-          f"phase, on a machine with {os.cpu_count()} cores.")
+          f"phase, on a machine with {os.cpu_count()} cores; daphne CPU ms/msg: Daphne's CPU time per message\n"
+          "delivered to one client in the burst.")
     if diag:
         print(f"group_send alone, one-member group: {diag['async_to_sync_ms']:.2f} ms per call through async_to_sync "
               f"as the sink does it,\n{diag['one_loop_ms']:.2f} ms awaited on one event loop; an empty async_to_sync "
@@ -440,7 +444,8 @@ def main() -> None:
         emitter.start()
         if not conn.poll(60) or conn.recv() != "ready":
             raise RuntimeError("the emitter process did not start")
-        print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}", flush=True)
+        print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         pids = {"daphne": daphne.pid, "redis": redis_proc.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []
         for n in args.clients:
@@ -470,7 +475,7 @@ def main() -> None:
             print(f"kept {var_dir}")
         else:
             shutil.rmtree(var_dir, ignore_errors=True)
-    print(f"\ntook {time.perf_counter() - started:.1f} s")
+    print(f"\ntook {time.perf_counter() - started:.1f} s; load average now {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

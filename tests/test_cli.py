@@ -53,3 +53,43 @@ def test_the_demo_command_sets_up_its_database_on_a_fresh_checkout(tmp_path):
     proc = _manage("migrate", "--noinput", "-v", "0", tmp_path=fresh)
     assert proc.returncode == 0, proc.stderr
     assert (fresh / "trellis.sqlite3").is_file()
+
+
+def test_studio_command_starts_everything_with_a_live_demo_run_and_stops_cleanly(tmp_path):
+    """The README's first command: embedded Redis, a worker, the web server, a demo run."""
+    import json
+    import os
+    import signal
+    import time
+    import urllib.request
+
+    from tests.studio_harness import free_port, wait_for
+
+    port = free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
+    env.pop("TRELLIS_DB_PATH", None)
+    log = (tmp_path / "studio.log").open("w+")
+    proc = subprocess.Popen([sys.executable, "manage.py", "studio", "--port", str(port), "--workers", "1"], cwd=ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out = wait_for(lambda: "demo run:" in (text := (tmp_path / "studio.log").read_text()) and text, 120,
+                       what="the studio to print its URL")
+        assert f"Trellis studio: http://127.0.0.1:{port}/" in out and "sign in as 'demo'" in out
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            assert json.load(r)["ok"] is True
+        db = tmp_path / "trellis.sqlite3"
+
+        def demo_status():
+            import sqlite3
+
+            with sqlite3.connect(db) as c:
+                row = c.execute("select status, last_seq from runs_run order by id limit 1").fetchone()
+            return row if row and row[0] in ("running", "awaiting_decision") and row[1] > 0 else None
+
+        wait_for(demo_status, 180, what="the demo run to be executing in the worker")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM) if proc.poll() is None else None
+        proc.wait(60)
+    time.sleep(1)
+    leftovers = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert not leftovers, f"processes left running: {leftovers}"
