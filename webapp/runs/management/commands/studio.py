@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from webapp import embedded_redis
 from webapp.runs import controls
@@ -55,6 +56,7 @@ class Command(BaseCommand):
             user, password = self._demo_account()
             run = None if options["no_demo"] else self._demo_run(options["demo_task"], user)
             url = f"http://{options['host']}:{options['port']}/"
+            self._wait_for_web(url + "healthz", children[-1])
             self.stdout.write(self.style.SUCCESS(f"\nTrellis studio: {url}"))
             self.stdout.write(f"sign in as {user.username!r} with password {password!r}" if password
                               else f"sign in as {user.username!r}")
@@ -89,6 +91,17 @@ class Command(BaseCommand):
         if active:
             return active
         return controls.start_run(task, user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+
+    def _wait_for_web(self, url: str, web: subprocess.Popen, timeout_s: float = 60) -> None:
+        """Print the URL only once it answers."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and web.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise CommandError(f"the web server did not answer at {url}")
 
     def _wait(self, children: list[subprocess.Popen]) -> None:
         try:
