@@ -12,9 +12,17 @@ For each client count, two phases of --events events each:
 - steady: events at --rate per second; latency p50/p95/p99/max over every (event, client) pair;
 - burst: events as fast as the sink can write them; events/s = events delivered to all N
   clients / (last arrival - first send), and the latency under that load.
-Lost = messages that never reached a client (expected 0; channels_redis drops silently when a
-channel is over its capacity). The sink columns split the emitter's time per event into the
-database part (Event row, Run update, control check) and the group_send part.
+Lost = messages that never reached a client (expected 0: channels_redis drops silently, once
+2000 (CHANNEL_LAYERS capacity) messages wait for one Daphne process, or for one consumer inside it).
+conn err counts WebSocket handshakes the server refused (then retried); closed counts sockets the
+server closed while they were being measured. Phases follow each other without pauses: with
+redis-py's default 5 s socket timeout, a consumer whose channels_redis BZPOPMIN (also 5 s) sees
+nothing for a while can die with a read timeout and close its socket (code 1011).
+
+The second table says where the time goes: the sink's database part (Event row, Run update,
+control check) and its group_send, the hop from group_send to the client, and each process's
+CPU during the burst; the last line times group_send alone, through async_to_sync as the sink
+calls it and awaited on one event loop.
 
     python benchmarks/live_updates.py [--clients 1 10 100] [--events 200] [--rate 20] [--quick]
 """
@@ -325,7 +333,7 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
     try:
         connect_s = await watchers.connect(n_clients, concurrency)
         # Warm up the path (Daphne's receive loop, the emitter's connections) before measuring; right
-        # away, since an idle consumer may be closed by the server (see the notes printed below).
+        # away, since a consumer left idle for ~5 s may be closed by the server (see the docstring).
         await emit(conn, f"warm{n_clients}", 5, None)
         await watchers.wait_for(f"warm{n_clients}", 5 * n_clients, quiet_s)
         out = {"clients": n_clients, "connect_s": connect_s, "connect_errors": len(watchers.connect_errors)}

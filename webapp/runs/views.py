@@ -160,7 +160,7 @@ def trace(request: HttpRequest, run_id: int) -> HttpResponse:
         qs = qs.filter(kind=filters["kind"])
     if filters["iteration"].lstrip("-").isdigit():
         qs = qs.filter(iteration=int(filters["iteration"]))
-    page = Paginator(qs.only("seq", "kind", "agent", "iteration", "ts", "source"), 50).get_page(request.GET.get("page"))
+    page = Paginator(qs, 50).get_page(request.GET.get("page"))
     context = {"run": run, "page": page, "filters": filters,
                "agents": run.events.exclude(agent="").values_list("agent", flat=True).distinct().order_by("agent"),
                "kinds": run.events.values_list("kind", flat=True).distinct().order_by("kind"),

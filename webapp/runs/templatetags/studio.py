@@ -7,3 +7,35 @@ register = template.Library()
 def kind_label(value: str) -> str:
     """``procedure_refinement`` -> ``procedure refinement``."""
     return str(value).replace("_", " ")
+
+
+@register.filter
+def clock(ts: float) -> str:
+    """An event's unix time as UTC wall-clock time to a tenth of a second."""
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%H:%M:%S.%f")[:10]
+
+
+@register.filter
+def event_summary(event) -> str:
+    """One line on what an event says, for the trace table."""
+    p = event.payload or {}
+    if event.kind == "model_call":
+        return f"{p.get('purpose') or p.get('role', '')} · {p.get('model', '')} · {p.get('prompt_tokens', 0)}+{p.get('completion_tokens', 0)} tokens"
+    if event.kind in ("agent_finished", "route"):
+        return " · ".join(str(x) for x in (p.get("status") or p.get("on"), p.get("target"), (p.get("message") or p.get("reason") or "")[:80]) if x)
+    if event.kind == "judgement":
+        return f"J {p['J']:.3f}" if p.get("J") is not None else f"failed: {p.get('error', '')[:80]}"
+    if event.kind == "check":
+        return f"{'PASS' if p.get('passed') else 'FAIL'} {p.get('name', '')}: {str(p.get('detail', ''))[:80]}"
+    if event.kind == "code_execution":
+        return f"{p.get('purpose', '')} · {p.get('status', '')} · exit {p.get('exit_code')}"
+    if event.kind == "search_iteration":
+        m = p.get("mutation") or {}
+        return f"{m.get('kind', '')} on {m.get('target', '')} · {'accepted' if p.get('accepted') else 'not accepted'} ({p.get('decided_by', '')})"
+    if event.kind == "evaluation":
+        return f"{p.get('metric', '')} = {p.get('value')}" if p.get("ok") else str(p.get("error", ""))[:80]
+    if event.kind == "handoff":
+        return f"{p.get('artifact', '')} from {p.get('source', '')}: {'ok' if p.get('ok') else 'contract broken'}"
+    return ""
