@@ -35,12 +35,9 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,12 +56,6 @@ def configure(var_dir: Path) -> dict:
     for name in ("TRELLIS_REDIS_URL", "DATABASE_URL"):  # the embedded Redis and SQLite, nothing shared
         os.environ.pop(name, None)
     return dict(os.environ)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -292,36 +283,6 @@ def setup_database() -> tuple[int, str, str]:
     return run.pk, lease, client.cookies["sessionid"].value
 
 
-def start_daphne(env: dict, var_dir: Path) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    log = (var_dir / "daphne.log").open("ab")
-    proc = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                             "webapp.asgi:application"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"daphne did not answer on {url}; see {var_dir / 'daphne.log'}")
-
-
-def stop_process_group(proc: subprocess.Popen | None) -> None:
-    if proc and proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-
-
 async def emit(conn, phase: str, n: int, rate: float | None) -> dict:
     conn.send(("emit", phase, n, rate))
     return await asyncio.get_running_loop().run_in_executor(None, conn.recv)
@@ -401,7 +362,7 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -
               f"{b['emit_rate']:>15.1f} {b['hop_p50']:>7.1f} [{b['hop_p99']:>9.1f}] | "
               f"{cpu:>40} {b['daphne_ms_per_msg']:>17.3f}")
     print("\nsink emit: RunEventSink.emit; db: its database part (Event row, Run update, control check);\n"
-          "group_send: its broadcast (async_to_sync over channels_redis); send->client: from the start of\n"
+          "group_send: its broadcast (on a long-lived event loop, over channels_redis); send->client: from the start of\n"
           "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
           "first send); msgs/s = that x clients. conn err: WebSocket handshakes refused (then retried);\n"
           "closed: sockets the server closed during the measurement. CPU %: of one core, over the burst\n"
@@ -432,10 +393,11 @@ def main() -> None:
 
     started = time.perf_counter()
     var_dir = Path(tempfile.mkdtemp(prefix="trellis-live-bench-"))
-    env = configure(var_dir)
-    from webapp import embedded_redis  # no Django settings needed
+    configure(var_dir)
+    from tests.studio_harness import Studio  # Redis and Daphne exactly as the tests start them
 
-    redis_proc = daphne = emitter = None
+    studio = Studio(var_dir, var_dir / "bench.sqlite3")
+    emitter = None
     conn = None
 
     def terminate(signum, frame):  # a kill still runs the cleanup below
@@ -443,9 +405,9 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        redis_proc = embedded_redis.start(var_dir / "redis.sock", var_dir / "redis")
         run_pk, lease, cookie = setup_database()
-        daphne, url = start_daphne(env, var_dir)
+        studio.start(web=True, worker=False)
+        url = studio.url
         ctx = mp.get_context("spawn")
         conn, child = ctx.Pipe()
         emitter = ctx.Process(target=emitter_main, args=(child, run_pk, lease), daemon=True)
@@ -454,7 +416,7 @@ def main() -> None:
             raise RuntimeError("the emitter process did not start")
         print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-        pids = {"daphne": daphne.pid, "redis": redis_proc.pid, "emitter": emitter.pid, "clients": os.getpid()}
+        pids = {"daphne": studio.web.pid, "redis": studio.redis.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []
         for n in args.clients:
             row = asyncio.run(measure(conn, url, run_pk, cookie, n, events, args.rate, args.quiet_s,
@@ -477,8 +439,7 @@ def main() -> None:
             if emitter.is_alive():
                 emitter.terminate()
                 emitter.join(5)
-        stop_process_group(daphne)
-        embedded_redis.stop(redis_proc)
+        studio.stop()
         if args.keep:
             print(f"kept {var_dir}")
         else:

@@ -39,11 +39,12 @@ class Studio:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, web: bool = True) -> "Studio":
+    def start(self, web: bool = True, worker: bool = True) -> "Studio":
         from webapp import embedded_redis
 
         self.redis = embedded_redis.start(self.var_dir / "redis.sock", self.var_dir / "redis")
-        self.start_worker()
+        if worker:
+            self.start_worker()
         if web:
             self.port = free_port()
             self.web = self._spawn("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),

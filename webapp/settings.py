@@ -85,7 +85,11 @@ EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
 REDIS_URL = os.environ.get("TRELLIS_REDIS_URL") or f"unix://{EMBEDDED_REDIS_SOCKET}"
 CHANNEL_LAYERS = {"default": {
     "BACKEND": "channels_redis.core.RedisChannelLayer",
-    "CONFIG": {"hosts": [{"address": REDIS_URL}], "capacity": 2000, "expiry": 30},
+    # channels_redis waits up to 5 s on Redis for the next message: a socket timeout above
+    # that keeps quiet runs' WebSockets open (redis-py's default of 5 s closed them); a large
+    # pool lets a hundred browsers connect at once.
+    "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 2000}],
+               "capacity": 2000, "expiry": 30},
 }}
 CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.startswith("unix://") else REDIS_URL
 CELERY_TASK_ACKS_LATE = False  # a lost worker's run is resumed from its checkpoint, not redelivered

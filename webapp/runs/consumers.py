@@ -20,4 +20,4 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def run_message(self, event: dict) -> None:
-        await self.send_json(event["message"])
+        await self.send(text_data=event["text"])
