@@ -141,6 +141,8 @@ def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, exa
     expect(errors).to_contain_text("list[")
     page.shot("1-bad-contract")
 
+    editor.locator("#rewire-edge").select_option("debugger->finalizer:code")
+    expect(editor.locator("#rewire-source")).to_have_value("debugger")  # the form follows the edge
     editor.locator("#rewire-source").select_option("finalizer")
     editor.locator("#rewire-target").select_option("analyzer")
     editor.get_by_role("button", name="Save edge").click()

@@ -100,3 +100,62 @@ def test_no_search_module_can_import_the_official_evaluator():
             for m in mods:
                 assert not m.endswith(("official", "evaluation")), f"{path.name} imports {m}"
             assert "official_metric" not in names and "evaluate_predictions" not in names, path.name
+
+
+def test_a_search_resumed_from_its_checkpoint_continues_after_the_last_finished_iteration(diabetes, tmp_path):
+    checkpoints = []
+    budget = Budget(max_tokens=1_000_000)
+    tracer = Tracer("search", [ListSink()])
+    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=2)
+    first = mimosa_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 2), tracer,
+                          iterations=1, stop_j=1.0, on_checkpoint=checkpoints.append)
+    assert [c["n"] for c in checkpoints] == [0, 1]
+    state = checkpoints[-1]
+
+    # A fresh process: new budget, runner and tracer; only the checkpoint survives.
+    budget2 = Budget(max_tokens=1_000_000)
+    sink = ListSink()
+    tracer2 = Tracer("search", [sink])
+    runner2 = ProbeRunner(diabetes, budget2, tmp_path / "probes", seed=2)
+    resumed = mimosa_search(team_workflow(diabetes), runner2, search_gateway(budget2, tracer2, 2), tracer2,
+                            iterations=2, stop_j=1.0, resume=state)
+    assert [r.n for r in resumed.iterations] == [2]  # iteration 1 is not run again
+    assert resumed.initial.workflow.hash == first.initial.workflow.hash
+    assert resumed.initial.judgement.J == first.initial.judgement.J
+    assert budget2.used.calls > state["budget"]["used"]["calls"]  # the same budget, carried over
+    assert not any(e.kind == "run_started" and e.payload.get("workflow_hash") == first.initial.workflow.hash
+                   and e.iteration == 0 for e in sink.events)  # the initial workflow was not re-probed
+
+
+class _PersonEdits:
+    """A gate whose person vetoes every mutation and edits the planner's procedure once."""
+
+    def __init__(self):
+        self.offered = False
+
+    def decide(self, proposal):
+        return False, "user:ada", "vetoed"
+
+    def human_edit(self, incumbent):
+        if self.offered:
+            return None
+        self.offered = True
+        from engine.mutations import Mutation
+
+        edit = Mutation("procedure_refinement", "planner", {"procedure": "Use ridge regression only."},
+                        "a person's prior", author="user:ada")
+        return edit.apply(incumbent), "user:ada"
+
+
+def test_a_persons_edit_is_adopted_and_their_vetoes_stand(diabetes, tmp_path):
+    budget = Budget(max_tokens=1_000_000)
+    sink = ListSink()
+    tracer = Tracer("search", [sink])
+    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=2)
+    outcome = mimosa_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 2), tracer,
+                            iterations=2, stop_j=1.0, gate=_PersonEdits())
+    edit, vetoed = outcome.iterations
+    assert edit.mutation["kind"] == "human_edit" and edit.accepted and edit.decided_by == "user:ada"
+    assert outcome.final.workflow.harness.procedures["planner"] == "Use ridge regression only."
+    assert vetoed.mutation["kind"] != "human_edit" and not vetoed.accepted and vetoed.decided_by == "user:ada"
+    assert edit.J is not None  # probed and judged like any candidate, so its evidence is on record
