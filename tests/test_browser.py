@@ -34,6 +34,8 @@ def page(request, studio, demo_user, monkeypatch):
         context = browser.new_context(base_url=studio.url, viewport={"width": 1440, "height": 900})
         context.set_default_timeout(30_000)
         pg = context.new_page()
+        js_errors = []
+        pg.on("pageerror", lambda error: js_errors.append(error))
         pg.goto("/login/")
         pg.get_by_label("Name").fill("ada")
         pg.get_by_label("Password").fill("lovelace-1843")
@@ -45,6 +47,7 @@ def page(request, studio, demo_user, monkeypatch):
     for run in Run.objects.filter(status__in=ACTIVE_STATUSES):
         controls.cancel_run(run)
     wait_for(lambda: not Run.objects.filter(status__in=ACTIVE_STATUSES).exists(), 120, what="runs to stop")
+    assert not js_errors, f"JavaScript errors on the page: {js_errors}"
 
 
 def _start(examples, **options) -> Run:
@@ -139,6 +142,7 @@ def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, exa
     errors = editor.locator("#edit-errors")
     expect(errors).to_contain_text("Not saved")
     expect(errors).to_contain_text("list[")
+    expect(editor.locator("#contract-type")).to_have_value("list[")  # kept, to correct it
     page.shot("1-bad-contract")
 
     editor.locator("#rewire-edge").select_option("debugger->finalizer:code")
@@ -147,6 +151,7 @@ def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, exa
     editor.locator("#rewire-target").select_option("analyzer")
     editor.get_by_role("button", name="Save edge").click()
     expect(errors).to_contain_text(re.compile("cycle", re.I))
+    expect(editor.locator("#rewire-source")).to_have_value("finalizer")
     page.shot("2-cycle")
     expect(timeline).to_have_count(1)  # neither refused edit made a version
 
@@ -188,9 +193,11 @@ def test_trace_viewer_filters_opens_details_and_pages_a_long_field(page, example
     page.shot("2-details")
 
     pages = -(-item["chars"] // PAGE_CHARS)
+    item_buttons = detail.get_by_role("button", name=re.compile("read all")).count()
     detail.get_by_role("button", name=f"read all {item['chars']} characters, a page at a time").first.click()
     field = detail.locator(".field-page")
     expect(field).to_contain_text(f"page 1 of {pages}")
+    expect(detail.get_by_role("button", name=re.compile("read all"))).to_have_count(item_buttons - 1)
     field.get_by_role("button", name="next page").click()
     expect(field).to_contain_text(f"page 2 of {pages}")
     expect(field.get_by_role("button", name="previous page")).to_be_visible()

@@ -42,6 +42,7 @@
 
   function drawGraph(data) {
     document.getElementById("dag-label").textContent = graphLabel(data);
+    if (data.version > editorVersion()) refreshEditor();
     const key = JSON.stringify(data.elements.map((e) => [e.data.id, e.data.label]));
     graphSource = data.source;
     if (!cy || key !== graphKey) {
@@ -66,7 +67,7 @@
           { selector: "edge[bow != 0]", style: { "curve-style": "unbundled-bezier", "control-point-distances": "data(bow)", "control-point-weights": 0.5, "text-margin-x": "data(shift)" } },
           { selector: "edge[kind = 'route']", style: {
               "line-style": "dashed", "line-color": "#b0733a", "target-arrow-color": "#b0733a", "curve-style": "unbundled-bezier",
-              "control-point-distances": [60], "control-point-weights": [0.5], "color": "#7a4a1c" } },
+              "control-point-distances": [80], "control-point-weights": [0.5], "color": "#7a4a1c", "text-margin-x": 30 } },
         ],
         layout: { name: "preset", fit: true, padding: 28 },
       });
@@ -167,7 +168,11 @@
     const proto = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(proto + location.host + root.dataset.ws);
     const state = document.getElementById("ws-state");
-    ws.onopen = () => { state.textContent = "live"; state.dataset.live = "1"; backoff = 500; loadGraph(); loadScores(); };
+    // Whatever happened before this connection (page load, a restart) was not pushed to it.
+    ws.onopen = () => {
+      state.textContent = "live"; state.dataset.live = "1"; backoff = 500;
+      loadGraph(); loadScores(); refreshQueue(); refreshVersions(); refreshStatus();
+    };
     ws.onmessage = (e) => onMessage(JSON.parse(e.data));
     ws.onclose = () => {
       state.textContent = "reconnecting…"; state.dataset.live = "0";
@@ -175,8 +180,35 @@
     };
   }
 
-  // A refresh must not wipe what a person is typing in the editor.
-  window.editorBusy = () => !!document.querySelector("#editor :focus");
+  // The editor follows new versions, but never wipes what a person is typing, nor the message
+  // about their last edit while they read it: such a refresh waits until they are done.
+  const editorVersion = () => {  // the version the editor shows; Infinity while it has not loaded
+    const editor = document.getElementById("editor");
+    return editor.childElementCount ? +(document.getElementById("editor-version")?.dataset.version || 0) : Infinity;
+  };
+  let editorHoldUntil = 0, editorWaiting = false, lastEdit = null;
+  function refreshEditor() {
+    if (document.querySelector("#editor :focus") || Date.now() < editorHoldUntil) {
+      if (!editorWaiting) { editorWaiting = true; setTimeout(() => { editorWaiting = false; refreshEditor(); }, 2000); }
+      return;
+    }
+    trigger("editor-stale");
+  }
+  document.body.addEventListener("htmx:beforeRequest", (e) => {
+    const form = e.detail.elt;
+    if (form.tagName === "FORM" && form.closest("#editor")) lastEdit = { label: form.getAttribute("aria-label"), data: new FormData(form) };
+  });
+  document.body.addEventListener("htmx:afterSwap", (e) => {
+    const box = e.detail.target;
+    if (box.id !== "editor") return;
+    const refused = box.querySelector("#edit-errors");
+    if (refused || box.querySelector("#edit-saved")) editorHoldUntil = Date.now() + 20000;
+    if (refused && lastEdit) {  // a refused edit keeps what was typed, to correct it
+      const form = box.querySelector(`form[aria-label="${lastEdit.label}"]`);
+      for (const [name, value] of lastEdit.data) if (form && form.elements[name] && form.elements[name].type !== "hidden") form.elements[name].value = value;
+    }
+    lastEdit = null;
+  });
 
   // The editor's selects prefill their fields from the chosen edge or role.
   document.body.addEventListener("change", (e) => {
