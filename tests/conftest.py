@@ -22,8 +22,12 @@ def studio(django_db_setup, django_db_blocker):
 
     from tests.studio_harness import Studio
 
+    import shutil
+
     from django.db import connection
 
+    # Each session starts with an empty workflow archive, so the first run starts de novo.
+    shutil.rmtree(settings.TRELLIS_ARCHIVE_DIR, ignore_errors=True)
     s = Studio(settings.VAR_DIR, connection.settings_dict["NAME"]).start()
     yield s
     s.stop()

@@ -17,7 +17,7 @@
   // edit shows up here even while the next probe runs a candidate.
   function graphLabel(data) {
     const label = data.label || "";
-    if (!data.version || label.endsWith("v" + data.version)) return label;
+    if (!data.version || label.includes("v" + data.version + " ") || label.endsWith("v" + data.version)) return label;
     return label + " · latest version v" + data.version;
   }
 

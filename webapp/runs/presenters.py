@@ -15,32 +15,37 @@ NODE_STATE = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIP
 
 
 def graph_state(run: Run) -> dict:
-    """The workflow being executed now (the latest probe's), else the current version, with
-    each agent's state from that execution's events."""
+    """What the DAG panel shows. While a run is going: the workflow being executed now (the
+    latest probe's candidate, which is also what a pending decision is about). Once it has
+    stopped: its current version. Agent states come from the latest execution of that workflow."""
     version = run.current_version
     started = run.events.filter(kind="run_started").order_by("-seq").first()
+    if started and not run.is_active and version and started.payload.get("workflow", {}).get("hash") != version.hash:
+        started = next((e for e in run.events.filter(kind="run_started").order_by("-seq")
+                        if e.payload.get("workflow", {}).get("hash") == version.hash), None)
+        if started is None:
+            workflow = version.data
+            return _state(workflow, {}, f"v{version.number}", True, None, version)
+    if started is None or not started.payload.get("workflow"):
+        if version is None:
+            return {"workflow": None, "states": {}, "label": "no workflow yet", "source": None}
+        return _state(version.data, {}, f"v{version.number}", True, None, version)
+    workflow = started.payload["workflow"]
     states: dict[str, str] = {}
-    if started and started.payload.get("workflow"):
-        workflow = started.payload["workflow"]
-        for ev in run.events.filter(source=started.source, kind__in=("agent_started", "agent_finished")).order_by("seq"):
-            if ev.kind == "agent_started":
-                states[ev.agent] = "running"
-            else:
-                states[ev.agent] = NODE_STATE.get(ev.payload.get("status"), "done")
-        label = f"iteration {started.iteration}: " + ("initial workflow" if started.iteration == 0 else
-                                                      "candidate" if not version or version.hash != workflow.get("hash")
-                                                      else f"v{version.number}")
-        finished = run.events.filter(source=started.source, kind="run_finished").exists()
-    elif version:
-        workflow, label, finished = version.data, f"v{version.number}", True
-    else:
-        return {"workflow": None, "states": {}, "label": "no workflow yet", "source": None}
+    for ev in run.events.filter(source=started.source, kind__in=("agent_started", "agent_finished")).order_by("seq"):
+        states[ev.agent] = "running" if ev.kind == "agent_started" else NODE_STATE.get(ev.payload.get("status"), "done")
+    is_version = version is not None and version.hash == workflow.get("hash")
+    label = (f"v{version.number}" if is_version else "initial workflow" if started.iteration == 0 else "candidate")
+    label = f"iteration {started.iteration}: {label}" if run.is_active else f"{label} (final)"
+    finished = run.events.filter(source=started.source, kind="run_finished").exists()
+    return _state(workflow, states, label, finished, started.source, version)
+
+
+def _state(workflow: dict, states: dict, label: str, finished: bool, source: str | None, version) -> dict:
     for agent in workflow.get("agents", []):
         states.setdefault(agent["id"], "waiting")
-    return {"workflow": workflow, "states": states, "label": label, "finished": finished,
-            "source": started.source if started else None,
-            "version": version.number if version else None,
-            "version_hash": version.hash if version else None}
+    return {"workflow": workflow, "states": states, "label": label, "finished": finished, "source": source,
+            "version": version.number if version else None, "version_hash": version.hash if version else None}
 
 
 def layered_positions(workflow: dict, dx: int = 230, dy: int = 80) -> dict[str, dict]:
