@@ -52,7 +52,11 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def _run_context(run: Run) -> dict:
     versions = list(run.versions.all())
-    return {"versions": versions, "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
+    by_hash = {v.hash: v.number for v in versions}
+    official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
+                for label, d in (run.result or {}).items() if label in ("initial", "final")]
+    return {"versions": versions, "official": official,
+            "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
 
 
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
