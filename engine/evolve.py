@@ -46,8 +46,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
-    them). ``on_checkpoint``/``resume`` make a Mimosa search continue after its last finished
-    iteration in the same ``run_dir``; SciMARS and the tree search start over on resume."""
+    them). ``on_checkpoint``/``resume`` make a Mimosa or SciMARS search continue after its last
+    finished iteration or round in the same ``run_dir``; the tree search starts over on resume."""
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     task = load_task(task_folder)
@@ -101,7 +101,9 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
                                  sinks=sinks)
             outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
-                                     on_round=lambda r: _print_round(r, out))
+                                     on_round=lambda r: _print_round(r, out), gate=gate,
+                                     resume=resume if resume and resume.get("n") is not None else None,
+                                     on_checkpoint=checkpoint)
             initial, final = outcome.initial, outcome.final
             initial_d = _describe(initial)
             final_d = _describe(final)

@@ -235,3 +235,40 @@ def test_budget_exhaustion_ends_the_search_cleanly(diabetes, tmp_path):
     outcome = scimars_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 0), tracer, rounds=3)
     assert outcome.stopped.startswith("budget exhausted")
     assert outcome.final is not None and budget.used.calls <= 2
+
+
+class _Veto:
+    """A person who vetoes whatever the composer chose."""
+
+    def __init__(self):
+        self.proposals = []
+
+    def decide(self, proposal):
+        self.proposals.append(proposal)
+        return False, "user:ada", "not convinced"
+
+    def human_edit(self, incumbent):
+        return None
+
+
+def test_a_vetoed_composition_keeps_the_reference_and_a_resumed_search_skips_finished_rounds(diabetes, tmp_path):
+    budget = Budget(max_tokens=2_000_000)
+    tracer = Tracer("scimars", [ListSink()])
+    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=0)
+    gate, checkpoints = _Veto(), []
+    initial = team_workflow(diabetes)
+    outcome = scimars_search(initial, runner, search_gateway(budget, tracer, 0), tracer, rounds=1, gate=gate,
+                             on_checkpoint=checkpoints.append)
+    # The composer adopts a supported change on this task (see the test above); the person vetoes it.
+    assert len(gate.proposals) == 1 and gate.proposals[0]["mutation"]["kind"].startswith("scimars_")
+    assert gate.proposals[0]["workflow"]["hash"] != initial.hash
+    assert outcome.iterations[0].decision == "keep" and outcome.final.workflow.hash == initial.hash
+    assert [c["n"] for c in checkpoints] == [1]
+
+    budget2 = Budget(max_tokens=2_000_000)
+    tracer2 = Tracer("scimars", [ListSink()])
+    runner2 = ProbeRunner(diabetes, budget2, tmp_path / "probes", seed=0)
+    resumed = scimars_search(initial, runner2, search_gateway(budget2, tracer2, 0), tracer2, rounds=1,
+                             resume=checkpoints[-1])
+    assert resumed.iterations == [] and resumed.final.workflow.hash == initial.hash  # nothing left to run
+    assert budget2.used.calls == budget.used.calls  # the spent budget carried over, nothing new spent

@@ -170,3 +170,20 @@ def test_trace_viewer_filters_and_pages_large_outputs(run, client):
 def test_pages_need_a_signed_in_person(run):
     assert Client().get(f"/runs/{run.pk}/").status_code == 302
     assert Client().get("/healthz").status_code == 200
+
+
+def test_a_scimars_round_that_a_person_approved_becomes_a_version(run):
+    from engine.trace import Tracer
+
+    child = {**run.current_version.data, "note": "round 1"}
+    child["harness"] = {**child["harness"], "procedures": {**child["harness"]["procedures"], "planner": "Be brief."}}
+    from engine.workflow import Workflow
+
+    child = Workflow.from_dict({**child, "hash": None}).to_dict()
+    tracer = Tracer("search", [RunEventSink(run, "L")])
+    tracer.emit("composition", None, n=1, gate="user:ada", approved=True, decision="adopt",
+                workflow_hash=child["hash"], workflow=child)
+    tracer.emit("composition", None, n=2, gate="user:ada", approved=False, decision="keep",
+                workflow_hash=child["hash"], workflow=None)
+    assert list(run.versions.values_list("number", "author")) == [(1, "engine"), (2, "user:ada")]
+    assert run.events.filter(kind="composition").count() == 2

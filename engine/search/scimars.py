@@ -25,7 +25,7 @@ from ..prompts import extract_json
 from ..trace import Tracer
 from ..workflow import Workflow
 from .mimosa import SearchOutcome
-from .probe import Probe, ProbeRunner
+from .probe import AutoGate, Gate, Probe, ProbeRunner
 
 EDITORS = ("role_editor", "coordination_editor", "memory_editor")
 EDITOR_KINDS: dict[str, tuple[str, ...]] = {
@@ -288,17 +288,33 @@ class ReuseCache:
 
 # --- the search -------------------------------------------------------------------------------
 def scimars_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
-                   rounds: int = 3, on_round=None) -> SearchOutcome:
+                   rounds: int = 3, on_round=None, gate: Gate | None = None, resume: dict | None = None,
+                   on_checkpoint=None) -> SearchOutcome:
+    """SciMARS rounds. ``gate`` sees the composer's choice (adopt or combine) before it becomes
+    the next round's harness, and may hand in a person's edit, which becomes the next round's
+    reference. ``on_checkpoint``/``resume`` work as in Mimosa, one checkpoint per round."""
+    gate = gate or AutoGate()
     tracer.iteration = 0
     current = initial
     first: Probe | None = None
     best: Probe | None = None
     records: list[RoundRecord] = []
     lessons: list[str] = []
+    done = 0
+    if resume:
+        current = Workflow.from_dict({**resume["current"], "hash": None})
+        first = Probe.from_checkpoint(resume["first"]) if resume.get("first") else None
+        best = Probe.from_checkpoint(resume["best"]) if resume.get("best") else None
+        lessons, done = list(resume.get("lessons", [])), int(resume["n"])
+        runner.count = int(resume.get("probes", runner.count))
+        runner.budget.restore(**resume["budget"])
     stopped = "round budget reached"
     hib = runner.task.metric.higher_is_better
-    for n in range(1, rounds + 1):
+    for n in range(done + 1, rounds + 1):
         tracer.iteration = n
+        edit = gate.human_edit(current)
+        if edit:
+            current = _adopt_edit(n, current, edit, tracer, runner)
         try:
             record = _round(n, current, runner, gateway, tracer, lessons, hib)
         except BudgetExhausted as exc:
@@ -306,10 +322,16 @@ def scimars_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway
             break
         if first is None and record.reference_run is not None:
             first = record.reference_run
+        if record.decision != "keep":
+            _gate_choice(n, record, current, gate, tracer)
         records.append(record)
         best = record.selected_run or record.reference_run
         current = best.workflow
         lessons = lessons + record.lessons
+        if on_checkpoint:
+            on_checkpoint({"n": n, "current": current.to_dict(), "lessons": lessons, "probes": runner.count,
+                           "first": first.checkpoint() if first else None, "best": best.checkpoint(),
+                           "budget": runner.budget.usage_state()})
         if on_round:
             on_round(record)
         if record.stopped:
@@ -319,6 +341,39 @@ def scimars_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway
         first = runner.run(initial, "initial", 0)
         best = first
     return SearchOutcome(first, best or first, records, stopped)
+
+
+def _adopt_edit(n: int, current: Workflow, edit: tuple[Workflow, str], tracer: Tracer, runner: ProbeRunner) -> Workflow:
+    """A person's edit replaces the harness; this round's reference run probes it."""
+    workflow, author = edit
+    mutation = {"kind": "human_edit", "target": workflow.name, "params": {}, "rationale": workflow.note,
+                "author": author}
+    tracer.emit("mutation_proposed", author, valid=True, mutation=mutation, diff=diff(current, workflow),
+                parent_hash=current.hash, child_hash=workflow.hash)
+    tracer.emit("search_iteration", None, search="scimars", n=n, mutation=mutation, accepted=True,
+                decided_by=author, reason="edited by a person", workflow_hash=workflow.hash,
+                workflow=workflow.to_dict(), budget_left=runner.budget.remaining())
+    return workflow
+
+
+def _gate_choice(n: int, record: RoundRecord, current: Workflow, gate: Gate, tracer: Tracer) -> None:
+    """The composer chose a change (selected by public checks); the gate may veto it."""
+    selected, reference = record.selected_run, record.reference_run
+    mutation = {"kind": f"scimars_{record.decision}", "target": ", ".join(record.chosen),
+                "params": {"editors": record.chosen},
+                "rationale": "; ".join(p.mutation.get("rationale", "") for p in record.proposals
+                                       if p.editor in record.chosen and p.mutation), "author": "composer"}
+    approved, by, reason = gate.decide({
+        "n": n, "mutation": mutation, "diff": diff(current, selected.workflow), "rule_accepts": True,
+        "J": None, "incumbent_J": None, "checks": selected.checks, "judgement": None,
+        "validation": selected.result.metric, "reference_validation": reference.result.metric,
+        "parent_hash": current.hash, "workflow": selected.workflow.to_dict(), "probe_run_id": selected.result.run_id})
+    if not approved:
+        record.decision, record.chosen, record.selected_run = "keep", [], reference
+        record.selected = reference.summary()
+    tracer.emit("composition", None, n=n, gate=by, approved=approved, reason=reason, decision=record.decision,
+                workflow_hash=record.selected_run.workflow.hash,
+                workflow=record.selected_run.workflow.to_dict() if approved else None)
 
 
 def _round(n: int, current: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,

@@ -1,8 +1,8 @@
 from django.contrib import admin
 
-from .models import Annotation, Event, Judgement, Mutation, Project, Run, Task, WorkflowVersion
+from .models import Event, Judgement, Mutation, Project, Run, Task, WorkflowVersion
 
-admin.site.register([Project, Task, WorkflowVersion, Judgement, Annotation])
+admin.site.register([Project, Task, WorkflowVersion, Judgement])
 
 
 @admin.register(Run)

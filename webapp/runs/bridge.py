@@ -160,6 +160,12 @@ class RunEventSink:
                 budget_used=dict(self.usage))
         elif event.kind == "search_iteration":
             self._iteration_settled(event)
+        elif event.kind == "composition" and p.get("approved") and p.get("workflow"):
+            run = Run.objects.get(pk=self.run_id)  # a SciMARS round adopted its composer's choice
+            current = run.current_version
+            if current is None or current.hash != p["workflow_hash"]:
+                record_version(run, p["workflow"], p.get("gate") or "composer",
+                               f"round {p.get('n')}: {p.get('decision')}", p.get("n", 0))
 
     def _iteration_settled(self, event: EngineEvent) -> None:
         p = event.payload
@@ -193,7 +199,8 @@ class DatabaseGate:
         mutation = proposal["mutation"]
         checks = proposal.get("checks") or []
         evidence = {"J": proposal.get("J"), "incumbent_J": proposal.get("incumbent_J"), "checks": checks,
-                    "validation": proposal.get("validation"), "judgement": proposal.get("judgement"),
+                    "validation": proposal.get("validation"),
+                    "reference_validation": proposal.get("reference_validation"), "judgement": proposal.get("judgement"),
                     "probe_run_id": proposal.get("probe_run_id")}
         row, created = Mutation.objects.get_or_create(
             run=run, iteration=proposal.get("n", 0), child_hash=proposal["workflow"]["hash"],

@@ -60,8 +60,9 @@ def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersio
         raise EditRejected(exc.problems) from exc
     except MutationError as exc:
         raise EditRejected([str(exc)]) from exc
-    # A Mimosa run still going adopts the edit at its next iteration (the engine probes and
-    # judges it first); any other run keeps it as the latest version straight away.
-    waits_for_engine = run.search == "mimosa" and run.status not in {RunStatus.COMPLETED, RunStatus.CANCELLED}
+    # A Mimosa or SciMARS run still going adopts the edit at its next iteration or round (the
+    # engine probes it first); any other run keeps it as the latest version straight away.
+    waits_for_engine = run.search in ("mimosa", "scimars") and run.status not in {RunStatus.COMPLETED,
+                                                                                  RunStatus.CANCELLED}
     return record_version(run, child.to_dict(), author, mutation.describe(), base.iteration,
                           adopted=not waits_for_engine)

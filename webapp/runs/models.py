@@ -218,15 +218,3 @@ class Judgement(models.Model):
 
     class Meta:
         ordering = ["iteration", "created"]
-
-
-class Annotation(models.Model):
-    """A person's note on one event of a trace (teams annotate traces together)."""
-
-    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="annotations")
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
-    text = models.TextField()
-    created = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["created"]
