@@ -84,29 +84,22 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
               + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
     try:
-        if search == "mimosa":
+        if search in ("mimosa", "scimars"):
             runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
                                  sinks=sinks)
-            outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
-                                    on_iteration=lambda r: _print_iteration(r, out),
-                                    resume=resume if resume and resume.get("n") is not None else None,
-                                    on_checkpoint=checkpoint)
-            initial, final = outcome.initial, outcome.final
-            initial_d = _describe(initial)
-            final_d = _describe(final)
-            stopped, n = outcome.stopped, len(outcome.iterations)
-        elif search == "scimars":
-            from .search.scimars import scimars_search
+            resume_state = resume if resume and resume.get("n") is not None else None
+            if search == "mimosa":
+                outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
+                                        on_iteration=lambda r: _print_iteration(r, out), resume=resume_state,
+                                        on_checkpoint=checkpoint)
+            else:
+                from .search.scimars import scimars_search
 
-            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
-                                 sinks=sinks)
-            outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
-                                     on_round=lambda r: _print_round(r, out), gate=gate,
-                                     resume=resume if resume and resume.get("n") is not None else None,
-                                     on_checkpoint=checkpoint)
+                outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
+                                         on_round=lambda r: _print_round(r, out), gate=gate, resume=resume_state,
+                                         on_checkpoint=checkpoint)
             initial, final = outcome.initial, outcome.final
-            initial_d = _describe(initial)
-            final_d = _describe(final)
+            initial_d, final_d = _describe(initial), _describe(final)
             stopped, n = outcome.stopped, len(outcome.iterations)
         else:
             from .sandbox.subprocess_executor import SubprocessExecutor
