@@ -161,11 +161,9 @@ class RunEventSink:
         elif event.kind == "search_iteration":
             self._iteration_settled(event)
         elif event.kind == "composition" and p.get("approved") and p.get("workflow"):
-            run = Run.objects.get(pk=self.run_id)  # a SciMARS round adopted its composer's choice
-            current = run.current_version
-            if current is None or current.hash != p["workflow_hash"]:
-                record_version(run, p["workflow"], p.get("gate") or "composer",
-                               f"round {p.get('n')}: {p.get('decision')}", p.get("n", 0))
+            # A SciMARS round adopted its composer's choice.
+            _record_if_new(Run.objects.get(pk=self.run_id), p, p.get("gate") or "composer",
+                           f"round {p.get('n')}: {p.get('decision')}")
 
     def _iteration_settled(self, event: EngineEvent) -> None:
         p = event.payload
@@ -179,11 +177,16 @@ class RunEventSink:
                 broadcast(run, {"kind": "version_created", "version": pending.number, "author": pending.author})
             return
         if p.get("accepted") and p.get("workflow"):
-            current = run.current_version
-            if current is None or current.hash != p["workflow_hash"]:
-                record_version(run, p["workflow"], p.get("decided_by") or "mutator",
-                               f"{mutation.get('kind')} on {mutation.get('target')}: {mutation.get('rationale', '')}",
-                               p.get("n", 0))
+            _record_if_new(run, p, p.get("decided_by") or "mutator",
+                           f"{mutation.get('kind')} on {mutation.get('target')}: {mutation.get('rationale', '')}")
+
+
+def _record_if_new(run: Run, payload: dict, author: str, note: str) -> None:
+    """An adopted workflow becomes the next version, unless it already is the current one (a
+    resumed attempt re-adopting what its lost predecessor had recorded)."""
+    current = run.current_version
+    if current is None or current.hash != payload["workflow_hash"]:
+        record_version(run, payload["workflow"], author, note, payload.get("n", 0))
 
 
 class DatabaseGate:

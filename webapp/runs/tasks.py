@@ -41,7 +41,7 @@ def execute_run(run_id: int, lease: str) -> str:
                         budget=Budget(max_tokens=run.max_tokens), out=log_out,
                         gate=DatabaseGate(run, sink), model_override=run.model or None,
                         archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink], run_dir=run.run_dir,
-                        resume=run.checkpoint if run.search in ("mimosa", "scimars") else None,
+                        resume=run.checkpoint,  # only Mimosa and SciMARS write checkpoints
                         on_checkpoint=sink.save_checkpoint)
         status, reason, extra = RunStatus.COMPLETED, result.stopped, {"result": result.to_dict()}
     except RunInterrupted as exc:
