@@ -218,3 +218,26 @@ class Judgement(models.Model):
 
     class Meta:
         ordering = ["iteration", "created"]
+
+
+class Role(models.IntegerChoices):
+    """A member's role in a project; each role can do everything the roles below it can."""
+
+    VIEWER = 10, "viewer"            # reads the project's runs, traces, artifacts
+    ANNOTATOR = 20, "annotator"      # a viewer who may annotate (no annotations exist yet)
+    REVIEWER = 30, "reviewer"        # decides mutations, edits workflows, controls and starts runs
+    OWNER = 40, "owner"              # a reviewer who manages the project's members
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.PositiveSmallIntegerField(choices=Role.choices, default=Role.VIEWER)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")]
+        ordering = ["-role", "user__username"]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.project} · {self.get_role_display()}"
