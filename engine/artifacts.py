@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def sha256_file(path: Path) -> str:
@@ -28,6 +31,24 @@ class ArtifactStore:
         if not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, dest)
+        return sha
+
+    def put_stream(self, handle: BinaryIO) -> str:
+        """Store what an open file holds (hashed while copied, so what is stored is what
+        was hashed, whatever happens to the file afterwards)."""
+        h = hashlib.sha256()
+        self.root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=self.root, prefix=".incoming-", delete=False) as tmp:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                h.update(chunk)
+                tmp.write(chunk)
+        sha = h.hexdigest()
+        dest = self.path_for(sha)
+        if dest.exists():
+            os.unlink(tmp.name)
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp.name, dest)
         return sha
 
     def put_bytes(self, data: bytes) -> str:

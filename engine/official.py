@@ -23,10 +23,16 @@ def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -
 
 def official_for_code(task: Task, code: str, executor) -> dict:
     """Run a committed program on the task's real data, then score it officially."""
-    from .sandbox import ExecutionRequest
+    from .sandbox import ExecutionRequest, UnsafeOutput
 
     result = executor.run(ExecutionRequest(code=code, input_files=task.input_files(), limits=task.resources.limits))
-    out = result.workdir / task.resources.predictions_file
-    if not result.ok or not out.exists():
+    if not result.ok:
         return {"ok": False, "error": f"the committed program {result.status} on the task's data"}
-    return {**evaluate_predictions(task, out.read_bytes()), "evaluator": "evaluate.py (official, held out)"}
+    try:
+        # evaluate.py scores a copy of these bytes, never a file the program could point elsewhere
+        predictions = result.read_file(task.resources.predictions_file)
+    except FileNotFoundError:
+        return {"ok": False, "error": "the committed program wrote no predictions on the task's data"}
+    except UnsafeOutput as exc:
+        return {"ok": False, "error": f"predictions refused: {exc}"}
+    return {**evaluate_predictions(task, predictions), "evaluator": "evaluate.py (official, held out)"}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .metrics import metric_fn
-from .sandbox import ExecutionRequest, ExecutionResult, Executor
+from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput
 from .task import Task
 
 
@@ -100,10 +100,15 @@ def _validate_once(task: Task, code: str, executor: Executor, seed: int, fold: i
     with tempfile.TemporaryDirectory(prefix="trellis-val-") as tmp:
         split = make_split(task, Path(tmp), seed=seed, fold=fold, folds=folds)
         result = executor.run(ExecutionRequest(code=code, input_files=split.files, limits=task.resources.limits))
-    out = result.workdir / task.resources.predictions_file
-    if not result.ok or not out.exists():
+    if not result.ok:
         return {"ok": False, "error": f"program {result.status} on the validation split"}, result
-    return score_predictions(task, split, out.read_bytes()), result
+    try:
+        predictions = result.read_file(task.resources.predictions_file)
+    except FileNotFoundError:
+        return {"ok": False, "error": "program wrote no predictions on the validation split"}, result
+    except UnsafeOutput as exc:
+        return {"ok": False, "error": f"predictions refused: {exc}"}, result
+    return score_predictions(task, split, predictions), result
 
 
 def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor: float = 10.0) -> set[int]:

@@ -248,23 +248,24 @@ def test_writing_to_the_project_tree_is_denied(executor):
     "import os; fd = os.open({parent!r}, os.O_RDONLY); "
     "os.open('victim.txt', os.O_WRONLY | os.O_TRUNC, dir_fd=fd)",
 ])
-def test_file_system_escapes_are_violations(executor, victim, code):
+def test_file_system_escapes_fail(executor, victim, code):
+    # a violation where the audit hook sees the path; "error" (no such file) where the
+    # private file-system view does not hold the victim at all
     result = run(executor, code.format(victim=str(victim), parent=str(victim.parent)))
-    assert result.status == "violation", result.stderr
+    assert result.status in ("violation", "error"), result.stderr
     assert victim.read_text() == "original\n"
     assert "soft" not in result.files and "hard" not in result.files
 
 
 def test_reading_project_source_is_denied(executor):
     result = run(executor, f"print(open({str(PROJECT_SOURCE)!r}).read())")
-    assert result.status == "violation"
-    assert any(str(PROJECT_SOURCE) in v for v in result.violations)
+    assert result.status in ("violation", "error")  # "error": not even in the program's view
     assert "class ExecutionResult" not in result.stdout
 
 
 def test_listing_the_project_is_denied(executor):
     result = run(executor, f"import os; print(os.listdir({str(PROJECT_ROOT)!r}))")
-    assert result.status == "violation"
+    assert result.status in ("violation", "error")
     assert "engine" not in result.stdout
 
 
@@ -296,7 +297,7 @@ def test_socket_connection_is_denied(executor):
             sock.sendall(b"leak")
         """)
         assert result.status == "violation"
-        assert any("socket.connect" in v for v in result.violations)
+        assert any("socket.connect" in v or "socket.__new__" in v for v in result.violations)
         with pytest.raises(socket.timeout):
             server.accept()  # nothing ever reached the listener
     finally:
@@ -314,7 +315,7 @@ def test_udp_datagrams_are_denied(executor):
             socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", {port}))
         """)
         assert result.status == "violation"
-        assert any("socket.sendto" in v for v in result.violations)
+        assert any("socket.sendto" in v or "socket.__new__" in v for v in result.violations)
         with pytest.raises(socket.timeout):
             receiver.recvfrom(16)
     finally:

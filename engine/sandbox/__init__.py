@@ -5,9 +5,16 @@ issue) can replace the subprocess one without touching the runner.
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal, Protocol
+
+from ..limits import EXECUTION_LIMIT_RANGES, LimitError, number_problem
+
+DEFAULT_READ_CAP = 256 * 1024 * 1024  # bytes the engine reads of one output file
 
 ExecutionStatus = Literal["ok", "error", "timeout", "memory", "violation", "killed"]
 
@@ -18,16 +25,37 @@ class ExecutionLimits:
     cpu_seconds: int = 120
     memory_mb: int = 2048
     max_file_mb: int = 256
+    # processes and threads of the whole tree (torch and BLAS pools count as threads)
+    max_processes: int = 128
     stdout_tail_chars: int = 4000
 
     @classmethod
     def from_dict(cls, data: dict | None) -> "ExecutionLimits":
+        """Limits from a task folder: every field type- and range-checked (engine/limits.py),
+        all problems in one ValueError, so a task with ``memory_mb: "lots"`` fails to load."""
+        if data is not None and not isinstance(data, dict):
+            raise ValueError(f"must be an object of limits, not {type(data).__name__}")
         data = dict(data or {})
         known = {f for f in cls.__dataclass_fields__}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown execution limit(s): {', '.join(sorted(unknown))}")
+        problems = [p for name, value in sorted(data.items()) if (p := _limit_problem(cls, name, value))]
+        if problems:
+            raise LimitError("; ".join(problems))
         return cls(**data)
+
+
+def _limit_problem(cls: type, name: str, value: object) -> str | None:
+    if name in EXECUTION_LIMIT_RANGES:
+        low, high, whole = EXECUTION_LIMIT_RANGES[name]
+        return number_problem(name, value, low, high, integer=whole)
+    default = cls.__dataclass_fields__[name].default  # a field with no range yet: its type at least
+    if isinstance(default, bool) or isinstance(value, bool):
+        return None if type(value) is type(default) else f"{name} must be true or false, not {value!r}"
+    if isinstance(default, (int, float)) and not isinstance(value, (int, float)):
+        return f"{name} must be a number, not {value!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -58,6 +86,10 @@ class ExecutionResult:
     def ok(self) -> bool:
         return self.status == "ok"
 
+    def read_file(self, relpath: str, max_bytes: int = DEFAULT_READ_CAP) -> bytes:
+        """An output of this run, read safely (see :func:`read_output`)."""
+        return read_output(self.workdir, relpath, max_bytes)
+
     def evidence(self, tail: int = 4000) -> dict:
         """The ``execution_evidence`` artifact handed to the next agent."""
         return {
@@ -70,6 +102,63 @@ class ExecutionResult:
             "violations": list(self.violations),
             "executor": self.executor,
         }
+
+
+class UnsafeOutput(ValueError):
+    """A file a program left behind that the engine will not read: a link, a device or
+    FIFO, a file with other hard links, or one over the size cap."""
+
+
+def open_output(workdir: Path, relpath: str, max_bytes: int = DEFAULT_READ_CAP):
+    """Open a program's output for reading without ever following a link.
+
+    Each path component is opened relative to the previous one with O_NOFOLLOW, so
+    neither a symlinked file nor a symlinked directory on the way can point the engine
+    (which may run as root) at the answer key or at /etc/shadow; the file must be a
+    regular file with a single link (a hard link to a file outside would otherwise pass)
+    and at most ``max_bytes`` long.  Returns a binary file object; raises UnsafeOutput
+    or FileNotFoundError."""
+    parts = PurePosixPath(relpath).parts
+    if not parts or PurePosixPath(relpath).is_absolute() or ".." in parts:
+        raise UnsafeOutput(f"{relpath!r} is not a path inside the working directory")
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = os.open(workdir, nofollow | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                next_fd = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafeOutput(f"{relpath!r}: {part!r} is a link, not a folder") from exc
+                raise
+            os.close(dir_fd)
+            dir_fd = next_fd
+        try:
+            fd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UnsafeOutput(f"{relpath!r} is a symbolic link; outputs must be regular files") from exc
+            raise
+    finally:
+        os.close(dir_fd)
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = f"{relpath!r} is not a regular file"
+    elif info.st_nlink != 1:
+        problem = f"{relpath!r} has {info.st_nlink} hard links; outputs must be files of their own"
+    elif info.st_size > max_bytes:
+        problem = f"{relpath!r} is {info.st_size} bytes, over the cap of {max_bytes}"
+    if problem:
+        os.close(fd)
+        raise UnsafeOutput(problem)
+    return os.fdopen(fd, "rb")
+
+
+def read_output(workdir: Path, relpath: str, max_bytes: int = DEFAULT_READ_CAP) -> bytes:
+    """The bytes of a program's output file, read as :func:`open_output` opens it."""
+    with open_output(workdir, relpath, max_bytes) as handle:
+        return handle.read(max_bytes + 1)[:max_bytes]
 
 
 class Executor(Protocol):

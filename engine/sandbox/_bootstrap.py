@@ -23,6 +23,7 @@ import faulthandler
 import json
 import os
 import posix
+import resource
 import runpy
 import signal
 import stat
@@ -171,20 +172,207 @@ def apply_landlock(read_roots, write_roots) -> int:
     return abi
 
 
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWNET, CLONE_NEWPID, CLONE_NEWUSER = 0x40000000, 0x20000000, 0x10000000
+CLONE_NEWCGROUP, CLONE_NEWTIME = 0x02000000, 0x00000080
 PR_SET_PDEATHSIG = 1
 
 
-def unshare_namespaces() -> tuple:
-    """A private network namespace (all networking fails, even via ctypes) and a PID
-    namespace (every process the program manages to start dies with it).  Returns
-    (netns, pidns).  Unprivileged, both need a user namespace as well."""
-    extra = 0 if os.geteuid() == 0 else CLONE_NEWUSER
-    for flags, result in ((CLONE_NEWNET | CLONE_NEWPID, (True, True)),
-                          (CLONE_NEWNET, (True, False)), (CLONE_NEWPID, (False, True))):
-        if _libc.unshare(flags | extra) == 0:
-            return result
-    return False, False
+def unshare_namespaces(want_mounts: bool) -> tuple:
+    """A private network namespace (all networking fails, even via ctypes), a PID
+    namespace (every process the program manages to start dies with it) and, when
+    ``want_mounts``, a mount namespace for the private file-system view.  Returns
+    (netns, pidns, mountns).  An unprivileged engine needs a user namespace for any of
+    them; then its uid is mapped to 0 inside (and is still not root outside)."""
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    user = 0 if outer_uid == 0 else CLONE_NEWUSER
+    for mounts in ((True, False) if want_mounts else (False,)):
+        base = CLONE_NEWUTS | CLONE_NEWIPC | (CLONE_NEWNS if mounts else 0)
+        for net, pid in ((True, True), (True, False), (False, True), (False, False)):
+            flags = base | (CLONE_NEWNET if net else 0) | (CLONE_NEWPID if pid else 0)
+            if _libc.unshare(flags | user) == 0:
+                if user:
+                    _map_user(outer_uid, outer_gid)
+                return net, pid, mounts
+    return False, False, False
+
+
+def _map_user(uid: int, gid: int) -> None:
+    for name, text in (("setgroups", "deny"), ("uid_map", "0 %d 1" % uid), ("gid_map", "0 %d 1" % gid)):
+        try:
+            with open("/proc/self/" + name, "w") as fh:
+                fh.write(text)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------- mount view
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+# Top-level links of a merged-/usr system (/lib -> usr/lib): ld.so.cache names /lib paths.
+ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+def _mount(source, target, fstype, flags, data=None) -> None:
+    enc = lambda v: v.encode() if isinstance(v, str) else v  # noqa: E731
+    if _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "mount %s on %s: %s" % (source, target, os.strerror(err)))
+
+
+def _bind(path: str, new_root: str, writable: bool) -> None:
+    """Bind one host file or tree at the same path inside the new root."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # absent on this system: nothing to show
+    target = new_root + path
+    if stat.S_ISDIR(st.st_mode):
+        os.makedirs(target, 0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        if not os.path.exists(target):
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    _mount(path, target, None, MS_BIND)
+    device = stat.S_ISCHR(st.st_mode)
+    flags = MS_REMOUNT | MS_BIND | MS_NOSUID | (0 if device else MS_NODEV)
+    if not writable and not device:
+        flags |= MS_RDONLY
+    _mount(None, target, None, flags)
+
+
+def build_view(new_root: str, read_roots, write_roots) -> None:
+    """Replace this process's file system with a fresh one holding only the allowlists.
+
+    A tmpfs becomes the root; every read root is bound read-only and every write root
+    read-write at its own path; /proc is this PID namespace's own.  Everything else
+    (the project, var/ with its sockets and database, other runs, /root, /home, /tmp)
+    does not exist here, whatever a program does, ctypes included.  The tmpfs itself
+    is then made read-only."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates to the host
+    _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for name in ROOT_LINKS:
+        if os.path.islink("/" + name):
+            os.symlink(os.readlink("/" + name), new_root + "/" + name)
+    bound: list = []
+    for path in sorted(set(read_roots), key=len):
+        if path.startswith("/proc/") or any(_under(path, (b,)) for b in bound):
+            continue  # procfs is mounted afresh; a subtree of a bound tree is there already
+        _bind(path, new_root, writable=False)
+        bound.append(path)
+    for path in write_roots:
+        _bind(path, new_root, writable=True)
+    os.makedirs(new_root + "/proc", 0o555, exist_ok=True)
+    _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    old = new_root + "/.old-root"
+    os.mkdir(old, 0o700)
+    os.chdir(new_root)
+    if _libc.syscall(_SYS_PIVOT_ROOT[os.uname().machine], b".", b".old-root") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "pivot_root: " + os.strerror(err))
+    os.chdir("/")
+    if _libc.umount2(b"/.old-root", MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "detaching the host root: " + os.strerror(err))
+    os.rmdir("/.old-root")
+    _mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def drop_to_user(uid: int, gid: int, max_processes: int) -> int:
+    """Become the run's own unprivileged user, for good.  RLIMIT_NPROC counts the tasks
+    of that uid, which belongs to this run alone: a fork bomb stops at the cap even where
+    no cgroup could be made.  Returns the uid now in force."""
+    try:
+        resource.setrlimit(resource.RLIMIT_NPROC, (max_processes, max_processes))
+    except (ValueError, OSError):
+        pass
+    if os.getuid() == 0 and uid != 0 and _inside_initial_userns():
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    return os.getuid()
+
+
+def _inside_initial_userns() -> bool:
+    """uid 0 of the host (not a user namespace's mapped 0, which cannot switch users)."""
+    try:
+        with open("/proc/self/uid_map") as fh:
+            return fh.read().split()[:3] == ["0", "0", "4294967295"]
+    except OSError:
+        return True
+
+
+# ---------------------------------------------------------------------- seccomp
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
+SCMP_CMP_NE, SCMP_CMP_MASKED_EQ = 1, 7
+AF_UNIX = 1
+# No legitimate analysis or training program needs these; each is a way around the
+# other layers (namespaces, mounts, ptrace, kernel keyrings, io_uring, BPF, modules...).
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root",
+    "chroot", "unshare", "setns", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "kexec_load",
+    "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
+    "swapoff", "acct", "quotactl", "syslog", "open_by_handle_at", "name_to_handle_at",
+    "iopl", "ioperm", "fanotify_init", "move_mount", "open_tree", "fsopen", "fsmount",
+    "fsconfig", "fspick", "mount_setattr", "pidfd_getfd", "kcmp", "vhangup",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "execve", "execveat",
+    "mknod", "mknodat", "setuid", "setgid", "setreuid", "setregid", "setresuid",
+    "setresgid", "setgroups", "setfsuid", "setfsgid", "personality", "lookup_dcookie",
+)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
+                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+
+
+def apply_seccomp() -> bool:
+    """A syscall filter (libseccomp): the calls above fail with EPERM, clone3 reports
+    ENOSYS (glibc then uses clone, whose flags a filter can see), clone may not create
+    namespaces, and sockets other than AF_UNIX pairs cannot be made.  Returns whether
+    the filter is in force."""
+    try:
+        lib = ctypes.CDLL("libseccomp.so.2")
+    except OSError:
+        return False
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        return False
+
+    def rule(name: str, errno: int, *cmps) -> None:
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # not a call on this architecture
+        array = (_ArgCmp * max(1, len(cmps)))(*cmps)
+        if lib.seccomp_rule_add_array(ctx, 0x00050000 | errno, nr, len(cmps), array) != 0:
+            raise OSError("seccomp rule for %s refused" % name)
+
+    try:
+        for name in DENIED_SYSCALLS:
+            rule(name, EPERM)
+        rule("clone3", ENOSYS)
+        for flag in (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWNET, CLONE_NEWPID,
+                     CLONE_NEWUSER, CLONE_NEWCGROUP, CLONE_NEWTIME):
+            rule("clone", EPERM, _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag))
+        rule("socket", EAFNOSUPPORT, _ArgCmp(0, SCMP_CMP_NE, AF_UNIX, 0))
+        return lib.seccomp_load(ctx) == 0
+    except OSError:
+        return False
+    finally:
+        lib.seccomp_release(ctx)
 
 
 def _mirror_exit(status: int) -> None:
@@ -238,13 +426,19 @@ def _reap_until(program_pid: int, status_w: int) -> None:
             os._exit(0)
 
 
+def drop_bounding_set() -> None:
+    """Take every capability out of the bounding set while we still may (CAP_SETPCAP):
+    nothing this process becomes later can gain one back."""
+    if os.geteuid() == 0:
+        for cap in range(64):
+            _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the last cap
+
+
 def drop_capabilities() -> bool:
-    """A child still running as uid 0 keeps root's file ownership (Landlock covers
-    that) but should lose every capability (module loading, raw I/O, ptrace...)."""
+    """A process still uid 0 (a user namespace's root, when the engine itself is not
+    root) loses every capability it holds (mounts, raw I/O, ptrace...)."""
     if os.geteuid() != 0:
-        return False
-    for cap in range(64):
-        _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the last cap
+        return True  # an ordinary user: no capabilities to begin with
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -428,6 +622,10 @@ def make_hook(workdir: str, read_roots: tuple, write_roots: tuple):
             _check_read(event, args[0])
         elif event in _process:
             _deny(event, args[0] if args else "")
+        elif event == "socket.__new__":
+            # the seccomp filter refuses these families in the kernel too; this reports it
+            if args[1] != 1 and args[1] != -1:  # AF_UNIX pairs (asyncio); -1: from a fd
+                _deny(event, "address family %s" % (args[1],))
         elif event in _network:
             # connect/bind/sendto/sendmsg get the socket first, the lookups do not
             _deny(event, args[1] if event in _socket_first else args[0])
@@ -491,13 +689,32 @@ def main() -> None:
         list(SYSTEM_READ_ROOTS) + _python_roots() + list(config.get("extra_read", ())))
     write_roots = _normalise_roots([workdir] + list(SYSTEM_WRITE_ROOTS))
 
-    netns, pidns = unshare_namespaces()
+    view_root = config.get("view_root")
+    netns, pidns, mountns = unshare_namespaces(want_mounts=bool(view_root))
     if pidns:
         enter_pid_namespace()
+    view = False
+    if view_root:
+        try:
+            if not mountns:
+                raise OSError("no mount namespace")
+            build_view(view_root, read_roots, write_roots)
+            view = True
+        except OSError as exc:
+            if os.getuid() == 0 and _inside_initial_userns():
+                # Without the view, the unprivileged user cannot even load the interpreter
+                # (it lives under /root here): fail closed rather than run the program as root.
+                os.write(2, ("sandbox: could not build the private file-system view (%s); "
+                             "refusing to run generated code as root\n" % exc).encode())
+                os._exit(126)
+    drop_bounding_set()
+    uid = drop_to_user(int(config.get("uid", 0)), int(config.get("gid", 0)),
+                       int(config.get("max_processes", 4096)))
     landlock = apply_landlock(read_roots + ("/proc/self",), write_roots)
     caps_dropped = drop_capabilities()
-    info = {"landlock": landlock, "netns": netns, "pidns": pidns, "caps_dropped": caps_dropped,
-            "uid": os.getuid()}
+    seccomp = apply_seccomp()
+    info = {"landlock": landlock, "netns": netns, "pidns": pidns, "view": view,
+            "seccomp": seccomp, "caps_dropped": caps_dropped, "uid": uid}
     os.write(2, (INFO_PREFIX + json.dumps(info) + "\n").encode())
 
     faulthandler.enable()  # a segfault still leaves a Python traceback behind

@@ -2,12 +2,15 @@
 
 Confinement, from the outside in:
 
+* a cgroup of its own (memory of the whole process tree, number of tasks), joined in
+  ``preexec_fn``, where the kernel offers one to this engine (cgroups.py);
 * rlimits (address space, CPU, file size, no core dumps), set in ``preexec_fn``;
 * a new session, so a wall-clock timeout kills the whole process group;
-* when the engine runs as root, the child runs as an unprivileged uid/gid that owns
-  only its working directory (if that user can run this interpreter at all);
-* inside the child, ``_bootstrap.py`` adds a private network namespace, Landlock,
-  capability dropping and an audit hook before the user's program starts (see there).
+* inside the child, ``_bootstrap.py`` adds network, PID, mount, IPC and UTS namespaces,
+  a private file-system view (a fresh root holding only the interpreter, the system
+  libraries and the working directory), then becomes a uid of this run's own (never
+  root; it fails closed when it cannot), then Landlock, a seccomp filter and an audit
+  hook before the user's program starts (see there).
 
 The audit hook reports every denied action as a ``TRELLIS-SANDBOX-VIOLATION:`` line on
 stderr; this module turns those into ``ExecutionResult.violations``.
@@ -18,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import resource
 import selectors
 import shutil
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
+from engine.sandbox import cgroups
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +47,15 @@ VIOLATION_PREFIX = b"TRELLIS-SANDBOX-VIOLATION: "
 INFO_PREFIX = b"TRELLIS-SANDBOX-INFO: "
 MARKER = b"TRELLIS-SANDBOX-"
 
-NOBODY = 65534
+# Each run gets a uid (and gid) of its own from this range, which no account uses: its
+# files are its own, and RLIMIT_NPROC counts its processes alone.
+SANDBOX_ID_BASE = 1_700_000_000
+SANDBOX_ID_SPAN = 100_000_000
 DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
 MAX_VIOLATIONS = 100
 MAX_REPORTED_FILES = 10_000
 DRAIN_SECONDS = 1.0  # after exit, how long to wait for pipes held open by leftovers
 REAP_SECONDS = 5.0  # after SIGKILL, how long to wait for the kernel to reap
-# (interpreter, uid, gid, root) -> whether that user can run it there: probed once
-_UNPRIVILEGED_PROBES: dict[tuple[str, int, int, str], bool] = {}
 MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc",
                   "out of memory")
 
@@ -235,8 +241,16 @@ def _rlimits(limits: ExecutionLimits) -> list[tuple[int, int, int]]:
     return result
 
 
-def _make_preexec(rlimits: list[tuple[int, int, int]]):
+def _make_preexec(rlimits: list[tuple[int, int, int]], cgroup_procs: list[str]):
     def preexec() -> None:
+        # Join the run's cgroup before anything of the program exists: every process it
+        # ever starts is born inside and counted against the tree's caps.
+        for procs in cgroup_procs:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
         for which, soft, hard in rlimits:
             resource.setrlimit(which, (soft, hard))
     return preexec
@@ -358,10 +372,13 @@ def _pump(fd: int, sink: _TailBuffer, outcome: _Outcome, selector: selectors.Bas
         outcome.scanner.feed(data)
 
 
-def _classify(outcome: _Outcome, stderr: str, limits: ExecutionLimits) -> ExecutionStatus:
+def _classify(outcome: _Outcome, stderr: str, limits: ExecutionLimits,
+              memory_exhausted: bool = False) -> ExecutionStatus:
     code = outcome.returncode
     if outcome.scanner.violations:
         return "violation"
+    if memory_exhausted and code != 0:
+        return "memory"  # the tree hit its cgroup cap (in any process, not only the first)
     if outcome.wall_timeout or code == -signal.SIGXCPU:
         return "timeout"
     if code == -signal.SIGKILL and outcome.cpu_seconds >= limits.cpu_seconds:
@@ -382,17 +399,16 @@ def _classify(outcome: _Outcome, stderr: str, limits: ExecutionLimits) -> Execut
 class SubprocessExecutor:
     """Runs each request in a fresh working directory under ``root``.
 
-    ``drop_privileges``: None (default) drops to ``sandbox_uid``/``sandbox_gid`` when the
-    engine runs as root and that user can start this interpreter; True insists (runs
-    fail with a RuntimeError when impossible); False never drops.
+    When the engine runs as root, every program runs as a uid/gid of its own (from
+    ``SANDBOX_ID_BASE``) inside a private file-system view; a program is never run as
+    root: where the view cannot be built, the run fails with the reason.
     ``python``: the interpreter for the programs, ``sys.executable`` unless given.
     ``extra_read_paths``: further host trees the programs may read (e.g. shared data)."""
 
     name = "subprocess"
 
     def __init__(self, root: str | Path | None = None, keep: bool = True, *,
-                 drop_privileges: bool | None = None, sandbox_uid: int = NOBODY,
-                 sandbox_gid: int = NOBODY, output_cap_bytes: int = DEFAULT_OUTPUT_CAP,
+                 output_cap_bytes: int = DEFAULT_OUTPUT_CAP,
                  extra_read_paths: tuple[str, ...] = (), python: str | None = None) -> None:
         if root is None:
             root = tempfile.mkdtemp(prefix="trellis-sandbox-")
@@ -401,116 +417,99 @@ class SubprocessExecutor:
         self.keep = keep
         # the engine's own interpreter, so programs see the same installed packages
         self.python = python or sys.executable
-        self.sandbox_uid = sandbox_uid
-        self.sandbox_gid = sandbox_gid
         self.output_cap_bytes = output_cap_bytes
         self.extra_read_paths = tuple(str(Path(p).resolve()) for p in extra_read_paths)
-        self._drop_setting = drop_privileges
-        self._drop_resolved: bool | None = None
-
-    # -- privileges ---------------------------------------------------------
 
     @property
     def drops_privileges(self) -> bool:
-        """Whether children run as the unprivileged sandbox user."""
-        if self._drop_resolved is None:
-            self._drop_resolved = self._resolve_drop()
-        return self._drop_resolved
-
-    def _resolve_drop(self) -> bool:
-        if os.geteuid() != 0 or self._drop_setting is False:
-            return False
-        key = (self.python, self.sandbox_uid, self.sandbox_gid, str(self.root))
-        first_probe = key not in _UNPRIVILEGED_PROBES
-        if first_probe:
-            _UNPRIVILEGED_PROBES[key] = self._can_run_unprivileged()
-        if _UNPRIVILEGED_PROBES[key]:
-            os.chmod(self.root, 0o711)  # the sandbox user must traverse, not list
-            return True
-        message = (f"sandbox user {self.sandbox_uid} cannot run {self.python} "
-                   "(is the interpreter under a directory only root can enter?)")
-        if self._drop_setting:
-            raise RuntimeError(message)
-        if first_probe:
-            log.warning("%s; sandboxed programs keep uid 0, confined by namespaces, "
-                        "Landlock, capability dropping and the audit hook only", message)
-        return False
-
-    def _can_run_unprivileged(self) -> bool:
-        probe = Path(tempfile.mkdtemp(prefix="probe-", dir=self.root))
-        try:
-            os.chmod(self.root, 0o711)
-            os.chown(probe, self.sandbox_uid, self.sandbox_gid)
-            proc = subprocess.run(
-                [self.python, "-I", "-c", "open('probe', 'w').write('ok')"],
-                cwd=probe, env={"PATH": "/usr/bin:/bin"}, user=self.sandbox_uid,
-                group=self.sandbox_gid, extra_groups=[], capture_output=True, timeout=30,
-            )
-            return proc.returncode == 0 and (probe / "probe").read_text() == "ok"
-        except (OSError, subprocess.SubprocessError):
-            return False
-        finally:
-            shutil.rmtree(probe, ignore_errors=True)
+        """Whether children run as a user of their own (always, when the engine is root)."""
+        return os.geteuid() == 0
 
     # -- running ------------------------------------------------------------
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = _validate_request(request)
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
+        view_root = workdir.with_name(workdir.name + ".view")
         try:
             placed = _populate(workdir, request, entrypoint, inputs)
+            ids = None
             if self.drops_privileges:
-                _chown_tree(workdir, self.sandbox_uid, self.sandbox_gid)
-            result = self._execute(workdir, request, entrypoint)
+                ids = _fresh_ids()
+                os.chmod(self.root, 0o711)  # the run's user must traverse, not list
+                _chown_tree(workdir, *ids)
+                view_root.mkdir(mode=0o700)
+            result = self._execute(workdir, request, entrypoint, ids, view_root if ids else None)
             result.files = _collect_files(workdir, skip=placed)
             return result
         finally:
+            if view_root.exists():
+                view_root.rmdir()  # only ever a mount point, in the child's namespace
             if not self.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
 
-    def _command(self, workdir: Path, request: ExecutionRequest,
-                 entrypoint: PurePosixPath) -> list[str]:
+    def _command(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
+                 ids: tuple[int, int] | None, view_root: Path | None) -> list[str]:
         config = {"workdir": str(workdir), "entrypoint": str(entrypoint),
-                  "args": list(request.args), "extra_read": list(self.extra_read_paths)}
+                  "args": list(request.args), "extra_read": list(self.extra_read_paths),
+                  "max_processes": request.limits.max_processes}
+        if ids is not None:
+            config.update(uid=ids[0], gid=ids[1], view_root=str(view_root))
         # -I: no PYTHON* env, no user site, no cwd on sys.path; -B: no .pyc writes;
         # -u: a killed program still leaves its last output behind
         return [self.python, "-I", "-B", "-u", str(workdir / BOOTSTRAP_NAME),
                 json.dumps(config)]
 
-    def _execute(self, workdir: Path, request: ExecutionRequest,
-                 entrypoint: PurePosixPath) -> ExecutionResult:
+    def _execute(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
+                 ids: tuple[int, int] | None, view_root: Path | None) -> ExecutionResult:
         limits = request.limits
-        privileges = {}
-        if self.drops_privileges:
-            privileges = {"user": self.sandbox_uid, "group": self.sandbox_gid,
-                          "extra_groups": []}
+        cgroup = cgroups.create(limits.memory_mb, limits.max_processes)
         started = time.monotonic()
         try:
-            proc = subprocess.Popen(
-                self._command(workdir, request, entrypoint), cwd=workdir,
-                env=_child_env(workdir), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
-                start_new_session=True, preexec_fn=_make_preexec(_rlimits(limits)),
-                **privileges,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            return ExecutionResult(status="error", exit_code=None, stdout="",
-                                   stderr=f"sandbox: could not start the program: {exc}",
-                                   duration_s=time.monotonic() - started, workdir=workdir,
-                                   files={}, executor=self.name)
-        outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes)
+            try:
+                proc = subprocess.Popen(
+                    self._command(workdir, request, entrypoint, ids, view_root), cwd=workdir,
+                    env=_child_env(workdir), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
+                    start_new_session=True,
+                    preexec_fn=_make_preexec(_rlimits(limits), cgroup.procs_files if cgroup else []),
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return ExecutionResult(status="error", exit_code=None, stdout="",
+                                       stderr=f"sandbox: could not start the program: {exc}",
+                                       duration_s=time.monotonic() - started, workdir=workdir,
+                                       files={}, executor=self.name)
+            outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes)
+            memory_exhausted = bool(cgroup and cgroup.memory_exhausted())
+            process_cap_hit = bool(cgroup and cgroup.process_limit_hit())
+        finally:
+            if cgroup:
+                cgroup.remove()
         duration = time.monotonic() - started
         stderr = _strip_info_lines(outcome.stderr.text())
         for line in outcome.scanner.info:
             log.debug("sandbox layers for %s: %s", workdir, line)
         if outcome.wall_timeout:
             stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
+        if memory_exhausted:
+            stderr += (f"\nsandbox: the program's processes together reached the memory limit "
+                       f"of {limits.memory_mb} MB\n")
+        if process_cap_hit:
+            stderr += (f"\nsandbox: the program reached its limit of {limits.max_processes} "
+                       "processes and threads; more were refused\n")
         return ExecutionResult(
-            status=_classify(outcome, stderr, limits), exit_code=outcome.returncode,
+            status=_classify(outcome, stderr, limits, memory_exhausted), exit_code=outcome.returncode,
             stdout=outcome.stdout.text(), stderr=stderr, duration_s=duration,
             workdir=workdir, files={}, violations=list(outcome.scanner.violations),
             executor=self.name,
         )
+
+
+def _fresh_ids() -> tuple[int, int]:
+    """A uid and gid for one run: unused by any account and, with overwhelming odds, by
+    any other run going on at the same time."""
+    n = SANDBOX_ID_BASE + random.SystemRandom().randrange(SANDBOX_ID_SPAN)
+    return n, n
 
 
 def landlock_abi() -> int:
