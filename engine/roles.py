@@ -9,7 +9,7 @@ from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
 from .gateway import ModelGateway
 from .prompts import build_messages, extract_code, extract_status
-from .sandbox import ExecutionRequest, ExecutionResult, Executor
+from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from .task import Task
 from .trace import Tracer
 from .workflow import Agent, Workflow
@@ -47,8 +47,13 @@ def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> Execution
     started = time.perf_counter()
     result = ctx.executor.run(request)
     ctx.execution_seconds += time.perf_counter() - started
-    for rel, sha in result.files.items():
-        ctx.store.put_file(result.workdir / rel)
+    for rel in list(result.files):
+        try:
+            with open_output(result.workdir, rel) as handle:
+                result.files[rel] = ctx.store.put_stream(handle)
+        except (UnsafeOutput, OSError) as exc:  # swapped for a link after the run: not an output
+            del result.files[rel]
+            result.violations.append(f"output {rel!r} not kept: {exc}")
     ctx.tracer.emit("code_execution", agent.id, purpose=purpose, **result.evidence(),
                     stdout=result.stdout[-20000:], stderr=result.stderr[-20000:], workdir=str(result.workdir))
     return result
