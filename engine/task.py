@@ -169,14 +169,19 @@ def _parse_data_config(folder: Path) -> Resources:
     files = raw.get("files", {})
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise TaskSpecError("Data_config.json", "'files' must map a role name to a path inside the task folder")
+    answer_key = _heldout_inodes(folder)
     for role, rel in files.items():
         p = (folder / rel).resolve()
         if folder.resolve() not in p.parents:
             raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} points outside the task folder")
-        if not p.is_file():
+        if not p.exists():
             raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} does not exist")
-        if rel.split("/")[0] == "heldout":
-            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} is held-out evaluation data and cannot be given to agents")
+        problem = _reaches_heldout(folder, p, answer_key)
+        if problem:
+            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} {problem}; held-out evaluation "
+                                "data is only for evaluate.py and cannot be given to agents")
+        if not p.is_file():
+            raise TaskSpecError("Data_config.json", f"files.{role} = {rel!r} is not a file")
     preds = raw.get("predictions", {})
     if not isinstance(preds, dict):
         raise TaskSpecError("Data_config.json", "'predictions' must be an object with 'file' and 'columns'")
@@ -195,6 +200,32 @@ def _parse_data_config(folder: Path) -> Resources:
         features=tuple(features), predictions_file=preds.get("file", "predictions.csv"),
         prediction_columns=dict(columns), limits=limits,
     )
+
+
+def _heldout_inodes(folder: Path) -> set[tuple[int, int]]:
+    """(device, inode) of every file of the answer key, to catch hard links to it."""
+    heldout = folder / "heldout"
+    if not heldout.is_dir():
+        return set()
+    return {(st.st_dev, st.st_ino) for p in heldout.rglob("*") if p.is_file() and (st := p.stat())}
+
+
+def _reaches_heldout(folder: Path, resolved: Path, answer_key: set[tuple[int, int]]) -> str | None:
+    """Why a data path (already resolved: '..', './' and symlinks followed) would hand the
+    answer key to agents, or None. A folder is checked file by file, since the sandbox
+    copies what its links point to."""
+    heldout = (folder / "heldout").resolve()
+    candidates = [resolved] + (sorted(resolved.rglob("*")) if resolved.is_dir() else [])
+    for path in candidates:
+        real = path.resolve()
+        if real == heldout or heldout in real.parents:
+            shown = "" if path == resolved else f" (through {path.relative_to(resolved)})"
+            return f"leads into heldout/{shown}"
+        if real.is_file():
+            st = real.stat()
+            if (st.st_dev, st.st_ino) in answer_key:
+                return "is a hard link to a held-out file"
+    return None
 
 
 def load_task(folder: str | Path) -> Task:
