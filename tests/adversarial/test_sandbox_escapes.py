@@ -190,11 +190,16 @@ def test_symlinked_predictions_get_no_official_score(executor):
     assert "value" not in result
 
 
-def test_in_loop_validation_does_not_follow_links(executor):
+def test_in_loop_validation_does_not_follow_links(executor, tmp_path):
+    """A well-formed predictions file planted outside the sandbox: following the link
+    would score it (and, as root, read any file on the machine)."""
+    planted = tmp_path / "planted.csv"
+    planted.write_text("id,y\n" + "".join(f"{i},0.0\n" for i in range(10_000)))
+    os.chmod(tmp_path, 0o755)
     task = load_task(EXAMPLE)
-    scored, _ = validate_program(task, SYMLINK_TO_ANSWER_KEY.format(target="/etc/shadow"), executor)
-    assert not scored["ok"]
-    assert "root:" not in json.dumps(scored)
+    scored, _ = validate_program(task, SYMLINK_TO_ANSWER_KEY.format(target=str(planted)), executor)
+    assert not scored["ok"], scored
+    assert "value" not in scored
 
 
 def test_output_reader_refuses_links_devices_and_hard_links(tmp_path):
