@@ -268,10 +268,11 @@ def setup_database() -> tuple[int, str, str]:
     django.setup()
     call_command("migrate", verbosity=0)
     from webapp.runs import controls
-    from webapp.runs.models import Project, Run, RunStatus
+    from webapp.runs.models import Membership, Project, Role, Run, RunStatus
 
     user = get_user_model().objects.create_user("bench", password="bench")
     project = Project.objects.create(name="Live updates benchmark")
+    Membership.objects.create(project=project, user=user, role=Role.VIEWER)  # watching needs membership
     task = controls.task_for_folder(project, ROOT / "examples" / "diabetes-progression")
     lease = uuid.uuid4().hex
     run = Run.objects.create(task=task, created_by=user, status=RunStatus.RUNNING, lease=lease)
@@ -414,7 +415,7 @@ def main() -> None:
         emitter.start()
         if not conn.poll(60) or conn.recv() != "ready":
             raise RuntimeError("the emitter process did not start")
-        print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}; "
+        print(f"studio: redis on {studio.redis.socket}, daphne on {url}, run {run_pk}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         pids = {"daphne": studio.web.pid, "redis": studio.redis.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []

@@ -101,3 +101,16 @@ def wait_for(predicate, timeout: float = 120, interval: float = 0.3, what: str =
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def add_member(project, user, role: str = "owner"):
+    """Make ``user`` (a User or a username) a member of ``project``: since runs have owners,
+    a person sees and acts on a project's runs only as one of its members."""
+    from django.contrib.auth import get_user_model
+
+    from webapp.runs.models import Membership, Role
+
+    if isinstance(user, str):
+        user = get_user_model().objects.get(username=user)
+    row, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role[role.upper()]})
+    return row

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from tests.studio_harness import wait_for
+from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
 from webapp.runs.models import ACTIVE_STATUSES, GatePolicy, Project, Run
 from webapp.runs.presenters import PAGE_CHARS, paged_payload
@@ -52,6 +52,7 @@ def page(request, studio, demo_user, monkeypatch):
 
 def _start(examples, **options) -> Run:
     project = Project.objects.create(name="Browser tests")
+    add_member(project, "ada", "owner")  # the signed-in person (demo_user)
     task = controls.task_for_folder(project, examples / "diabetes-progression")
     return controls.start_run(task, search="mimosa", gate_policy=GatePolicy.MANUAL, **options)
 

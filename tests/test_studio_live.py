@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from tests.studio_harness import wait_for
+from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, Mutation, MutationStatus, Project, Run, RunStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def _start(examples, **options) -> Run:
+def _start(examples, reviewer=None, **options) -> Run:
     project = Project.objects.create(name="Live tests")
+    if reviewer:  # the person who decides and controls the run must be one of its project's reviewers
+        add_member(project, reviewer, "reviewer")
     task = controls.task_for_folder(project, examples / "diabetes-progression")
     return controls.start_run(task, **options)
 
@@ -30,7 +32,7 @@ def _finish(run: Run, timeout: float = 300) -> Run:
 def test_a_person_approves_one_mutation_and_vetoes_another(studio, examples, demo_user):
     # Four iterations: a mutator proposal that breaks the workflow's rules is refused by the
     # engine before it reaches anyone, so not every iteration brings a mutation to decide.
-    run = _start(examples, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+    run = _start(examples, demo_user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     client = Client()
     client.force_login(demo_user)
 
@@ -98,7 +100,7 @@ def test_a_worker_killed_mid_run_resumes_from_its_last_step(studio, examples, se
 
 
 def test_pause_then_resume_and_cancel_from_the_browser_endpoints(studio, examples, demo_user):
-    run = _start(examples, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
+    run = _start(examples, demo_user, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
     client = Client()
     client.force_login(demo_user)
     wait_for(lambda: _run(run.pk).status == RunStatus.RUNNING and run.events.exists(), 120, what="the run to start")

@@ -17,6 +17,7 @@ urlpatterns = [
     path("runs/<int:run_id>/trace", views.trace, name="trace"),
     path("runs/<int:run_id>/events/<int:seq>", views.event_detail, name="event"),
     path("runs/<int:run_id>/artifacts/<str:sha>", views.artifact, name="artifact"),
+    path("projects/<int:project_id>/members", views.project_members, name="members"),
     path("mutations/<int:mutation_id>/<str:action>", views.mutation_decide, name="mutation_decide"),
     path("healthz", views.healthz, name="healthz"),
 ]

@@ -1,88 +1,125 @@
 """Pages and HTMX fragments of the studio. Views only read the database and change it
-through controls/editing; the engine itself runs in Celery workers."""
+through controls/editing; the engine itself runs in Celery workers.
+
+Every view reaches a run, mutation or project through ``access``: someone who is not a member
+of the run's project gets 404 (as for a run that does not exist), a member whose role is too
+low for the action gets 403, and nothing is changed in either case."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from engine.errors import TaskSpecError
 
-from . import controls
+from . import access, controls, members
 from .bridge import decide
 from .editing import EditRejected, apply_edit
-from .forms import NewRunForm
-from .models import Event, Mutation, MutationStatus, Project, Run
+from .forms import DecisionForm, NewRunForm
+from .models import Event, Membership, MutationStatus, Project, Role, Run
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series, side_by_side
 
 
+def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResponse:
+    """Only the projects the person is a member of, each with what their role lets them do."""
+    projects = list(access.visible_projects(request.user).prefetch_related("tasks__runs").order_by("name"))
+    roles = dict(Membership.objects.filter(user=request.user).values_list("project_id", "role"))
+    for project in projects:
+        project.role = Role.OWNER if request.user.is_superuser else Role(roles[project.pk])
+        project.can = access.abilities(project.role)
+    return render(request, "runs/home.html", {"projects": projects, "form": form}, status=status)
+
+
 def home(request: HttpRequest) -> HttpResponse:
-    projects = Project.objects.prefetch_related("tasks__runs").order_by("name")
-    return render(request, "runs/home.html", {"projects": projects, "form": NewRunForm()})
+    return _home(request, NewRunForm())
+
+
+class _ProjectTaken(Exception):
+    pass
 
 
 @require_POST
 def new_run(request: HttpRequest) -> HttpResponse:
+    """A run in an existing project needs its reviewer role; a new project name creates the
+    project with this person as its owner."""
     form = NewRunForm(request.POST)
     if not form.is_valid():
-        projects = Project.objects.prefetch_related("tasks__runs").order_by("name")
-        return render(request, "runs/home.html", {"projects": projects, "form": form}, status=400)
-    project, _ = Project.objects.get_or_create(name=form.cleaned_data["project"])
+        return _home(request, form, status=400)
+    name = form.cleaned_data["project"]
+    existing = Project.objects.filter(name=name).first()
+    if existing is not None and (access.role_of(request.user, existing) or 0) < access.REVIEW:
+        # Project names are unique, so the name is taken either way; say no more than that.
+        form.add_error("project", f"Starting runs in {name!r} needs its reviewer role; choose another "
+                                  "project name to start your own project.")
+        return _home(request, form, status=403)
     try:
-        task = controls.task_for_folder(project, form.cleaned_data["task_folder"])
+        with transaction.atomic():
+            project, created = Project.objects.get_or_create(name=name)
+            if created:
+                Membership.objects.create(project=project, user=request.user, role=Role.OWNER)
+            elif (access.role_of(request.user, project) or 0) < access.REVIEW:
+                raise _ProjectTaken  # someone else created it since the check above
+            task = controls.task_for_folder(project, form.cleaned_data["task_folder"])
+            run = controls.start_run(task, request.user, **form.run_options())
     except TaskSpecError as exc:
         form.add_error("task_folder", str(exc))
-        projects = Project.objects.prefetch_related("tasks__runs").order_by("name")
-        return render(request, "runs/home.html", {"projects": projects, "form": form}, status=400)
-    run = controls.start_run(task, request.user, **form.run_options())
+        return _home(request, form, status=400)
+    except _ProjectTaken:
+        form.add_error("project", f"{name!r} was just created by someone else; choose another name.")
+        return _home(request, form, status=403)
+    except controls.QueueUnavailable as exc:  # Redis down: say so; the run is kept, resumable
+        form.add_error(None, str(exc))
+        return _home(request, form, status=503)
     return redirect("run", run_id=run.pk)
 
 
-def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("task__project"), pk=run_id)
-    recent = run.events.order_by("-seq").only("kind", "agent", "iteration", "payload")[:14]
-    return render(request, "runs/run.html", {"run": run, "recent": recent, **_run_context(run)})
-
-
-def _run_context(run: Run) -> dict:
+def _run_context(run: Run, role: Role) -> dict:
     versions = list(run.versions.all())
     by_hash = {v.hash: v.number for v in versions}
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
-    return {"versions": versions, "official": official,
+    return {"versions": versions, "official": official, "role": role, "can": access.abilities(role),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
 
 
+def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
+    run, role = access.run_for(request.user, run_id)
+    recent = run.events.order_by("-seq").only("kind", "agent", "iteration", "payload")[:14]
+    return render(request, "runs/run.html", {"run": run, "recent": recent, **_run_context(run, role)})
+
+
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run.objects.select_related("task__project"), pk=run_id)
-    return render(request, "runs/_header.html", {"run": run, **_run_context(run)})
+    run, role = access.run_for(request.user, run_id)
+    return render(request, "runs/_header.html", {"run": run, **_run_context(run, role)})
 
 
 @require_POST
 def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, role = access.run_for(request.user, run_id, access.REVIEW)
     action_fn = {"pause": controls.pause_run, "resume": controls.resume_run, "cancel": controls.cancel_run}.get(action)
     if action_fn is None:
         raise Http404(action)
-    error = None
+    error, status = None, 200
     try:
         action_fn(run)
     except controls.ControlError as exc:
-        error = str(exc)
+        error, status = str(exc), exc.http_status  # 409 for the run's state, 503 for a queue that is down
     run.refresh_from_db()
-    response = render(request, "runs/_header.html", {"run": run, "error": error, **_run_context(run)},
-                      status=409 if error else 200)
+    response = render(request, "runs/_header.html", {"run": run, "error": error, **_run_context(run, role)},
+                      status=status)
     return response
 
 
 def graph_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     state = graph_state(run)
     elements = cytoscape_elements(state["workflow"], state["states"]) if state["workflow"] else []
     return JsonResponse({**{k: v for k, v in state.items() if k != "workflow"}, "elements": elements,
@@ -90,37 +127,40 @@ def graph_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
 
 def scores_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     return JsonResponse({**score_series(run), "usage": run.usage, "max_tokens": run.max_tokens,
                          "higher_is_better": run.task.higher_is_better, "metric": run.task.metric_name})
 
 
 def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, role = access.run_for(request.user, run_id)
     mutations = list(run.mutations.all()[:50])
-    return render(request, "runs/_queue.html", {"run": run, "mutations": mutations})
+    return render(request, "runs/_queue.html", {"run": run, "mutations": mutations, "can": access.abilities(role)})
 
 
 @require_POST
 def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> HttpResponse:
-    row = get_object_or_404(Mutation.objects.select_related("run"), pk=mutation_id)
+    row, role = access.mutation_for(request.user, mutation_id, access.REVIEW)
     if action not in ("approve", "veto"):
         raise Http404(action)
     status = MutationStatus.APPROVED if action == "approve" else MutationStatus.VETOED
-    reason = request.POST.get("reason", "").strip() or ("approved in the studio" if action == "approve" else "vetoed")
+    decision = DecisionForm(request.POST)
+    if not decision.is_valid():
+        return HttpResponse(decision.errors.as_ul(), status=400)
+    reason = decision.cleaned_data["reason"] or ("approved in the studio" if action == "approve" else "vetoed")
     if not decide(row, status, f"user:{request.user.get_username()}", reason):
         messages.warning(request, f"mutation {row.pk} was already {row.get_status_display()}")
     row.refresh_from_db()
-    return render(request, "runs/_mutation.html", {"m": row, "run": row.run})
+    return render(request, "runs/_mutation.html", {"m": row, "run": row.run, "can": access.abilities(role)})
 
 
 def timeline(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     return render(request, "runs/_timeline.html", {"run": run, "versions": list(run.versions.all())})
 
 
 def version_diff(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     versions = {v.number: v for v in run.versions.all()}
     if not versions:
         return HttpResponse('<p class="muted">No versions yet.</p>')
@@ -135,9 +175,11 @@ def version_diff(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def editor(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    # Anyone who sees the run may read the editor; saving an edit needs the reviewer role.
+    run, role = access.run_for(request.user, run_id, access.REVIEW if request.method == "POST" else access.VIEW)
     version = run.current_version
-    context = {"run": run, "version": version, "errors": [], "saved": None, "kind": request.POST.get("kind", "contract")}
+    context = {"run": run, "version": version, "errors": [], "saved": None, "kind": request.POST.get("kind", "contract"),
+               "role": role, "can": access.abilities(role)}
     if request.method == "POST":
         try:
             context["saved"] = apply_edit(run, request.POST.get("kind", ""), request.POST.dict(),
@@ -155,14 +197,14 @@ def editor(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def trace(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     qs = run.events.all()
     filters = {k: request.GET.get(k, "") for k in ("agent", "kind", "iteration")}
     if filters["agent"]:
         qs = qs.filter(agent=filters["agent"])
     if filters["kind"]:
         qs = qs.filter(kind=filters["kind"])
-    if filters["iteration"].lstrip("-").isdigit():
+    if re.fullmatch(r"-?[0-9]{1,9}", filters["iteration"]):  # ASCII digits only: int("²") raised a 500
         qs = qs.filter(iteration=int(filters["iteration"]))
     page = Paginator(qs, 50).get_page(request.GET.get("page"))
     context = {"run": run, "page": page, "filters": filters,
@@ -174,7 +216,8 @@ def trace(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
-    event = get_object_or_404(Event, run_id=run_id, seq=seq)
+    run, _ = access.run_for(request.user, run_id)
+    event = get_object_or_404(Event, run=run, seq=seq)
     field = request.GET.get("field")
     try:
         body = paged_payload(event, field, int(request.GET.get("page", 1)))
@@ -187,7 +230,7 @@ def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
 @require_GET
 def artifact(request: HttpRequest, run_id: int, sha: str) -> HttpResponse:
     """An artifact a probe stored (predictions, code), found by its hash in the run's folder."""
-    run = get_object_or_404(Run, pk=run_id)
+    run, _ = access.run_for(request.user, run_id)
     if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
         raise Http404("not an artifact hash")
     root = Path(run.run_dir)
@@ -195,6 +238,41 @@ def artifact(request: HttpRequest, run_id: int, sha: str) -> HttpResponse:
         data = path.read_bytes()
         return HttpResponse(data[:1_000_000], content_type="text/plain; charset=utf-8")
     raise Http404("artifact not found in this run")
+
+
+@require_http_methods(["GET", "POST"])
+def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
+    """The project's members, for its owners: add an existing user, change a role, remove."""
+    project, _ = access.project_for(request.user, project_id, access.MANAGE)
+    add_form = members.AddMemberForm(request.POST if request.POST.get("action") == "add" else None)
+    error, status = None, 200
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "add":
+                if add_form.is_valid():
+                    row = members.add_member(project, add_form.cleaned_data["username"], add_form.cleaned_data["role"])
+                    messages.success(request, f"{row.user.get_username()} is a {row.get_role_display()} of {project.name}")
+                    return redirect("members", project_id=project.pk)
+                status = 400
+            elif action in ("role", "remove"):
+                form = (members.ChangeRoleForm if action == "role" else members.RemoveMemberForm)(request.POST)
+                if not form.is_valid():
+                    raise members.MemberError("choose a member and a role")
+                if action == "role":
+                    row = members.set_role(project, form.cleaned_data["member"], form.cleaned_data["role"])
+                    messages.success(request, f"{row.user.get_username()} is now a {row.get_role_display()}")
+                else:
+                    row = members.remove_member(project, form.cleaned_data["member"])
+                    messages.success(request, f"{row.user.get_username()} is no longer a member of {project.name}")
+                return redirect("members", project_id=project.pk)
+            else:
+                raise members.MemberError(f"unknown action {action!r}")
+        except members.MemberError as exc:
+            error, status = str(exc), 409
+    rows = project.memberships.select_related("user")
+    return render(request, "runs/members.html", {"project": project, "members": rows, "add_form": add_form,
+                                                 "roles": Role.choices, "error": error}, status=status)
 
 
 @login_not_required

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from webapp import embedded_redis
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Project, Run
+from webapp.runs.models import GatePolicy, Membership, Project, Role, Run
 
 
 class Command(BaseCommand):
@@ -86,6 +86,9 @@ class Command(BaseCommand):
     def _demo_run(self, folder: str, user) -> Run:
         project, _ = Project.objects.get_or_create(
             name="Demo project", defaults={"description": "Example tasks run offline with the scripted provider."})
+        # The demo user owns the demo project (a superuser could see it anyway; this keeps it so
+        # if the account is ever made an ordinary one).
+        Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role.OWNER})
         task = controls.task_for_folder(project, folder)
         active = Run.objects.filter(task=task).exclude(status__in=["completed", "cancelled", "failed"]).first()
         if active:

@@ -1,0 +1,85 @@
+"""Who may do what in a project. Every view, fragment and the WebSocket consumer asks here.
+
+A person sees a project (its tasks, runs, traces, artifacts) only as one of its members; what
+they may change depends on their role (viewer < annotator < reviewer < owner, see ``Role``).
+Superusers count as owners of every project: they administer the install anyway.
+
+Refusals are of two kinds, used consistently: a run or project the person cannot see answers
+404, exactly like one that does not exist, so ids reveal nothing to outsiders; a member whose
+role is too low for an action gets 403 (PermissionDenied)."""
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404
+
+from .models import Membership, Mutation, Project, Role, Run
+
+# What each action needs; the views and templates name these rather than bare roles.
+VIEW = Role.VIEWER
+ANNOTATE = Role.ANNOTATOR
+REVIEW = Role.REVIEWER      # decide mutations, edit the workflow, pause/resume/cancel, start runs
+MANAGE = Role.OWNER         # add, change and remove members
+
+
+def role_of(user, project: Project | int) -> Role | None:
+    """The user's role in the project, or None when they are not a member."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    if user.is_superuser:
+        return Role.OWNER
+    project_id = project.pk if isinstance(project, Project) else project
+    role = Membership.objects.filter(project_id=project_id, user=user).values_list("role", flat=True).first()
+    return Role(role) if role is not None else None
+
+
+def require(user, project: Project | int, min_role: Role) -> Role:
+    """The user's role, if it is at least ``min_role``; otherwise PermissionDenied (403)."""
+    role = role_of(user, project)
+    if role is None or role < min_role:
+        raise PermissionDenied(f"this needs the {Role(min_role).label} role in the project")
+    return role
+
+
+def visible_projects(user) -> QuerySet[Project]:
+    if user is None or not user.is_authenticated or not user.is_active:
+        return Project.objects.none()
+    if user.is_superuser:
+        return Project.objects.all()
+    return Project.objects.filter(memberships__user=user)
+
+
+def visible_runs(user) -> QuerySet[Run]:
+    return Run.objects.filter(task__project__in=visible_projects(user))
+
+
+def _admit(user, project: Project | None, min_role: Role, what: str) -> Role:
+    """404 for whoever cannot see the project (as if it did not exist), 403 below ``min_role``."""
+    role = role_of(user, project) if project is not None else None
+    if role is None:
+        raise Http404(f"no such {what}")
+    if role < min_role:
+        raise PermissionDenied(f"this needs the {Role(min_role).label} role in {project.name}")
+    return role
+
+
+def run_for(user, run_id: int, min_role: Role = VIEW) -> tuple[Run, Role]:
+    """The run and the user's role in its project."""
+    run = Run.objects.select_related("task__project").filter(pk=run_id).first()
+    return run, _admit(user, run.task.project if run else None, min_role, "run")
+
+
+def mutation_for(user, mutation_id: int, min_role: Role) -> tuple[Mutation, Role]:
+    row = Mutation.objects.select_related("run__task__project").filter(pk=mutation_id).first()
+    return row, _admit(user, row.run.task.project if row else None, min_role, "mutation")
+
+
+def project_for(user, project_id: int, min_role: Role) -> tuple[Project, Role]:
+    project = Project.objects.filter(pk=project_id).first()
+    return project, _admit(user, project, min_role, "project")
+
+
+def abilities(role: Role | None) -> dict[str, bool]:
+    """What templates show: controls a role cannot use are hidden (the views still check)."""
+    rank = role or 0
+    return {"view": rank >= VIEW, "annotate": rank >= ANNOTATE, "review": rank >= REVIEW, "manage": rank >= MANAGE}
