@@ -27,6 +27,9 @@ class ExecutionLimits:
     max_file_mb: int = 256
     # processes and threads of the whole tree (torch and BLAS pools count as threads)
     max_processes: int = 128
+    # the whole working directory: what the program writes, inputs included
+    max_disk_mb: int = 2048
+    max_files: int = 20_000
     stdout_tail_chars: int = 4000
 
     @classmethod

@@ -54,6 +54,7 @@ SANDBOX_ID_SPAN = 100_000_000
 DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
 MAX_VIOLATIONS = 100
 MAX_REPORTED_FILES = 10_000
+DISK_CHECK_SECONDS = 0.5  # how often the working directory's size is measured
 DRAIN_SECONDS = 1.0  # after exit, how long to wait for pipes held open by leftovers
 REAP_SECONDS = 5.0  # after SIGKILL, how long to wait for the kernel to reap
 MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc",
@@ -294,6 +295,7 @@ class _Outcome:
     cpu_seconds: float = 0.0
     max_rss_kb: int = 0
     wall_timeout: bool = False
+    disk_exceeded: str = ""  # why the program's files were too much, when they were
     stdout: _TailBuffer | None = None
     stderr: _TailBuffer | None = None
     scanner: _MarkerScanner = field(default_factory=_MarkerScanner)
@@ -311,7 +313,52 @@ def _try_reap(pid: int) -> tuple[int | None, object] | None:
     return os.waitstatus_to_exitcode(status), usage
 
 
-def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int) -> _Outcome:
+def _disk_usage(workdir: Path, max_files: int) -> tuple[int, int]:
+    """(bytes allocated, entries) under the working directory, links not followed; stops
+    counting past ``max_files`` entries."""
+    used = entries = 0
+    stack = [str(workdir)]
+    while stack and entries <= max_files:
+        try:
+            with os.scandir(stack.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    used += info.st_blocks * 512  # allocated, so a sparse file counts as it is
+                    if stat.S_ISDIR(info.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
+
+
+class _DiskWatch:
+    """RLIMIT_FSIZE caps one file; this caps the whole working directory (bytes and
+    entries), so a program cannot fill the engine's disk with many files."""
+
+    def __init__(self, workdir: Path | None, limits: ExecutionLimits) -> None:
+        self.workdir = workdir
+        self.max_bytes = limits.max_disk_mb * 1024 * 1024
+        self.max_files = limits.max_files
+        self.next_check = 0.0
+
+    def problem(self, now: float) -> str:
+        if self.workdir is None or now < self.next_check:
+            return ""
+        self.next_check = now + DISK_CHECK_SECONDS
+        used, entries = _disk_usage(self.workdir, self.max_files)
+        if used > self.max_bytes:
+            return f"its files reached {used // (1024 * 1024)} MB, over the limit of {self.max_bytes // (1024 * 1024)} MB"
+        if entries > self.max_files:
+            return f"it created over {self.max_files} files and folders"
+        return ""
+
+
+def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
+               disk: _DiskWatch | None = None) -> _Outcome:
     """Pump both pipes, enforce the wall clock and reap the child, all in one loop
     (no reader threads that a leftover grandchild holding a pipe could hang)."""
     outcome = _Outcome(stdout=_TailBuffer(cap), stderr=_TailBuffer(cap))
@@ -338,6 +385,10 @@ def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int) -> _Outcom
                     drain_until = now + DRAIN_SECONDS
                 elif killed_at is None and now >= deadline:
                     outcome.wall_timeout = True
+                    _kill_group(proc.pid)
+                    killed_at = now
+                elif killed_at is None and disk and (problem := disk.problem(now)):
+                    outcome.disk_exceeded = problem
                     _kill_group(proc.pid)
                     killed_at = now
                 elif killed_at is not None and now - killed_at > REAP_SECONDS:
@@ -479,7 +530,8 @@ class SubprocessExecutor:
                                        stderr=f"sandbox: could not start the program: {exc}",
                                        duration_s=time.monotonic() - started, workdir=workdir,
                                        files={}, executor=self.name)
-            outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes)
+            outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes,
+                                 _DiskWatch(workdir, limits))
             memory_exhausted = bool(cgroup and cgroup.memory_exhausted())
             process_cap_hit = bool(cgroup and cgroup.process_limit_hit())
         finally:
@@ -491,6 +543,8 @@ class SubprocessExecutor:
             log.debug("sandbox layers for %s: %s", workdir, line)
         if outcome.wall_timeout:
             stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
+        if outcome.disk_exceeded:
+            stderr += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
         if memory_exhausted:
             stderr += (f"\nsandbox: the program's processes together reached the memory limit "
                        f"of {limits.memory_mb} MB\n")

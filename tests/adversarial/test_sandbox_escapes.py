@@ -245,3 +245,33 @@ def test_task_cannot_hand_the_answer_key_to_agents(tmp_path, variant):
     with pytest.raises(TaskSpecError, match="held") as err:
         load_task(task)
     assert "Data_config.json" in str(err.value)
+
+
+# ------------------------------------------------------------------------- disk
+
+def test_many_files_cannot_fill_the_disk(executor):
+    """RLIMIT_FSIZE caps one file at a time; twenty files under that cap each must still
+    stop at the working directory's cap."""
+    result = run(executor, """
+        import os
+        for i in range(200):
+            with open(f"part{i}.bin", "wb") as fh:
+                fh.write(os.urandom(5 * 1024 * 1024))
+        print("wrote everything")
+    """, max_disk_mb=40, max_file_mb=10)
+    assert "wrote everything" not in result.stdout
+    assert result.status != "ok"
+    assert "over the limit of 40 MB" in result.stderr
+    assert len(result.files) < 40
+
+
+def test_millions_of_empty_files_are_stopped(executor):
+    result = run(executor, """
+        import os
+        os.mkdir("d")
+        for i in range(1_000_000):
+            open(f"d/{i}", "w").close()
+        print("wrote everything")
+    """, max_files=2000)
+    assert "wrote everything" not in result.stdout
+    assert "over 2000 files" in result.stderr
