@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Event, Judgement, Mutation, Project, Run, Task, WorkflowVersion
+from .models import Event, Judgement, Membership, Mutation, Project, Run, Task, WorkflowVersion
 
 admin.site.register([Project, Task, WorkflowVersion, Judgement])
 
@@ -20,3 +20,9 @@ class MutationAdmin(admin.ModelAdmin):
 class EventAdmin(admin.ModelAdmin):
     list_display = ("run", "seq", "kind", "agent", "iteration")
     list_filter = ("kind",)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("project", "user", "role")
+    list_filter = ("role", "project")
