@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import BudgetExhausted
+from .limits import MAX_CALLS, MAX_COST_USD, MAX_TOKENS, LimitError, number_problem
 
 
 @dataclass
@@ -36,6 +37,18 @@ class Budget:
     max_calls: int | None = None
     used: Usage = field(default_factory=Usage)
     per_agent: dict[str, Usage] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Checked here, so the CLI, the studio and a resumed run all refuse the same budgets
+        # (a 2**40-token budget is no budget at all).
+        problems = [p for p in (
+            self.max_tokens is not None and number_problem("max_tokens", self.max_tokens, 1, MAX_TOKENS),
+            self.max_calls is not None and number_problem("max_calls", self.max_calls, 1, MAX_CALLS),
+            self.max_cost_usd is not None and number_problem("max_cost_usd", self.max_cost_usd, 0.0001,
+                                                             MAX_COST_USD, integer=False),
+        ) if p]
+        if problems:
+            raise LimitError("budget: " + "; ".join(problems))
 
     def ensure_room(self, estimated_prompt_tokens: int, reserved_completion_tokens: int) -> None:
         """Refuse a call that would take the run past any limit, before it is made."""

@@ -15,6 +15,9 @@ import networkx as nx
 from .contracts import ContractSyntaxError, Type, is_assignable, parse_type
 from .errors import WorkflowValidationError
 from .harness import ROLE_GIVES, ROLE_NEEDS, ROLES, Harness
+from .limits import (MAX_AGENTS, MAX_EDGES, MAX_NAME_CHARS, MAX_PROCEDURE_CHARS, MAX_PROMPT_CHARS,
+                     MAX_QUERY_HINT_CHARS, MAX_QUERY_HINTS, MAX_RECORD_LIMIT, MAX_ROUTES, contract_problem,
+                     model_problem, number_problem, text_problem)
 
 STATUSES = ("SUCCESS", "RETRY", "FALLBACK", "FAILURE")
 ENGINE_INPUTS = {"task": "markdown"}  # artifacts the engine itself gives every agent
@@ -184,6 +187,12 @@ class Workflow:
         ids = [a.id for a in self.agents]
         if not self.agents:
             return ["the workflow has no agents"]
+        shape = _shape_problems(self)
+        if shape:  # the other rules cost time in the workflow's size; refuse an oversize one first
+            return shape
+        sizes = _size_problems(self)
+        if sizes:  # reported alone, so that no later message repeats a megabyte of text
+            return sizes
         for dup in sorted({i for i in ids if ids.count(i) > 1}):
             out.append(f"two agents are both called {dup!r}; agent names must be unique")
         known = set(ids)
@@ -204,6 +213,36 @@ class Workflow:
         return self
 
 
+def _shape_problems(wf: Workflow) -> list[str]:
+    return [f"the workflow has {len(items):,} {label}; the limit is {cap:,}"
+            for label, items, cap in (("agents", wf.agents, MAX_AGENTS), ("edges", wf.edges, MAX_EDGES),
+                                      ("routes", wf.routes, MAX_ROUTES))
+            if len(items) > cap]
+
+
+def _size_problems(wf: Workflow) -> list[str]:
+    """Text and numbers too large to hand a model or to store (limits live in engine/limits.py)."""
+    checks: list[str | None] = []
+    for a in wf.agents:
+        checks.append(text_problem(f"agent id {a.id[:40]!r}", a.id, MAX_NAME_CHARS))
+        checks.append(text_problem(f"agent {a.id[:40]!r} prompt", a.prompt, MAX_PROMPT_CHARS))
+        if a.model is not None:
+            checks.append(model_problem(f"agent {a.id[:40]!r} model", a.model))
+        checks += [text_problem(f"agent {a.id[:40]!r} artifact name {str(name)[:40]!r}", name, MAX_NAME_CHARS)
+                   for name in (*a.inputs, *a.outputs)]
+    names = [*((e.source, e.target, e.artifact) for e in wf.edges), *((r.source, r.target) for r in wf.routes)]
+    checks += [text_problem(f"the name {str(n)[:40]!r} on an edge or route", n, MAX_NAME_CHARS)
+               for group in names for n in group]
+    for role, text in wf.harness.procedures.items():
+        checks.append(text_problem(f"the {str(role)[:40]} procedure", text, MAX_PROCEDURE_CHARS))
+    memory = wf.harness.memory
+    checks.append(number_problem("the memory policy's record limit", memory.record_limit, 0, MAX_RECORD_LIMIT))
+    if len(memory.query_hints) > MAX_QUERY_HINTS:
+        checks.append(f"the memory policy has {len(memory.query_hints)} query hints; the limit is {MAX_QUERY_HINTS}")
+    checks += [text_problem("a memory query hint", hint, MAX_QUERY_HINT_CHARS) for hint in memory.query_hints]
+    return [c for c in checks if c]
+
+
 def _agent_problems(a: Agent, types: dict[tuple[str, str, str], Type]) -> list[str]:
     out: list[str] = []
     if not a.roles:
@@ -216,6 +255,10 @@ def _agent_problems(a: Agent, types: dict[tuple[str, str, str], Type]) -> list[s
             out.append(f"agent {a.id!r} asks for unknown tool {t!r}; available tools are {', '.join(KNOWN_TOOLS)}")
     for side, decl in (("input", a.inputs), ("output", a.outputs)):
         for name, text in decl.items():
+            problem = contract_problem(f"agent {a.id!r} {side} {name!r}: the type", text)
+            if problem:
+                out.append(problem)
+                continue
             try:
                 types[(a.id, side, name)] = parse_type(text)
             except ContractSyntaxError as exc:
@@ -244,6 +287,9 @@ def _edge_problems(e: Edge, known: set[str], wf: Workflow, types: dict) -> list[
            for end in (e.source, e.target) if end not in known]
     if out:
         return out
+    problem = contract_problem(f"{label}: the contract", e.contract)
+    if problem:
+        return [problem]
     try:
         contract = parse_type(e.contract)
     except ContractSyntaxError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from engine.contracts import parse_type
 from engine.errors import ContractSyntaxError, WorkflowValidationError
+from engine.limits import MAX_NAME_CHARS, MAX_NOTE_CHARS, contract_problem, text_problem
 from engine.mutations import Mutation, MutationError
 from engine.workflow import Workflow
 
@@ -18,19 +19,47 @@ class EditRejected(Exception):
         super().__init__("; ".join(problems))
 
 
+# Fields that name something in the workflow; longer text than this is no name. Procedures,
+# prompts and contracts are bounded by the engine's own validation (engine/limits.py).
+_NAME_FIELDS = {"edge": 3 * MAX_NAME_CHARS + 3, "role": MAX_NAME_CHARS, "agent": MAX_NAME_CHARS,
+                "new_source": MAX_NAME_CHARS, "new_target": MAX_NAME_CHARS}
+
+
+def _form_problems(form: dict) -> list[str]:
+    problems = [text_problem(f"the {name.replace('_', ' ')}", form[name], cap)
+                for name, cap in _NAME_FIELDS.items() if name in form]
+    problems.append(text_problem("the note", form.get("note", ""), MAX_NOTE_CHARS))
+    return [p for p in problems if p]
+
+
+def _edge_key(text: str) -> tuple[str, str, str]:
+    """(source, target, artifact) from the editor's "source->target:artifact"."""
+    source, sep, rest = text.partition("->")
+    target, sep2, artifact = rest.partition(":")
+    if not (sep and sep2 and source and target and artifact):
+        raise EditRejected([f"choose an edge of this workflow (source->target:artifact), not {text[:60]!r}"])
+    return source, target, artifact
+
+
 def mutation_from_form(kind: str, form: dict) -> Mutation:
     """The engine mutation a form describes. Raises EditRejected on a malformed form."""
+    problems = _form_problems(form)
+    if problems:
+        raise EditRejected(problems)
     try:
         if kind == "contract":
+            _edge_key(form["edge"])
             contract = form["contract"].strip()
+            problem = contract_problem("the contract", contract)  # before parsing: no deep recursion
+            if problem:
+                raise EditRejected([problem])
             try:
                 parse_type(contract)
             except ContractSyntaxError as exc:
                 raise EditRejected([str(exc)]) from exc
             return Mutation("contract_change", form["edge"], {"contract": contract}, form.get("note", ""))
         if kind == "edge":
-            source, rest = form["edge"].split("->", 1)
-            target, artifact = rest.split(":", 1)
+            source, target, artifact = _edge_key(form["edge"])
             old = {"source": source, "target": target, "artifact": artifact}
             contract = form.get("contract", "").strip()
             new = {"source": form["new_source"], "target": form["new_target"], "artifact": artifact,
@@ -43,7 +72,7 @@ def mutation_from_form(kind: str, form: dict) -> Mutation:
             return Mutation("prompt_refinement", form["agent"], {"prompt": form["prompt"].strip()}, form.get("note", ""))
     except (KeyError, ValueError) as exc:
         raise EditRejected([f"the form is incomplete: {exc}"]) from exc
-    raise EditRejected([f"unknown kind of edit {kind!r}"])
+    raise EditRejected([f"unknown kind of edit {kind[:40]!r}"])
 
 
 def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersion:
@@ -58,7 +87,7 @@ def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersio
         child = mutation.apply(Workflow.from_dict({**base.data, "hash": None}))
     except WorkflowValidationError as exc:
         raise EditRejected(exc.problems) from exc
-    except MutationError as exc:
+    except (MutationError, ValueError) as exc:  # a target the engine cannot read is refused, not a 500
         raise EditRejected([str(exc)]) from exc
     # A Mimosa or SciMARS run still going adopts the edit at its next iteration or round (the
     # engine probes it first); any other run keeps it as the latest version straight away.

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 from django import forms
 from django.conf import settings
+from django.core.validators import RegexValidator
+
+from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
 
 from .models import GatePolicy, Run
 
@@ -17,12 +20,21 @@ class NewRunForm(forms.Form):
     search = forms.ChoiceField(choices=Run.SEARCHES, initial="mimosa")
     iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
     gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)
-    seed = forms.IntegerField(initial=0)
-    model = forms.CharField(required=False, max_length=200,
+    # Ranges come from the engine (engine/limits.py), so the form refuses what a run would.
+    seed = forms.IntegerField(initial=0, min_value=0, max_value=MAX_SEED)
+    model = forms.CharField(required=False, max_length=MAX_MODEL_CHARS,
+                            validators=[RegexValidator(MODEL_NAME_RE, "write a litellm model as provider/model, "
+                                                       "e.g. openai/gpt-4o-mini")],
                             help_text="litellm model for every role; blank uses the offline provider")
-    max_tokens = forms.IntegerField(min_value=1000, initial=2_000_000, label="Token budget")
+    max_tokens = forms.IntegerField(min_value=1000, max_value=MAX_TOKENS, initial=2_000_000, label="Token budget")
 
     def run_options(self) -> dict:
         d = self.cleaned_data
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"]}
+
+
+class DecisionForm(forms.Form):
+    """A person's approve / veto: the reason is optional and bounded like any note."""
+
+    reason = forms.CharField(required=False, max_length=MAX_NOTE_CHARS, strip=True)

@@ -3,8 +3,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.budget import Budget
+from engine.cli import bounded, model_name
 from engine.errors import TrellisError
 from engine.evolve import SEARCHES, evolve
+from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
 
 
 class Command(BaseCommand):
@@ -13,10 +15,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("task")
         parser.add_argument("--search", choices=SEARCHES, default="mimosa")
-        parser.add_argument("--iterations", type=int, default=5)
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--max-tokens", type=int, default=2_000_000)
-        parser.add_argument("--model", default=None)
+        parser.add_argument("--iterations", type=bounded(1, MAX_ITERATIONS), default=5)
+        parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
+        parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=2_000_000,
+                            help=f"token budget of the whole search (at most {MAX_TOKENS:,})")
+        parser.add_argument("--model", type=model_name, default=None)
         parser.add_argument("--no-archive", action="store_true", help="neither warm-start from nor add to the archive")
 
     def handle(self, *args, **o):
