@@ -11,22 +11,48 @@ from typing import TextIO
 from .budget import Budget
 from .console import ConsoleSink, print_summary
 from .errors import TrellisError
+from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .runner import RunConfig, RunResult, run_workflow
 from .synthesis import WORKFLOWS
 from .task import load_task
 from .workflow import Workflow
 
 
+def bounded(low: float, high: float, kind: type = int):
+    """An argparse type that refuses numbers outside [low, high] with the range in the message,
+    so `--max-tokens 1099511627776` is a usage error, not a run with no budget."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a {'whole number' if kind is int else 'number'}") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"must be between {low:,} and {high:,}, not {text[:40]}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+def model_name(text: str) -> str:
+    problem = model_problem("the model", text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task folder, e.g. examples/discontinuous-1d")
-    parser.add_argument("--model", help="any litellm model for every role (default: offline provider, "
+    parser.add_argument("--model", type=model_name, help="any litellm model for every role (default: offline provider, "
                         "or TRELLIS_MODEL / TRELLIS_MODEL_<ROLE>)")
     parser.add_argument("--workflow", default="team",
                         help=f"starting workflow: {', '.join(WORKFLOWS)}, or a workflow JSON file")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=200_000, help="token budget of the run")
-    parser.add_argument("--max-cost", type=float, default=None, help="cost budget in USD")
-    parser.add_argument("--max-calls", type=int, default=None, help="model-call budget")
+    parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
+    parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=200_000,
+                        help=f"token budget of the run (at most {MAX_TOKENS:,})")
+    parser.add_argument("--max-cost", type=bounded(0.0001, MAX_COST_USD, float), default=None,
+                        help="cost budget in USD")
+    parser.add_argument("--max-calls", type=bounded(1, MAX_CALLS), default=None, help="model-call budget")
     parser.add_argument("--runs-dir", default="var/runs", help="where traces and artifacts go")
     parser.add_argument("--cache", action="store_true", help="reuse identical model calls (record/replay)")
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
@@ -37,7 +63,12 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     if args.workflow in WORKFLOWS:
         workflow = WORKFLOWS[args.workflow](task)
     else:
-        workflow = Workflow.from_json(Path(args.workflow).read_text()).validate()
+        try:
+            text = Path(args.workflow).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TrellisError(f"--workflow {args.workflow}: not one of {', '.join(WORKFLOWS)} and not a "
+                               f"readable workflow JSON file ({exc})") from exc
+        workflow = Workflow.from_json(text).validate()
     run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}"
     run_dir = Path(args.runs_dir) / run_id
     config = RunConfig(run_dir=run_dir, seed=args.seed, model_override=args.model, run_id=run_id,
