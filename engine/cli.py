@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_from_args(args)
     except TrellisError as exc:
+        if args.verbose:  # one line is the answer; the traceback is for whoever debugs the engine
+            import traceback
+
+            traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0 if result.status == "completed" else 1

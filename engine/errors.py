@@ -38,7 +38,42 @@ class BudgetExhausted(TrellisError):
 
 
 class ModelCallError(TrellisError):
-    pass
+    """A bad *answer* (empty, unparseable): the step that asked fails and may be retried or repaired."""
+
+
+class ModelUnavailable(TrellisError):
+    """The model cannot be called at all: unknown model or provider, missing or rejected API key,
+    or a provider that kept failing (connection, timeout, 5xx) after retries.
+
+    Not a ModelCallError on purpose: the role, judge and mutator handlers that absorb a bad
+    answer must not absorb this one, because every later call would fail the same way and the
+    run would "complete" having done nothing. It stops the run with the provider's message."""
+
+    def __init__(self, model: str, provider_message: str, kind: str = "provider_error",
+                 agent: str | None = None, role: str | None = None, attempts: int = 1):
+        self.model = model
+        self.provider_message = provider_message
+        self.kind = kind
+        self.agent = agent
+        self.role = role
+        self.attempts = attempts
+        tried = f" (after {attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"model {model} is unavailable{tried}: {first_line(provider_message)}")
+
+    def to_dict(self) -> dict:
+        """For a trace event's payload (the event itself names the agent)."""
+        return {"model": self.model, "error_kind": self.kind, "role": self.role,
+                "attempts": self.attempts, "provider_message": self.provider_message, "reason": str(self)}
+
+
+def first_line(text: str, limit: int = 400) -> str:
+    """A provider's message as one console line: its first non-empty line, without litellm's prefix."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "").removeprefix("litellm.")
+    head, _, rest = line.partition(": ")
+    while rest.startswith(head + ": "):  # litellm repeats the class name: "X: X: message"
+        rest = rest[len(head) + 2:]
+    line = f"{head}: {rest}" if rest else head
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 class RunInterrupted(BaseException):

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from .budget import Budget
+from .errors import ModelUnavailable
 from .synthesis import team_workflow
 from .task import Task, load_task
-from .trace import EventSink, JsonlTraceSink, Tracer
+from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
 from .search.mimosa import IterationRecord, mimosa_search
 from .search.probe import Gate, ProbeRunner, search_gateway
@@ -32,6 +33,8 @@ class EvolveResult:
     usage: dict
     wall_s: float
     start: dict = field(default_factory=dict)  # warm start or de novo
+    archived: dict = field(default_factory=dict)  # {"entry": id} or {"skipped": why}
+    trace: str = ""  # this attempt's search trace (search.jsonl, then search.2.jsonl after a resume)
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
@@ -47,14 +50,21 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
     them). ``on_checkpoint``/``resume`` make a Mimosa or SciMARS search continue after its last
-    finished iteration or round in the same ``run_dir``; the tree search starts over on resume."""
+    finished iteration or round in the same ``run_dir``; the tree search starts over on resume.
+
+    A model that cannot be called (ModelUnavailable) stops the search: it is traced as
+    ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
+    final workflow whose probe failed or made no model call."""
     if search not in SEARCHES:
         raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
     task = load_task(task_folder)
     budget = budget or Budget(max_tokens=2_000_000)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
-    tracer = Tracer(run_dir.name, [JsonlTraceSink(run_dir / "search.jsonl"), *sinks])
+    # A resumed search writes its own trace file: sequence numbers never restart inside one.
+    attempt, trace_path = claim_attempt(run_dir, "search")
+    tracer = Tracer(run_dir.name if attempt == 1 else f"{run_dir.name}-attempt{attempt}",
+                    [JsonlTraceSink(trace_path), *sinks])
     gateway = search_gateway(budget, tracer, seed, model_override)
     started = time.perf_counter()
     archive = None
@@ -134,17 +144,46 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit("official_evaluation", None, which=label, workflow_hash=d["workflow_hash"], **d["official"])
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
-                              time.perf_counter() - started, start=start_info)
+                              time.perf_counter() - started, start=start_info, trace=str(trace_path))
         if archive is not None:
-            entry = archive.add(task, final_workflow, final_d["official"], search, note=f"evolved in {run_dir.name}")
-            tracer.emit("archive", None, entry=entry.id, workflow_hash=final_workflow.hash)
+            why_not = not_archivable(final, budget)
+            if why_not:
+                result.archived = {"skipped": why_not}
+                tracer.emit("archive", None, skipped=why_not, workflow_hash=final_workflow.hash)
+            else:
+                entry = archive.add(task, final_workflow, final_d["official"], search,
+                                    note=f"evolved in {run_dir.name}")
+                result.archived = {"entry": entry.id}
+                tracer.emit("archive", None, entry=entry.id, workflow_hash=final_workflow.hash)
         (run_dir / "final_workflow.json").write_text(final_workflow.to_json())
         (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
         tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})
         _print_summary(task, result, out)
         return result
+    except ModelUnavailable as exc:
+        tracer.emit("search_failed", exc.agent, **exc.to_dict(), usage=budget.used.to_dict(),
+                    archived=False)
+        out.write(f"search stopped: model {exc.model} could not be called; nothing archived; "
+                  f"trace {trace_path}\n")
+        out.flush()
+        raise
     finally:
         tracer.close()
+
+
+def not_archivable(final, budget: Budget) -> str:
+    """Why a search's final workflow must not enter the archive ('' when it may): a workflow
+    that never called a model, or whose last execution failed, has shown nothing worth starting
+    another task from."""
+    if budget.used.calls == 0:
+        return "the search made no model call"
+    if final is None:  # the tree search: its champion was scored, the team's workflow unchanged
+        return ""
+    if not final.result.usage.get("calls"):
+        return f"the final workflow's probe made no model call ({final.result.reason or final.result.status})"
+    if final.result.status != "completed":
+        return f"the final workflow's probe {final.result.status}: {final.result.reason}"
+    return ""
 
 
 def _describe(probe) -> dict:
@@ -209,4 +248,8 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
     out.write(f"({'higher' if task.metric.higher_is_better else 'lower'} is better; official = evaluate.py on "
               f"held-out data, run once after the final commitment)\n")
     out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
-    out.write(f"trace      {r.run_dir / 'search.jsonl'}\n")
+    if r.archived.get("skipped"):
+        out.write(f"archive    not archived: {r.archived['skipped']}\n")
+    elif r.archived.get("entry"):
+        out.write(f"archive    added as {r.archived['entry']}\n")
+    out.write(f"trace      {r.trace or r.run_dir / 'search.jsonl'}\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .budget import Budget
-from .errors import ModelCallError
+from .errors import ModelCallError, ModelUnavailable, first_line
 from .llm import OFFLINE_MODEL, cost_of, count_text_tokens, count_tokens, get_litellm, provider_of
 from .trace import Tracer
 
@@ -41,7 +41,8 @@ class Completion:
 
 class ModelGateway:
     def __init__(self, budget: Budget, tracer: Tracer, seed: int = 0, model_override: str | None = None,
-                 max_output_tokens: int = 2048, cache_dir: Path | None = None, retries: int = 2):
+                 max_output_tokens: int = 2048, cache_dir: Path | None = None, retries: int = 2,
+                 timeout_s: float | None = None):
         self.budget = budget
         self.tracer = tracer
         self.seed = seed
@@ -49,6 +50,8 @@ class ModelGateway:
         self.max_output_tokens = max_output_tokens
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.retries = retries
+        # litellm's own default waits 10 minutes on a provider that does not answer.
+        self.timeout_s = timeout_s if timeout_s is not None else float(os.environ.get("TRELLIS_MODEL_TIMEOUT_S", 120))
         self.model_seconds = 0.0  # time spent waiting on models, for overhead accounting
 
     def complete(self, agent: str, role: str, messages: list[dict], agent_model: str | None = None,
@@ -86,23 +89,42 @@ class ModelGateway:
         return result
 
     def _call(self, request: dict, agent: str, role: str) -> tuple[str, tuple[int, int] | None]:
+        """One answer from the provider. A bad answer (empty) is retried and then raised as
+        ModelCallError, for the step to handle; a provider that cannot serve the model raises
+        ModelUnavailable: at once when retrying cannot help (unknown model, rejected key), after
+        the retries when it might (connection, timeout, rate limit, 5xx)."""
         litellm = get_litellm()
+        model = request["model"]
+        offline = model.startswith("trellis/")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             try:
-                response = litellm.completion(**request, metadata={"trellis_agent": agent, "trellis_role": role})
-                text = response.choices[0].message.content
-                if not isinstance(text, str) or not text.strip():
-                    raise ModelCallError(f"{request['model']} returned an empty answer")
-                usage = getattr(response, "usage", None)
-                reported = None
-                if usage is not None and getattr(usage, "completion_tokens", None):
-                    reported = (int(usage.prompt_tokens), int(usage.completion_tokens))
-                return text, reported
-            except Exception as exc:  # provider errors vary by provider; all are retried the same way
+                # The gateway does the retrying, so litellm and the provider SDK must not retry too.
+                response = litellm.completion(**request, metadata={"trellis_agent": agent, "trellis_role": role},
+                                              timeout=self.timeout_s, num_retries=0)
+            except Exception as exc:  # noqa: BLE001 - classified below; nothing is swallowed
+                kind = provider_error_kind(exc)
+                if kind is None:  # this request's own problem (too long, refused content)
+                    raise ModelCallError(f"{model} refused the request: {first_line(exc)}") from exc
+                if kind in PERMANENT_ERRORS:
+                    raise ModelUnavailable(model, str(exc), kind, agent, role, attempt + 1) from exc
                 last = exc
-                time.sleep(min(0.5 * 2 ** attempt, 4.0) if not request["model"].startswith("trellis/") else 0)
-        raise ModelCallError(f"{request['model']} failed after {self.retries + 1} attempts: {last}") from last
+                if attempt < self.retries and not offline:
+                    time.sleep(min(0.5 * 2 ** attempt, 4.0))
+                continue
+            text = response.choices[0].message.content
+            if not isinstance(text, str) or not text.strip():
+                last = ModelCallError(f"{model} returned an empty answer")
+                continue
+            usage = getattr(response, "usage", None)
+            reported = None
+            if usage is not None and getattr(usage, "completion_tokens", None):
+                reported = (int(usage.prompt_tokens), int(usage.completion_tokens))
+            return text, reported
+        if isinstance(last, ModelCallError):
+            raise ModelCallError(f"{model} failed after {self.retries + 1} attempts: {last}") from last
+        raise ModelUnavailable(model, str(last), provider_error_kind(last) or "provider_error", agent, role,
+                               self.retries + 1) from last
 
     def _cache_get(self, key: str) -> str | None:
         if not self.cache_dir:
@@ -114,3 +136,30 @@ class ModelGateway:
         if self.cache_dir:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
             (self.cache_dir / f"{key}.json").write_text(json.dumps({"response": text}))
+
+
+# What a litellm exception says about the provider. Permanent kinds fail the run at once.
+PERMANENT_ERRORS = frozenset({"authentication", "permission_denied", "not_found", "bad_request"})
+_KINDS = (  # most specific first: litellm's classes subclass each other (and openai's)
+    ("ContextWindowExceededError", None), ("ContentPolicyViolationError", None),
+    ("AuthenticationError", "authentication"), ("PermissionDeniedError", "permission_denied"),
+    ("NotFoundError", "not_found"), ("BadRequestError", "bad_request"),
+    ("UnprocessableEntityError", "bad_request"), ("RateLimitError", "rate_limit"), ("Timeout", "timeout"),
+    ("APIConnectionError", "connection"), ("ServiceUnavailableError", "server_error"),
+    ("BadGatewayError", "server_error"), ("InternalServerError", "server_error"),
+)
+
+
+def provider_error_kind(exc: BaseException) -> str | None:
+    """The kind of provider error ``exc`` is, or None when it is the request's own problem
+    (a prompt over the context window, content the provider refuses) that another request
+    may not have. Anything unrecognised counts as a transient provider error."""
+    litellm = get_litellm()
+    if "missing credentials" in str(exc).lower():  # the OpenAI SDK's missing key surfaces as a "500"
+        return "authentication"
+    for name, kind in _KINDS:
+        cls = getattr(litellm, name, None)
+        if isinstance(cls, type) and isinstance(exc, cls):
+            return kind
+    return "provider_error"
+

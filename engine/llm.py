@@ -29,6 +29,9 @@ def get_litellm() -> ModuleType:
 
             litellm.telemetry = False
             litellm.suppress_debug_info = True
+            # Providers that do not take a parameter (Anthropic has no `seed`) get the call
+            # without it instead of a BadRequestError; the offline provider still receives it.
+            litellm.drop_params = True
             litellm.custom_provider_map = [
                 *[p for p in litellm.custom_provider_map if p.get("provider") != OFFLINE_PROVIDER],
                 {"provider": OFFLINE_PROVIDER, "custom_handler": OfflineScientistLLM()},

@@ -1,4 +1,9 @@
-"""Rebuild a run from its events alone: what replay, resume and the studio's pages use."""
+"""Rebuild a run from its events alone: what replay, resume and the studio's pages use.
+
+A run folder may hold several attempts of one run (a probe re-run after a resume), each in
+its own trace file (engine/trace.py). ``rebuild`` describes ONE attempt: given the events of
+several, the latest attempt wins and the others are ignored, so nothing is counted twice.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -6,13 +11,14 @@ from pathlib import Path
 from typing import Iterable
 
 from .budget import Usage
-from .trace import Event, read_events
+from .trace import Event, latest_trace, read_events
 from .workflow import Workflow
 
 
 @dataclass
 class RunRecord:
     run_id: str = ""
+    attempt: int = 1
     task: str = ""
     workflow: Workflow | None = None
     status: str = "interrupted"  # until a run_finished event says otherwise
@@ -33,14 +39,34 @@ class RunRecord:
                 "agent_status": dict(self.agent_status), "usage": self.usage.to_dict(), "metric": self.metric}
 
 
+def latest_attempt(events: Iterable[Event]) -> list[Event]:
+    """The events of the latest attempt among ``events``.
+
+    One attempt (one ``run_started``): all of them, in any order. Several: those of the attempt
+    whose ``run_started`` has the highest attempt number (the later one on a tie), i.e. those
+    with its run id; when two attempts share a run id (one file appended to by both, as traces
+    were written before attempts had their own files), those after its ``run_started``."""
+    events = list(events)
+    starts = [(i, e) for i, e in enumerate(events) if e.kind == "run_started"]
+    if len(starts) <= 1:
+        return events
+    at, start = max(starts, key=lambda s: (int(s[1].payload.get("attempt", 1)), s[0]))
+    if sum(1 for _, e in starts if e.run_id == start.run_id) > 1:
+        return [e for e in events[at:] if e.run_id == start.run_id]
+    return [e for e in events if e.run_id == start.run_id]
+
+
 def rebuild(events: Iterable[Event]) -> RunRecord:
+    """The run as its events tell it (of the latest attempt, see ``latest_attempt``)."""
     rec = RunRecord()
     stopped_reason = None
-    for ev in sorted(events, key=lambda e: e.seq):
+    failed_reason = None
+    for ev in sorted(latest_attempt(events), key=lambda e: e.seq):
         rec.last_seq = ev.seq
         p = ev.payload
         if ev.kind == "run_started":
             rec.run_id, rec.task = ev.run_id, p.get("task", "")
+            rec.attempt = int(p.get("attempt", 1))
             rec.workflow = Workflow.from_dict(p["workflow"])
             rec.agent_status = {a: "WAITING" for a in p.get("order", [])}
         elif ev.kind == "agent_started":
@@ -67,13 +93,22 @@ def rebuild(events: Iterable[Event]) -> RunRecord:
             rec.metric = {k: v for k, v in p.items() if k not in {"predictions_sha256", "evaluator"}}
         elif ev.kind == "run_finished":
             rec.finished = True
-    if rec.finished:
+        elif ev.kind == "run_failed":
+            rec.finished, failed_reason = True, p.get("reason", "the model could not be called")
+    if failed_reason is not None:
+        rec.status, rec.reason, rec.metric = "failed", failed_reason, None
+    elif rec.finished:
         _settle(rec, stopped_reason)
     return rec
 
 
 def rebuild_from_file(path: Path) -> RunRecord:
     return rebuild(read_events(path))
+
+
+def rebuild_run_dir(run_dir: Path) -> RunRecord:
+    """The run in ``run_dir`` as its latest attempt's trace tells it."""
+    return rebuild_from_file(latest_trace(Path(run_dir)))
 
 
 def _settle(rec: RunRecord, stopped_reason: str | None) -> None:

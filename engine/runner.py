@@ -13,13 +13,13 @@ from .artifacts import ArtifactStore
 from .budget import Budget
 from .checks import placeholder_check
 from .contracts import check_value, parse_type
-from .errors import BudgetExhausted, ModelCallError
+from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evaluation import evaluate_predictions
 from .gateway import ModelGateway
 from .roles import ROLE_STEPS, RunContext, StepOutcome
 from .sandbox import Executor
 from .task import Task
-from .trace import EventSink, JsonlTraceSink, Tracer
+from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
 
 
@@ -78,11 +78,18 @@ def default_executor(root: Path) -> Executor:
 
 def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Executor | None = None,
                  sinks: Iterable[EventSink] = ()) -> RunResult:
+    """Run ``workflow`` on ``task``. Raises ModelUnavailable (after tracing ``run_failed``) when
+    a model cannot be called at all: such a run has nothing to show and must not look finished.
+
+    A second run in the same ``run_dir`` (a probe re-run after a resume) is another *attempt*:
+    it writes its own trace file and its run id gains an ``-attempt<n>`` suffix, so its events
+    never mix with the first attempt's (engine/trace.py)."""
     workflow.validate()
-    run_id = config.run_id or uuid.uuid4().hex[:12]
     run_dir = Path(config.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    trace_path = run_dir / "trace.jsonl"
+    attempt, trace_path = claim_attempt(run_dir, "trace")
+    run_id = config.run_id or uuid.uuid4().hex[:12]
+    if attempt > 1:
+        run_id = f"{run_id}-attempt{attempt}"
     tracer = Tracer(run_id, [JsonlTraceSink(trace_path), *sinks])
     tracer.iteration = config.iteration
     (run_dir / "workflow.json").write_text(workflow.to_json())
@@ -94,7 +101,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     tracer.emit("run_started", task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
                 workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
                 model_override=config.model_override, executor=ctx.executor.name,
-                budget=config.budget.limits(), order=workflow.order())
+                budget=config.budget.limits(), order=workflow.order(), attempt=attempt)
     try:
         scheduler = _Scheduler(ctx)
         status, reason, statuses, outputs = scheduler.run()
@@ -117,6 +124,10 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                     duration_s=round(duration, 3), overhead_s=round(result.overhead_seconds, 4))
         (run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
         return result
+    except ModelUnavailable as exc:
+        tracer.emit("run_failed", exc.agent, **exc.to_dict(), usage=config.budget.used.to_dict(),
+                    duration_s=round(time.perf_counter() - started, 3))
+        raise
     finally:
         tracer.close()
 
@@ -148,6 +159,11 @@ class _Scheduler:
                                      limits=self.ctx.gateway.budget.limits())
                 self.ctx.tracer.emit("agent_finished", agent_id, status="STOPPED", message=exc.reason, outputs={})
                 return "stopped", exc.reason, self.statuses, self.outputs
+            except ModelUnavailable as exc:  # no later call can succeed either: stop the run
+                self.statuses[agent_id] = "FAILURE"
+                self.ctx.tracer.emit("agent_finished", agent_id, status="FAILURE", outputs={},
+                                     message=f"stopped: model {exc.model} is unavailable (run_failed says why)")
+                raise
             jump = self._route(agent_id, outcome)
             i = self.order.index(jump) if jump else i + 1
         failed = [a for a, s in self.statuses.items() if s in {"FAILURE", "SKIPPED"}]

@@ -2,6 +2,11 @@
 
 The JSON-lines file is append-only and flushed per event, so a run killed at any moment
 leaves a readable trace up to its last step; that file alone is enough to rebuild the run.
+
+Each *attempt* of a run in one folder has its own file: ``trace.jsonl`` for the first,
+``trace.2.jsonl``, ``trace.3.jsonl``... for a probe re-run after a resume (likewise
+``search.jsonl``, ``search.2.jsonl`` for a resumed search). Sequence numbers start at 1 in each
+file and never restart inside one, so no reader can mix two attempts' events.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from typing import Iterable, Iterator, Protocol
 EVENT_KINDS = (
     "run_started", "agent_started", "model_call", "tool_call", "code_execution", "handoff",
     "check", "route", "agent_finished", "budget_exhausted", "evaluation", "run_finished",
+    # the model could not be called at all (unknown model, missing key, provider down)
+    "run_failed", "search_failed",
     # search-level events (one search runs many probes, each a run with its own trace)
     "search_started", "mutation_proposed", "judgement", "search_iteration", "official_evaluation",
     "archive", "search_finished",
@@ -106,6 +113,46 @@ class Tracer:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+
+def attempt_path(folder: Path, stem: str, attempt: int) -> Path:
+    """The trace file of one attempt: ``<stem>.jsonl`` for the first, ``<stem>.<n>.jsonl`` after."""
+    return Path(folder) / (f"{stem}.jsonl" if attempt == 1 else f"{stem}.{attempt}.jsonl")
+
+
+def claim_attempt(folder: Path, stem: str = "trace") -> tuple[int, Path]:
+    """Create the next attempt's (empty) trace file in ``folder`` and return (attempt, path).
+
+    Created exclusively, so two writers can never share a file, and numbered past every
+    attempt already there."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    attempt = max((n for n, _ in trace_attempts(folder, stem)), default=0) + 1
+    while True:
+        path = attempt_path(folder, stem, attempt)
+        try:
+            path.open("x", encoding="utf-8").close()
+            return attempt, path
+        except FileExistsError:
+            attempt += 1
+
+
+def trace_attempts(folder: Path, stem: str = "trace") -> list[tuple[int, Path]]:
+    """Every attempt's trace file in ``folder``, oldest first."""
+    found = []
+    for path in Path(folder).glob(f"{stem}*.jsonl"):
+        middle = path.name[len(stem):-len(".jsonl")]
+        if middle == "":
+            found.append((1, path))
+        elif middle.startswith(".") and middle[1:].isdigit() and int(middle[1:]) > 1:
+            found.append((int(middle[1:]), path))
+    return sorted(found)
+
+
+def latest_trace(folder: Path, stem: str = "trace") -> Path:
+    """The newest attempt's trace file (``<stem>.jsonl`` when there is none yet)."""
+    attempts = trace_attempts(folder, stem)
+    return attempts[-1][1] if attempts else attempt_path(folder, stem, 1)
 
 
 def read_events(path: Path) -> Iterator[Event]:

@@ -15,7 +15,7 @@ from ..judge import Judgement, judge_execution, public_checks
 from ..runner import RunConfig, RunResult, run_workflow
 from ..sandbox import Executor
 from ..task import Task
-from ..trace import Event, EventSink, ListSink, Tracer, read_events
+from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events
 from ..workflow import Workflow
 
 
@@ -49,17 +49,20 @@ class Probe:
         return ""
 
     def checkpoint(self) -> dict:
-        """What a resumed search needs to rebuild this probe: its folder and its judgement."""
-        return {"run_dir": str(self.run_dir), "judgement": self.judgement.to_dict() if self.judgement else None}
+        """What a resumed search needs to rebuild this probe: its folder, which attempt's trace
+        is this probe's, and its judgement."""
+        return {"run_dir": str(self.run_dir), "trace": Path(self.result.trace_path).name,
+                "judgement": self.judgement.to_dict() if self.judgement else None}
 
     @classmethod
     def from_checkpoint(cls, state: dict) -> "Probe":
-        """Rebuild a finished probe from its folder (workflow.json, trace.jsonl, summary.json)."""
+        """Rebuild a finished probe from its folder (workflow.json, its trace, summary.json).
+        Checkpoints from before attempts had their own files name no trace: the latest is used."""
         run_dir = Path(state["run_dir"])
         workflow = Workflow.from_dict(json.loads((run_dir / "workflow.json").read_text()))
         saved = json.loads((run_dir / "summary.json").read_text())
         result = RunResult(**{f.name: saved[f.name] for f in fields(RunResult) if f.name in saved})
-        events = list(read_events(run_dir / "trace.jsonl"))
+        events = list(read_events(run_dir / state["trace"] if state.get("trace") else latest_trace(run_dir)))
         judgement = Judgement.from_dict(state["judgement"]) if state.get("judgement") else None
         return cls(workflow, result, events, public_checks(events), judgement, run_dir)
 

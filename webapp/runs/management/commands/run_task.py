@@ -19,6 +19,10 @@ class Command(BaseCommand):
         try:
             result = run_from_args(argparse.Namespace(**options), out=self.stdout)
         except TrellisError as exc:
+            if options.get("verbose"):  # Django's --traceback works too
+                import traceback
+
+                traceback.print_exc(file=self.stderr)
             raise CommandError(str(exc)) from exc
         if result.status != "completed":
             raise CommandError(f"run {result.run_id} {result.status}: {result.reason}")
