@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.budget import Budget
-from engine.errors import RunInterrupted
+from engine.errors import ModelUnavailable, RunInterrupted
 
 from .bridge import DatabaseGate, RunEventSink, broadcast
 from .models import Run, RunStatus
@@ -49,6 +49,9 @@ def execute_run(run_id: int, lease: str) -> str:
             return "superseded"
         status = RunStatus.CANCELLED if exc.reason == "cancelled" else RunStatus.PAUSED
         reason, extra = exc.reason, {}
+    except ModelUnavailable as exc:  # a configuration problem, not a bug: the provider's words, no traceback
+        log.warning("run %s failed: %s", run_id, exc)
+        status, reason, extra = RunStatus.FAILED, str(exc), {}
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run, which stays resumable
         log.exception("run %s failed", run_id)
         status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-4000:]}"
