@@ -4,11 +4,23 @@ Embedded defaults (no environment set) need no external service: SQLite in WAL m
 var/, and an embedded Redis server on a unix socket (webapp/embedded_redis.py) that serves
 both as the Celery broker and as the Channels layer. Production reads the environment:
 DATABASE_URL (postgres://…), TRELLIS_REDIS_URL (redis://…), TRELLIS_SECRET_KEY,
-TRELLIS_DEBUG=0, TRELLIS_ALLOWED_HOSTS.
+TRELLIS_ALLOWED_HOSTS.
+
+DEBUG is off unless TRELLIS_DEBUG=1. The studio counts as production when TRELLIS_PRODUCTION=1
+or when it shares a database or a Redis with other machines (DATABASE_URL or
+TRELLIS_REDIS_URL set). Production refuses to start without TRELLIS_SECRET_KEY and turns on
+HTTPS-only cookies, HSTS and the redirect to HTTPS (behind a proxy that terminates TLS and
+sets X-Forwarded-Proto), so that `manage.py check --deploy` is clean. The embedded default
+(one machine, plain HTTP on localhost) gets a random key generated once into
+var/secret_key (mode 0600) and keeps cookies usable over HTTP.
 """
 import os
 import sys
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from webapp.secret_key import PUBLISHED_KEYS, per_install_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Tests get a folder of their own, so they never touch the studio's database, runs or archive.
@@ -16,9 +28,45 @@ _DEFAULT_VAR = BASE_DIR / "var" / ("pytest" if "pytest" in sys.modules else "")
 VAR_DIR = Path(os.environ.get("TRELLIS_VAR_DIR", _DEFAULT_VAR))
 VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, traces and artifacts live here
 
-SECRET_KEY = os.environ.get("TRELLIS_SECRET_KEY", "trellis-embedded-development-key-not-for-production")
-DEBUG = os.environ.get("TRELLIS_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("TRELLIS_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",")
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return default if not value else value in {"1", "true", "yes", "on"}
+
+
+DEBUG = _flag("TRELLIS_DEBUG")
+PRODUCTION = _flag("TRELLIS_PRODUCTION") or bool(os.environ.get("DATABASE_URL") or os.environ.get("TRELLIS_REDIS_URL"))
+
+SECRET_KEY = os.environ.get("TRELLIS_SECRET_KEY", "").strip()
+if SECRET_KEY in PUBLISHED_KEYS:
+    raise ImproperlyConfigured("TRELLIS_SECRET_KEY is a key published in Trellis's repository; anyone can sign "
+                               "cookies with it. Set a new one: python -c 'import secrets; "
+                               "print(secrets.token_urlsafe(50))'")
+if not SECRET_KEY:
+    if PRODUCTION:
+        raise ImproperlyConfigured("TRELLIS_SECRET_KEY is not set. A production studio (TRELLIS_PRODUCTION=1, "
+                                   "DATABASE_URL or TRELLIS_REDIS_URL set) needs the same secret key on every "
+                                   "machine; generate one with: python -c 'import secrets; "
+                                   "print(secrets.token_urlsafe(50))'")
+    SECRET_KEY = per_install_key(VAR_DIR / "secret_key")
+
+
+def _allowed_hosts() -> list[str]:
+    named = [h.strip() for h in os.environ.get("TRELLIS_ALLOWED_HOSTS", "").split(",") if h.strip()]
+    hosts = named or ["localhost", "127.0.0.1", "[::1]"]
+    # `manage.py studio --host H` tells its web server which address it serves on.
+    studio_host = os.environ.get("TRELLIS_STUDIO_HOST", "").strip()
+    if studio_host in ("0.0.0.0", "::"):
+        # Bound to every interface on one machine: reachable by any of its names and addresses,
+        # which the studio cannot list; TRELLIS_ALLOWED_HOSTS names them to be stricter.
+        if not named and not PRODUCTION:
+            hosts.append("*")
+    elif studio_host:
+        hosts.append(f"[{studio_host}]" if ":" in studio_host else studio_host)
+    return hosts
+
+
+ALLOWED_HOSTS = _allowed_hosts()
 
 INSTALLED_APPS = [
     "daphne",  # first, so that runserver serves ASGI (WebSockets included)
@@ -108,6 +156,20 @@ STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise expects it; collectstatic fills it in production
 WHITENOISE_USE_FINDERS = True  # serve static/ directly; no collectstatic step for the embedded studio
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if PRODUCTION:
+    # Behind a proxy that terminates TLS: it must set X-Forwarded-Proto (and strip any the
+    # client sent), or every request looks like plain HTTP and is redirected forever.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = _flag("TRELLIS_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probed over plain HTTP from inside the network
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("TRELLIS_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("TRELLIS_HSTS_INCLUDE_SUBDOMAINS", default=True)
+    SECURE_HSTS_PRELOAD = _flag("TRELLIS_HSTS_PRELOAD", default=True)
+    CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("TRELLIS_CSRF_TRUSTED_ORIGINS", "").split(",")
+                            if o.strip()]
 
 TRELLIS_RUNS_DIR = VAR_DIR / "runs"
 TRELLIS_ARCHIVE_DIR = VAR_DIR / "archive"

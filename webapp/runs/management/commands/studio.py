@@ -40,7 +40,8 @@ class Command(BaseCommand):
         if not os.environ.get("TRELLIS_REDIS_URL"):
             redis_proc = embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET, settings.VAR_DIR / "redis")
             self.stdout.write(f"embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}")
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DJANGO_SETTINGS_MODULE": "webapp.settings",
+               "TRELLIS_STUDIO_HOST": options["host"]}  # the settings allow the host it serves on
         try:
             children.append(subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "runs,celery",
