@@ -415,7 +415,7 @@ def main() -> None:
         emitter.start()
         if not conn.poll(60) or conn.recv() != "ready":
             raise RuntimeError("the emitter process did not start")
-        print(f"studio: redis on {var_dir / 'redis.sock'}, daphne on {url}, run {run_pk}; "
+        print(f"studio: redis on {studio.redis.socket}, daphne on {url}, run {run_pk}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
         pids = {"daphne": studio.web.pid, "redis": studio.redis.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []

@@ -2,12 +2,12 @@
 processes and a Daphne web server, all on the pytest-django test database (a file)."""
 from __future__ import annotations
 
+import json
 import os
-import signal
 import socket
-import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -28,9 +28,11 @@ class Studio:
                     "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                     "PYTHONUNBUFFERED": "1"}
         self.env.pop("TRELLIS_REDIS_URL", None)
-        self.redis = None
-        self.worker: subprocess.Popen | None = None
-        self.web: subprocess.Popen | None = None
+        self.redis = None  # webapp.embedded_redis.EmbeddedRedis
+        self.worker = None  # webapp.supervisor.Child
+        self.web = None
+        self.supervisor = None
+        self.supervisor_log: list[str] = []
         self.port = 0
         self.logs = self.var_dir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -40,57 +42,99 @@ class Studio:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, web: bool = True, worker: bool = True) -> "Studio":
-        from webapp import embedded_redis
+        from webapp.embedded_redis import EmbeddedRedis
 
-        self.redis = embedded_redis.start(self.var_dir / "redis.sock", self.var_dir / "redis")
+        self.redis = EmbeddedRedis(self.var_dir).start()
         if worker:
             self.start_worker()
         if web:
+            from webapp.supervisor import Child
+
             self.port = free_port()
-            self.web = self._spawn("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                           "webapp.asgi:application"])
+            self.web = Child("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
+                                     "webapp.asgi:application"], self.env, ROOT, self.logs / "web.log").start()
             self._wait_http(self.url + "/healthz")
+            if worker:
+                self.wait_healthy()
         return self
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = (self.logs / f"{name}.log").open("ab")
-        # Its own process group, so that a kill reaches the worker's pool children too.
-        return subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
     def start_worker(self) -> None:
-        self.worker = self._spawn("worker", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q",
-                                             "runs,celery", "-c", "2", "--loglevel", "INFO", "-n",
-                                             f"test-{time.monotonic_ns()}@%h"])
+        from webapp.supervisor import Child
+
+        if self.worker is None:
+            # Its own process group (Child), so that a kill reaches the worker's pool children too.
+            self.worker = Child("worker", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q",
+                                           "runs,celery", "-c", "2", "--loglevel", "INFO", "-n",
+                                           f"test-{time.monotonic_ns()}@%h"], self.env, ROOT, self.logs / "worker.log")
+        self.worker.start()
 
     def kill_worker(self) -> None:
         """kill -9 the worker and every process it started: nothing gets to clean up."""
-        if self.worker and self.worker.poll() is None:
-            os.killpg(self.worker.pid, signal.SIGKILL)
-            self.worker.wait(10)
+        if self.worker and self.worker.alive():
+            self.worker.kill_group()
+            self.worker.proc.wait(10)
+
+    def supervise(self, interval_s: float = 0.3):
+        """What ``manage.py studio`` does in its main loop, here in a thread: restart a dead
+        Redis or worker (or web server) and recover the runs they were carrying."""
+        from webapp.runs import controls
+        from webapp.supervisor import Supervisor
+
+        def on_restart(part: str) -> None:
+            try:
+                controls.after_restart(part)
+            finally:
+                from django.db import connection
+
+                connection.close()  # this thread's own connection to the test database
+
+        def say(text: str) -> None:
+            self.supervisor_log.append(text)
+            with (self.logs / "supervisor.log").open("a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+        self.supervisor = Supervisor([c for c in (self.worker, self.web) if c], self.redis, on_restart, say)
+        return self.supervisor.start_thread(interval_s)
+
+    def unsupervise(self) -> None:
+        if self.supervisor:
+            self.supervisor.stop_thread()
+            self.supervisor = None
+
+    def health(self) -> tuple[int, dict]:
+        """(HTTP status, body) of /healthz; (0, {}) when the web server does not answer."""
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=5) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+        except OSError:
+            return 0, {}
+
+    def wait_healthy(self, timeout: float = 120) -> dict:
+        return wait_for(lambda: (h := self.health())[0] == 200 and h[1], timeout, interval=0.2,
+                        what=f"/healthz to be ok (see {self.logs})")
 
     def _wait_http(self, url: str, timeout: float = 60) -> None:
+        """Until the web server answers at all (a 503 from /healthz is an answer)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        return
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except urllib.error.HTTPError:
+                return
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"{url} did not answer; see {self.logs}")
 
     def stop(self) -> None:
-        from webapp import embedded_redis
-
-        for proc in (self.web, self.worker):
-            if proc and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-        embedded_redis.stop(self.redis)
+        self.unsupervise()
+        for child in (self.web, self.worker):
+            if child:
+                child.stop(15)
+        if self.redis:
+            self.redis.stop()
 
 
 def wait_for(predicate, timeout: float = 120, interval: float = 0.3, what: str = "condition"):

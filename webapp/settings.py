@@ -128,9 +128,16 @@ def _database() -> dict:
 
 DATABASES = {"default": _database()}
 
-# One Redis serves as broker and channel layer. Embedded: a unix socket under var/.
-EMBEDDED_REDIS_SOCKET = VAR_DIR / "redis.sock"
-REDIS_URL = os.environ.get("TRELLIS_REDIS_URL") or f"unix://{EMBEDDED_REDIS_SOCKET}"
+# One Redis serves as broker and channel layer. Embedded: a unix socket in var/redis/ (mode
+# 0700), a per-install password, file-writing commands disabled (webapp/embedded_redis.py).
+EMBEDDED_REDIS = not os.environ.get("TRELLIS_REDIS_URL")
+if EMBEDDED_REDIS:
+    from webapp import embedded_redis as _embedded_redis
+
+    EMBEDDED_REDIS_SOCKET = _embedded_redis.socket_path(VAR_DIR)
+    REDIS_URL = _embedded_redis.url(VAR_DIR)  # carries the password: never print it
+else:
+    REDIS_URL = os.environ["TRELLIS_REDIS_URL"]
 CHANNEL_LAYERS = {"default": {
     "BACKEND": "channels_redis.core.RedisChannelLayer",
     # channels_redis waits up to 5 s on Redis for the next message: a socket timeout above
@@ -139,7 +146,8 @@ CHANNEL_LAYERS = {"default": {
     "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 2000}],
                "capacity": 2000, "expiry": 30},
 }}
-CELERY_BROKER_URL = REDIS_URL.replace("unix://", "redis+socket://", 1) if REDIS_URL.startswith("unix://") else REDIS_URL
+CELERY_BROKER_URL = ("redis+socket://" + REDIS_URL[len("unix://"):].split("?", 1)[0]  # kombu's spelling
+                     if REDIS_URL.startswith("unix://") else REDIS_URL)
 CELERY_TASK_ACKS_LATE = False  # a lost worker's run is resumed from its checkpoint, not redelivered
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ROUTES = {"webapp.runs.tasks.execute_run": {"queue": "runs"}}

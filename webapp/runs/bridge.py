@@ -32,6 +32,7 @@ from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run
 
 log = logging.getLogger(__name__)
 CONTROL_CHECK_S = 0.25
+BROADCAST_BACKOFF_S = 2.0
 
 
 def brief(payload: dict, limit: int = 160) -> dict:
@@ -58,6 +59,9 @@ class _Loop:
         self.pid = 0
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()
+        # After a failed push, later pushes are skipped for a moment instead of each waiting on
+        # a Redis that is down or restarting (the engine's events are in the database anyway).
+        self.quiet_until = 0.0
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self.lock:
@@ -73,6 +77,8 @@ _LOOP = _Loop()
 def broadcast(run: Run | int, message: dict, timeout_s: float = 5.0) -> None:
     """Send to everyone watching a run. A missing channel layer never stops the engine."""
     group = run.group if isinstance(run, Run) else f"run-{run}"
+    if time.monotonic() < _LOOP.quiet_until:
+        return
     try:
         layer = get_channel_layer()
         future = asyncio.run_coroutine_threadsafe(
@@ -80,6 +86,7 @@ def broadcast(run: Run | int, message: dict, timeout_s: float = 5.0) -> None:
             layer.group_send(group, {"type": "run.message", "text": json.dumps(message, default=str)}), _LOOP.get())
         future.result(timeout_s)
     except Exception:  # noqa: BLE001 - live updates are best effort; the database has everything
+        _LOOP.quiet_until = time.monotonic() + BROADCAST_BACKOFF_S
         log.warning("could not push to %s", group, exc_info=log.isEnabledFor(logging.DEBUG))
 
 
@@ -101,6 +108,8 @@ class RunEventSink:
         self.seq = run.last_seq
         self.usage = dict(run.usage or {})
         self._checked = 0.0
+        # What a proposal left waiting by an earlier attempt is told when this one goes past it.
+        self.moot_reason = moot_reason(run)
 
     # --- the engine's EventSink -----------------------------------------------------------
     def emit(self, event: EngineEvent) -> None:
@@ -160,13 +169,17 @@ class RunEventSink:
                 budget_used=dict(self.usage))
         elif event.kind == "search_iteration":
             self._iteration_settled(event)
-        elif event.kind == "composition" and p.get("approved") and p.get("workflow"):
+        elif event.kind == "composition" and "gate" in p and isinstance(p.get("n"), int):
+            close_moot(self.run_id, self.moot_reason, up_to_iteration=p["n"])  # the round's decision is made
+        if event.kind == "composition" and p.get("approved") and p.get("workflow"):
             # A SciMARS round adopted its composer's choice.
             _record_if_new(Run.objects.get(pk=self.run_id), p, p.get("gate") or "composer",
                            f"round {p.get('n')}: {p.get('decision')}")
 
     def _iteration_settled(self, event: EngineEvent) -> None:
         p = event.payload
+        if p.get("search") == "mimosa" and isinstance(p.get("n"), int):
+            close_moot(self.run_id, self.moot_reason, up_to_iteration=p["n"])
         run = Run.objects.get(pk=self.run_id)
         Run.objects.filter(pk=self.run_id).update(budget_left=p.get("budget_left") or {})
         mutation = p.get("mutation") or {}
@@ -211,9 +224,18 @@ class DatabaseGate:
                           rationale=mutation.get("rationale", ""), proposal=mutation, diff=proposal.get("diff") or {},
                           parent_hash=proposal.get("parent_hash", ""), child=proposal["workflow"], evidence=evidence,
                           rule_accepts=bool(proposal.get("rule_accepts"))))
+        if not created and row.status == MutationStatus.CLOSED:
+            # Closed as moot, yet proposed again after all: it is live again and needs a decision.
+            Mutation.objects.filter(pk=row.pk, status=MutationStatus.CLOSED).update(
+                status=MutationStatus.PROPOSED, decided_by="", reason="", decided_at=None)
+            row.refresh_from_db()
+            created = row.status == MutationStatus.PROPOSED  # the gate policy applies as to a new one
         if not created and row.status != MutationStatus.PROPOSED:
             # Decided before the worker was lost: the person's decision stands.
             return row.accepted, row.decided_by, row.reason
+        # This attempt waits on this proposal alone: one still waiting from an earlier attempt
+        # was not proposed again, and deciding it would change nothing.
+        close_moot(self.run_id, self.sink.moot_reason, keep=row.pk)
         if created:
             self._policy(run, row, checks)
         if row.pending:
@@ -251,6 +273,34 @@ class DatabaseGate:
             return None
         wf = Workflow.from_dict({**version.data, "hash": None})
         return wf, version.author
+
+
+def moot_reason(run: Run) -> str:
+    """Why a proposal from an earlier attempt of ``run`` is closed by this attempt."""
+    if run.checkpoint:
+        return f"the run resumed from iteration {run.checkpoint.get('n', 0)}; this proposal was not re-proposed"
+    if run.attempts:
+        return "the run restarted its search; this proposal was not re-proposed"
+    return "the run went past this iteration without it"
+
+
+def close_moot(run_id: int, reason: str, up_to_iteration: int | None = None, keep: int | None = None) -> int:
+    """Close the run's proposals still waiting for a person that the engine no longer waits on
+    (status ``closed``, with ``reason``), so nobody decides something that changes nothing."""
+    rows = Mutation.objects.filter(run_id=run_id, status=MutationStatus.PROPOSED)
+    if up_to_iteration is not None:
+        rows = rows.filter(iteration__lte=up_to_iteration)
+    if keep is not None:
+        rows = rows.exclude(pk=keep)
+    closed = 0
+    for pk in list(rows.values_list("pk", flat=True)):
+        # Row by row on the still-proposed status: a person who decided first keeps the decision.
+        if Mutation.objects.filter(pk=pk, status=MutationStatus.PROPOSED).update(
+                status=MutationStatus.CLOSED, decided_by="studio", reason=reason, decided_at=timezone.now()):
+            closed += 1
+            broadcast(run_id, {"kind": "mutation_decided", "mutation": pk, "status": MutationStatus.CLOSED,
+                               "by": "studio"})
+    return closed
 
 
 def decide(row: Mutation, status: str, by: str, reason: str) -> bool:

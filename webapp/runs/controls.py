@@ -2,8 +2,12 @@
 from outside the worker (views, the studio command and tests all come through here)."""
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
+
+import kombu.exceptions
+import redis
 
 from django.conf import settings
 from django.db import transaction
@@ -11,12 +15,28 @@ from django.utils import timezone
 
 from engine.task import load_task
 
-from .bridge import broadcast
+from .bridge import broadcast, close_moot
 from .models import Project, Run, RunStatus, Task
+
+log = logging.getLogger(__name__)
+# What publishing a task raises when the broker is down or was just restarted empty.
+QUEUE_ERRORS = (kombu.exceptions.KombuError, redis.RedisError, OSError)
 
 
 class ControlError(Exception):
     """The action does not apply to the run in its current state."""
+
+    http_status = 409
+
+
+class QueueUnavailable(ControlError):
+    """The task queue (Redis) did not take the run: it is left interrupted, and resumable."""
+
+    http_status = 503
+
+    def __init__(self, run: Run, message: str):
+        self.run = run
+        super().__init__(message)
 
 
 def task_for_folder(project: Project, folder: str | Path) -> Task:
@@ -29,12 +49,33 @@ def task_for_folder(project: Project, folder: str | Path) -> Task:
 
 
 def _enqueue(run: Run) -> None:
+    """A new lease, then the message for a worker. The message goes once the lease is committed
+    (a worker must find it); when it cannot go, the run is never left "queued" with nothing in
+    the queue: it becomes interrupted, resumable, and QueueUnavailable says why (raised from
+    the commit when called inside a transaction)."""
+    lease = uuid.uuid4().hex
+    Run.objects.filter(pk=run.pk).update(lease=lease, status=RunStatus.QUEUED, heartbeat=None, status_reason="")
+    run.lease, run.status = lease, RunStatus.QUEUED
+    transaction.on_commit(lambda: _publish(run, lease))
+
+
+def _publish(run: Run, lease: str) -> None:
     from .tasks import execute_run
 
-    lease = uuid.uuid4().hex
-    Run.objects.filter(pk=run.pk).update(lease=lease, status=RunStatus.QUEUED, heartbeat=None)
-    run.lease, run.status = lease, RunStatus.QUEUED
-    transaction.on_commit(lambda: execute_run.apply_async((run.pk, lease), queue="runs"))
+    try:
+        # A short retry: the studio restarts a dead embedded Redis within a second or two.
+        execute_run.apply_async((run.pk, lease), queue="runs", retry=True,
+                                retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.4,
+                                              "interval_max": 1.0})
+    except QUEUE_ERRORS as exc:
+        log.warning("run %s: could not queue it: %s", run.pk, exc)
+        reason = ("The task queue (Redis) did not answer, so the run could not be queued; "
+                  "resume it once the studio is healthy (/healthz).")
+        Run.objects.filter(pk=run.pk, lease=lease).update(status=RunStatus.INTERRUPTED, status_reason=reason,
+                                                          lease="")
+        run.status, run.status_reason, run.lease = RunStatus.INTERRUPTED, reason, ""
+        raise QueueUnavailable(run, f"Run {run.pk} could not be queued: the task queue (Redis) did not answer. "
+                                    "It is kept, interrupted: resume it once the studio is healthy.") from exc
     broadcast(run, {"kind": "status", "status": RunStatus.QUEUED})
 
 
@@ -50,13 +91,67 @@ def recover_orphans() -> list[int]:
     """When the studio starts its own (only) worker, no run can still be executing: send the
     ones that were in flight back to the queue from their checkpoints and settle the ones a
     person had asked to pause or cancel. Returns the ids sent back."""
-    sent = []
-    for run in Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING]):
-        _enqueue(run)
-        sent.append(run.pk)
+    sent = _requeue(Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING]))
     Run.objects.filter(status=RunStatus.PAUSING).update(status=RunStatus.PAUSED, status_reason="paused")
-    Run.objects.filter(status=RunStatus.CANCELLING).update(status=RunStatus.CANCELLED, finished=timezone.now())
+    for run in Run.objects.filter(status=RunStatus.CANCELLING):
+        Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now())
+        close_moot(run.pk, "the run was cancelled before a decision on it")
     return sent
+
+
+def requeue_lost_messages() -> list[int]:
+    """After the embedded Redis restarted empty, the queued runs' messages are gone: send them
+    again (with new leases, so a message that survived in a worker's prefetch is skipped).
+    Runs already executing keep going: their worker reconnects by itself."""
+    return _requeue(Run.objects.filter(status=RunStatus.QUEUED))
+
+
+def after_restart(part: str) -> list[int]:
+    """What the studio's supervisor does once it restarted one of its own parts (embedded Redis
+    and worker only: another broker may have other workers). Returns the runs sent again."""
+    from django.db import close_old_connections
+
+    from webapp.celery import declare_queues
+
+    close_old_connections()
+    if part == "redis":
+        declare_queues()
+        return requeue_lost_messages()
+    if part == "worker":  # its pool processes died with it: its runs resume from their checkpoints
+        return recover_orphans()
+    return []
+
+
+def _requeue(runs) -> list[int]:
+    sent = []
+    for run in runs:
+        try:
+            _enqueue(run)
+        except QueueUnavailable as exc:  # left interrupted and resumable; the others still go
+            log.warning("%s", exc)
+            continue
+        sent.append(run.pk)
+    return sent
+
+
+def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
+    """The process executing a run died under it (its worker saw it go): the run, if that lease
+    still holds it, settles as a person asked (pausing -> paused, cancelling -> cancelled) or
+    becomes interrupted, resumable at once instead of after a stale heartbeat. Returns the new
+    status, None when the run had moved on."""
+    held = Run.objects.filter(pk=run_id, lease=lease)
+    if held.filter(status=RunStatus.PAUSING).update(status=RunStatus.PAUSED, status_reason="paused"):
+        status = RunStatus.PAUSED
+    elif held.filter(status=RunStatus.CANCELLING).update(status=RunStatus.CANCELLED, finished=timezone.now()):
+        status = RunStatus.CANCELLED
+        close_moot(run_id, "the run was cancelled before a decision on it")
+    elif held.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING]).update(
+            status=RunStatus.INTERRUPTED, status_reason=reason):
+        status = RunStatus.INTERRUPTED
+    else:
+        return None
+    broadcast(run_id, {"kind": "status", "status": status, "reason": reason[:300]})
+    return status
 
 
 def pause_run(run: Run) -> None:
@@ -76,6 +171,7 @@ def cancel_run(run: Run) -> None:
         _set(run, RunStatus.CANCELLING)
     elif run.status in {RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.INTERRUPTED, RunStatus.FAILED} or run.worker_lost:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now(), lease="")
+        close_moot(run.pk, "the run was cancelled before a decision on it")
         broadcast(run, {"kind": "status", "status": RunStatus.CANCELLED})
     else:
         raise ControlError(f"this run is already {run.get_status_display()}")

@@ -48,7 +48,7 @@ class RunStatus(models.TextChoices):
     AWAITING = "awaiting_decision", "awaiting a decision"
     PAUSING = "pausing", "pausing"
     PAUSED = "paused", "paused"
-    INTERRUPTED = "interrupted", "interrupted (worker lost)"
+    INTERRUPTED = "interrupted", "interrupted (resumable)"  # worker or task queue lost; status_reason says which
     CANCELLING = "cancelling", "cancelling"
     CANCELLED = "cancelled", "cancelled"
     COMPLETED = "completed", "completed"
@@ -168,6 +168,9 @@ class MutationStatus(models.TextChoices):
     AUTO_APPROVED = "auto_approved", "auto-approved"
     AUTO_REJECTED = "auto_rejected", "rejected by the policy"
     ADOPTED = "adopted", "a person's edit, adopted"
+    # Moot: the run went on without it (resumed from a checkpoint and proposed something else
+    # at that iteration, or ended). ``reason`` says which; a late approve or veto changes nothing.
+    CLOSED = "closed", "closed without a decision"
 
 
 class Mutation(models.Model):

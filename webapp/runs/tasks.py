@@ -5,14 +5,16 @@ import io
 import logging
 import traceback
 
+from billiard.exceptions import WorkerLostError
 from celery import shared_task
+from celery.signals import task_failure
 from django.conf import settings
 from django.utils import timezone
 
 from engine.budget import Budget
 from engine.errors import ModelUnavailable, RunInterrupted
 
-from .bridge import DatabaseGate, RunEventSink, broadcast
+from .bridge import DatabaseGate, RunEventSink, broadcast, close_moot
 from .models import Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,26 @@ def execute_run(run_id: int, lease: str) -> str:
         log.exception("run %s failed", run_id)
         status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-4000:]}"
         extra = {}
-    Run.objects.filter(pk=run_id, lease=lease).update(
+    settled = Run.objects.filter(pk=run_id, lease=lease).update(
         status=status, status_reason=reason, finished=timezone.now() if status in
         {RunStatus.COMPLETED, RunStatus.CANCELLED} else None, **extra)
+    if settled and status in {RunStatus.COMPLETED, RunStatus.CANCELLED}:  # nothing waits for a person any more
+        close_moot(run_id, f"the run was {status} before a decision on it")
     broadcast(run, {"kind": "status", "status": status, "reason": reason[:300]})
     return status
+
+
+@task_failure.connect(sender=execute_run)
+def _process_lost(sender=None, exception=None, args=(), **_):
+    """In the worker's main process, when the pool process executing a run died (kill -9, OOM):
+    the run is marked interrupted at once, with the reason, and a person resumes it. Not resumed
+    automatically: the run itself may be what kills its process."""
+    from celery.worker import state
+
+    if state.should_stop or state.should_terminate:
+        return  # the worker itself is stopping: the studio resumes its runs when it starts again
+    if isinstance(exception, WorkerLostError) and len(args) == 2:
+        from .controls import mark_lost
+
+        mark_lost(args[0], args[1], f"the process executing the run died ({exception}); "
+                                    "resume continues after its last finished iteration")

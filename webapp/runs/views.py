@@ -277,4 +277,8 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
 
 @login_not_required
 def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"ok": True, "examples": str(settings.TRELLIS_EXAMPLES_DIR)})
+    """Database, Redis and worker health for people and supervisors; 503 when a part is down."""
+    from webapp.health import report
+
+    state = report()
+    return JsonResponse(state, status=200 if state["ok"] else 503)

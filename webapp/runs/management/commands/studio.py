@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from webapp import embedded_redis
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, Membership, Project, Role, Run
+from webapp.supervisor import Child, GaveUp, Supervisor
 
 
 class Command(BaseCommand):
@@ -35,29 +36,36 @@ class Command(BaseCommand):
         # SIGTERM (from a supervisor or `kill`) stops the children like Ctrl-C does.
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         call_command("migrate", interactive=False, verbosity=0)
-        children: list[subprocess.Popen] = []
-        redis_proc = None
-        if not os.environ.get("TRELLIS_REDIS_URL"):
-            redis_proc = embedded_redis.start(settings.EMBEDDED_REDIS_SOCKET, settings.VAR_DIR / "redis")
-            self.stdout.write(f"embedded Redis on {settings.EMBEDDED_REDIS_SOCKET}")
+        embedded = settings.EMBEDDED_REDIS
+        redis = None
+        if embedded:
+            redis = embedded_redis.EmbeddedRedis(settings.VAR_DIR).start()
+            self.stdout.write(f"embedded Redis on {redis.socket} (password in {redis.socket.parent / 'password'})")
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DJANGO_SETTINGS_MODULE": "webapp.settings",
                "TRELLIS_STUDIO_HOST": options["host"]}  # the settings allow the host it serves on
+        # Each in a process group of its own: the supervisor restarts the worker (and the web
+        # server) when its main process dies, killing what it left behind first.
+        children = [
+            Child("worker", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "runs,celery",
+                             "-c", str(options["workers"]), "--loglevel", "WARNING", "-n", "trellis-embedded@%h"],
+                  env, settings.BASE_DIR),
+            Child("web", [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]),
+                          "webapp.asgi:application"], env, settings.BASE_DIR),
+        ]
+        # Another broker may have other workers: then a restart of ours resumes nothing by itself.
+        supervisor = Supervisor(children, redis, on_restart=self._after_restart if embedded else lambda name: None,
+                                say=lambda text: self.stderr.write(text))
         try:
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "runs,celery",
-                 "-c", str(options["workers"]), "--loglevel", "WARNING", "-n", "trellis-embedded@%h"],
-                env=env, cwd=settings.BASE_DIR))
-            children.append(subprocess.Popen(
-                [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]),
-                 "webapp.asgi:application"], env=env, cwd=settings.BASE_DIR))
-            if not os.environ.get("TRELLIS_REDIS_URL"):
+            for child in children:
+                child.start()
+            if embedded:
                 resumed = controls.recover_orphans()
                 if resumed:
                     self.stdout.write(f"resuming run(s) {', '.join(map(str, resumed))} from their last checkpoint")
             user, password = self._demo_account()
             run = None if options["no_demo"] else self._demo_run(options["demo_task"], user)
             url = f"http://{options['host']}:{options['port']}/"
-            self._wait_for_web(url + "healthz", children[-1])
+            self._wait_for_health(url + "healthz", supervisor)
             self.stdout.write(self.style.SUCCESS(f"\nTrellis studio: {url}"))
             self.stdout.write(f"sign in as {user.username!r} with password {password!r}" if password
                               else f"sign in as {user.username!r}")
@@ -65,17 +73,17 @@ class Command(BaseCommand):
                 self.stdout.write(f"demo run: {url}runs/{run.pk}/ ({run.task.name}, {run.get_search_display()}, "
                                   f"gate: {run.get_gate_policy_display().lower()})")
             self.stdout.write("Ctrl-C stops everything.\n")
-            self._wait(children)
+            self._supervise(supervisor)
         finally:
             for child in children:
-                if child.poll() is None:
-                    child.send_signal(signal.SIGTERM)
-            for child in children:
-                try:
-                    child.wait(10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-            embedded_redis.stop(redis_proc)
+                child.stop(10)
+            if redis:
+                redis.stop()
+
+    def _after_restart(self, part: str) -> None:
+        resumed = controls.after_restart(part)
+        if resumed:
+            self.stdout.write(f"after restarting {part}: run(s) {', '.join(map(str, resumed))} sent to the worker again")
 
     def _demo_account(self):
         User = get_user_model()
@@ -96,22 +104,29 @@ class Command(BaseCommand):
             return active
         return controls.start_run(task, user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
 
-    def _wait_for_web(self, url: str, web: subprocess.Popen, timeout_s: float = 60) -> None:
-        """Print the URL only once it answers."""
+    def _wait_for_health(self, url: str, supervisor: Supervisor, timeout_s: float = 120) -> None:
+        """Print the URL only once the web server answers and Redis, the database and the
+        worker are all healthy."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and web.poll() is None:
+        state = "no answer"
+        while time.monotonic() < deadline:
+            supervisor.check()
             try:
                 with urllib.request.urlopen(url, timeout=2):
                     return
+            except urllib.error.HTTPError as exc:  # 503: answering, but a part is not up yet
+                state = exc.read().decode(errors="replace")[:300]
             except OSError:
-                time.sleep(0.2)
-        raise CommandError(f"the web server did not answer at {url}")
+                pass
+            time.sleep(0.3)
+        raise CommandError(f"the studio did not become healthy at {url}: {state}")
 
-    def _wait(self, children: list[subprocess.Popen]) -> None:
+    def _supervise(self, supervisor: Supervisor) -> None:
         try:
-            while all(c.poll() is None for c in children):
+            while True:
+                supervisor.check()
                 time.sleep(0.5)
-            dead = next(c for c in children if c.poll() is not None)
-            self.stderr.write(f"{' '.join(dead.args[:4])} exited with {dead.returncode}; stopping the studio")
+        except GaveUp as exc:
+            self.stderr.write(f"{exc}; stopping the studio")
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the studio")
