@@ -107,10 +107,17 @@ class Command(BaseCommand):
     def _wait_for_health(self, url: str, supervisor: Supervisor, timeout_s: float = 120) -> None:
         """Print the URL only once the web server answers and Redis, the database and the
         worker are all healthy."""
+        from webapp.health import report
+
         deadline = time.monotonic() + timeout_s
         state = "no answer"
         while time.monotonic() < deadline:
             supervisor.check()
+            health = report()
+            if not health["ok"]:  # asked here first: each 503 from the web server is logged as an error
+                state = str(health)
+                time.sleep(0.3)
+                continue
             try:
                 with urllib.request.urlopen(url, timeout=2):
                     return
