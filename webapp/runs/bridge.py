@@ -271,6 +271,9 @@ class DatabaseGate:
         version = WorkflowVersion.objects.filter(run_id=self.run_id, adopted=False).order_by("number").first()
         if version is None:
             return None
+        # This iteration probes the person's edit and proposes nothing: a proposal still waiting
+        # from an earlier attempt will not come back, so it is closed now, not when it settles.
+        close_moot(self.run_id, self.sink.moot_reason)
         wf = Workflow.from_dict({**version.data, "hash": None})
         return wf, version.author
 
