@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from tests.studio_harness import use_studio_environment, wait_for  # noqa: E402
 EXAMPLE = ROOT / "examples" / "diabetes-progression"
 NOBODY = 65534
 
@@ -41,24 +42,6 @@ class Row:
     def cells(self) -> list[str]:
         return [self.fault, str(self.runs), str(self.lost), self.recovered,
                 "–" if self.seconds is None else f"{self.seconds:.1f} s"]
-
-
-def configure(var_dir: Path) -> None:
-    os.environ.update({"TRELLIS_VAR_DIR": str(var_dir), "TRELLIS_DB_PATH": str(var_dir / "faults.sqlite3"),
-                       "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                       "PYTHONUNBUFFERED": "1"})
-    for name in ("TRELLIS_REDIS_URL", "DATABASE_URL"):  # the embedded Redis and SQLite, nothing shared
-        os.environ.pop(name, None)
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 class Bench:
@@ -102,7 +85,7 @@ class Bench:
 
     def finish(self, pk: int, timeout: float = 900):
         return wait_for(lambda: (r := self.run(pk)).status in {"completed", "failed", "cancelled"} and r,
-                        timeout, f"run {pk} to finish")
+                        timeout, what=f"run {pk} to finish")
 
     def healthy(self) -> bool:
         return self.studio.health()[0] == 200
@@ -146,13 +129,13 @@ class Bench:
     # --- faults ----------------------------------------------------------------------------------
     def kill_redis(self) -> Row:
         run = self.start()
-        wait_for(lambda: self.run(run.pk).status == "running" and run.events.count() > 3, 300, "the run to execute")
+        wait_for(lambda: self.run(run.pk).status == "running" and run.events.count() > 3, 300, what="the run to execute")
         before = self.events(run)
         t0 = time.monotonic()
         os.kill(self.studio.redis.pid, signal.SIGKILL)
-        wait_for(lambda: self.studio.redis.restarts >= 1 and self.healthy(), 120, "the studio to be healthy again")
+        wait_for(lambda: self.studio.redis.restarts >= 1 and self.healthy(), 120, what="the studio to be healthy again")
         # Recovered: healthy, and the run that was executing has recorded events since the kill.
-        wait_for(lambda: self.run(run.pk).last_seq > before[-1][0], 300, "the run to go on")
+        wait_for(lambda: self.run(run.pk).last_seq > before[-1][0], 300, what="the run to go on")
         seconds = time.monotonic() - t0
         done = self.finish(run.pk)
         ok = done.status == "completed" and done.attempts == 1
@@ -162,14 +145,14 @@ class Bench:
 
     def kill_celery_main(self) -> Row:
         run = self.start(iterations=max(2, self.iterations))
-        wait_for(lambda: (self.run(run.pk).checkpoint or {}).get("n", -1) >= 1, 600, "iteration 1 to be persisted")
-        wait_for(lambda: run.events.filter(kind="agent_started", iteration=2).exists(), 300, "iteration 2")
+        wait_for(lambda: (self.run(run.pk).checkpoint or {}).get("n", -1) >= 1, 600, what="iteration 1 to be persisted")
+        wait_for(lambda: run.events.filter(kind="agent_started", iteration=2).exists(), 300, what="iteration 2")
         before = self.events(run)
         old = self.studio.worker.pid
         t0 = time.monotonic()
         os.kill(old, signal.SIGKILL)
-        wait_for(lambda: self.studio.worker.pid != old and self.healthy(), 180, "a new worker")
-        wait_for(lambda: self.executing(run.pk, 2, before[-1][0]), 300, "the run to resume")
+        wait_for(lambda: self.studio.worker.pid != old and self.healthy(), 180, what="a new worker")
+        wait_for(lambda: self.executing(run.pk, 2, before[-1][0]), 300, what="the run to resume")
         seconds = time.monotonic() - t0
         done = self.finish(run.pk)
         ok = done.status == "completed" and done.attempts == 2
@@ -180,17 +163,17 @@ class Bench:
         from webapp.runs import controls
 
         run = self.start()
-        wait_for(lambda: run.events.filter(kind="agent_started", iteration=1).exists(), 600, "iteration 1")
+        wait_for(lambda: run.events.filter(kind="agent_started", iteration=1).exists(), 600, what="iteration 1")
         before = self.events(run)
         children = subprocess.run(["pgrep", "-P", str(self.studio.worker.pid)], capture_output=True,
                                   text=True).stdout.split()
         t0 = time.monotonic()
         for pid in children:  # the pool processes (one of them runs the engine)
             os.kill(int(pid), signal.SIGKILL)
-        wait_for(lambda: self.run(run.pk).status == "interrupted", 120, "the run to be marked resumable")
+        wait_for(lambda: self.run(run.pk).status == "interrupted", 120, what="the run to be marked resumable")
         marked = time.monotonic() - t0
         controls.resume_run(self.run(run.pk))  # what a person does with the Resume button
-        wait_for(lambda: self.executing(run.pk, 2, before[-1][0]), 300, "the run to resume")
+        wait_for(lambda: self.executing(run.pk, 2, before[-1][0]), 300, what="the run to resume")
         seconds = time.monotonic() - t0
         done = self.finish(run.pk)
         return Row("kill -9 worker pool process (a run executing)", 1, self.lost(done, before),
@@ -203,10 +186,10 @@ class Bench:
         from webapp.runs.models import MutationStatus
 
         run = self.start(gate="manual", iterations=3)
-        stale = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 900, "a proposal")
+        stale = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 900, what="a proposal")
         before = self.events(run)
         controls.pause_run(self.run(run.pk))
-        wait_for(lambda: self.run(run.pk).status == "paused", 120, "the pause")
+        wait_for(lambda: self.run(run.pk).status == "paused", 120, what="the pause")
         agent = run.current_version.data["agents"][0]["id"]
         apply_edit(self.run(run.pk), "prompt", {"agent": agent, "prompt": "State every assumption."}, "bench")
         t0 = time.monotonic()
@@ -216,7 +199,7 @@ class Bench:
             stale.refresh_from_db()
             return stale.status != MutationStatus.PROPOSED
 
-        wait_for(closed, 600, "the stale proposal to be closed")
+        wait_for(closed, 600, what="the stale proposal to be closed")
         seconds = time.monotonic() - t0
         versions = run.versions.count()
         self.client.post(f"/mutations/{stale.pk}/approve", {"reason": "late"})
@@ -250,7 +233,7 @@ def main() -> None:
     args = parser.parse_args()
     var_dir = args.var_dir or Path(tempfile.mkdtemp(prefix="trellis-faults-"))
     var_dir.mkdir(parents=True, exist_ok=True)
-    configure(var_dir)
+    use_studio_environment(var_dir, var_dir / "faults.sqlite3")
     import django
 
     django.setup()
@@ -277,7 +260,7 @@ def main() -> None:
             t = time.monotonic()
             try:
                 row = getattr(bench, SCENARIOS[name])()
-            except TimeoutError as exc:
+            except AssertionError as exc:  # a wait_for that timed out
                 row = Row(SCENARIOS[name], 1, "?", f"no: {exc}", None)
             rows.append(row)
             print(f"  {row.fault}: done in {time.monotonic() - t:.0f} s", flush=True)

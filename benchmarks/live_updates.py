@@ -42,20 +42,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from tests.studio_harness import use_studio_environment  # noqa: E402
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 PROMPT = "You are the coder of a scientific workflow. " * 40   # ~1.8 kB, like a real prompt
 RESPONSE = "def solve(data):\n    return fit(data)\n" * 25      # ~1 kB, like a real answer
-
-
-def configure(var_dir: Path) -> dict:
-    """The env vars that point settings (here, in the emitter and in Daphne) at var_dir."""
-    os.environ.update({"TRELLIS_VAR_DIR": str(var_dir), "TRELLIS_DB_PATH": str(var_dir / "bench.sqlite3"),
-                       "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                       "PYTHONUNBUFFERED": "1"})
-    for name in ("TRELLIS_REDIS_URL", "DATABASE_URL"):  # the embedded Redis and SQLite, nothing shared
-        os.environ.pop(name, None)
-    return dict(os.environ)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -394,7 +385,7 @@ def main() -> None:
 
     started = time.perf_counter()
     var_dir = Path(tempfile.mkdtemp(prefix="trellis-live-bench-"))
-    configure(var_dir)
+    use_studio_environment(var_dir, var_dir / "bench.sqlite3")
     from tests.studio_harness import Studio  # Redis and Daphne exactly as the tests start them
 
     studio = Studio(var_dir, var_dir / "bench.sqlite3")

@@ -20,14 +20,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def studio_environment(var_dir: Path, db_path: Path) -> dict[str, str]:
+    """This process's environment, pointed at a studio of its own under ``var_dir``: the
+    embedded Redis and a SQLite file, nothing shared with another studio."""
+    env = {**os.environ, "TRELLIS_VAR_DIR": str(var_dir), "TRELLIS_DB_PATH": str(db_path),
+           "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "PYTHONUNBUFFERED": "1"}
+    for name in ("TRELLIS_REDIS_URL", "DATABASE_URL"):
+        env.pop(name, None)
+    return env
+
+
+def use_studio_environment(var_dir: Path, db_path: Path) -> None:
+    """Point this process (and what it starts) at a studio of its own (for benchmarks)."""
+    os.environ.clear()
+    os.environ.update(studio_environment(var_dir, db_path))
+
+
 class Studio:
     def __init__(self, var_dir: Path, db_path: Path):
         self.var_dir = Path(var_dir)
         self.db_path = Path(db_path)
-        self.env = {**os.environ, "TRELLIS_VAR_DIR": str(self.var_dir), "TRELLIS_DB_PATH": str(self.db_path),
-                    "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    "PYTHONUNBUFFERED": "1"}
-        self.env.pop("TRELLIS_REDIS_URL", None)
+        self.env = studio_environment(self.var_dir, self.db_path)
         self.redis = None  # webapp.embedded_redis.EmbeddedRedis
         self.worker = None  # webapp.supervisor.Child
         self.web = None
