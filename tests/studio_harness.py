@@ -161,6 +161,22 @@ def wait_for(predicate, timeout: float = 120, interval: float = 0.3, what: str =
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def running_run(task_folder: Path, project_name: str):
+    """A Run row that a worker is executing, with its initial workflow recorded: the starting
+    point of the page tests, with no worker or Redis behind it."""
+    from engine.synthesis import team_workflow
+    from engine.task import load_task
+    from webapp.runs.bridge import record_version
+    from webapp.runs.models import Project, Run, RunStatus, Task
+
+    spec = load_task(task_folder)
+    task = Task.objects.create(project=Project.objects.create(name=project_name), name=spec.name,
+                               folder=str(task_folder))
+    run = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa")
+    record_version(run, team_workflow(spec).to_dict(), "engine", "initial", 0)
+    return run
+
+
 def add_member(project, user, role: str = "owner"):
     """Make ``user`` (a User or a username) a member of ``project``: since runs have owners,
     a person sees and acts on a project's runs only as one of its members."""

@@ -8,23 +8,16 @@ import time
 import pytest
 from django.test import Client
 
-from engine.synthesis import team_workflow
-from engine.task import load_task
-from tests.studio_harness import add_member
-from webapp.runs.bridge import DatabaseGate, RunEventSink, decide, record_version
-from webapp.runs.models import Event, GatePolicy, Mutation, MutationStatus, Project, Run, RunStatus, Task
+from tests.studio_harness import add_member, running_run
+from webapp.runs.bridge import DatabaseGate, RunEventSink, decide
+from webapp.runs.models import Event, GatePolicy, Mutation, MutationStatus, Run, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def run(examples) -> Run:
-    spec = load_task(examples / "diabetes-progression")
-    task = Task.objects.create(project=Project.objects.create(name="p"), name=spec.name,
-                               folder=str(examples / "diabetes-progression"))
-    r = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa")
-    record_version(r, team_workflow(spec).to_dict(), "engine", "initial", 0)
-    return r
+    return running_run(examples / "diabetes-progression", "p")
 
 
 @pytest.fixture

@@ -23,8 +23,8 @@ from engine.mutations import Mutation as EngineMutation
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.workflow import Agent, Workflow
-from webapp.runs.bridge import record_version
-from webapp.runs.models import Mutation, MutationStatus, Project, Run, RunStatus, Task
+from tests.studio_harness import running_run
+from webapp.runs.models import Mutation, MutationStatus, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_MB = "Think step by step. " * 52_429  # ~1 MB of plausible text
@@ -125,12 +125,7 @@ def no_redis(settings):
 
 @pytest.fixture
 def run(examples, db, no_redis) -> Run:
-    spec = load_task(examples / "diabetes-progression")
-    task = Task.objects.create(project=Project.objects.create(name="Limits"), name=spec.name,
-                               folder=str(examples / "diabetes-progression"))
-    r = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa")
-    record_version(r, team_workflow(spec).to_dict(), "engine", "initial", 0)
-    return r
+    return running_run(examples / "diabetes-progression", "Limits")
 
 
 @pytest.fixture
