@@ -16,6 +16,7 @@ from .task import Task, load_task
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
 from .search.mimosa import IterationRecord, mimosa_search
+from .sandbox import Executor
 from .search.probe import Gate, ProbeRunner, search_gateway
 
 SEARCHES = ("mimosa", "scimars", "tree")
@@ -45,11 +46,12 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            gate: Gate | None = None, model_override: str | None = None,
            official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
-           on_checkpoint: Callable[[dict], None] | None = None) -> EvolveResult:
+           on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
-    them). ``on_checkpoint``/``resume`` make a Mimosa or SciMARS search continue after its last
+    them). ``executor`` runs every program (tests pass a fake; default: the sandbox).
+    ``on_checkpoint``/``resume`` make a Mimosa or SciMARS search continue after its last
     finished iteration or round in the same ``run_dir``; the tree search starts over on resume.
 
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
@@ -96,7 +98,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     try:
         if search in ("mimosa", "scimars"):
             runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
-                                 sinks=sinks)
+                                 sinks=sinks, executor=executor)
             resume_state = resume if resume and resume.get("n") is not None else None
             if search == "mimosa":
                 outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
@@ -115,7 +117,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             from .sandbox.subprocess_executor import SubprocessExecutor
             from .search.tree import TreeConfig, tree_search
 
-            executor = SubprocessExecutor(root=run_dir / "sandboxes")
+            executor = executor or SubprocessExecutor(root=run_dir / "sandboxes")
             tree = tree_search(task, gateway, executor, tracer, TreeConfig(iterations=iterations, seed=seed),
                                run_dir / "tree")
             root = next((nd for nd in tree.tree.nodes.values() if nd.parent is None), None)
