@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TASKS = ("discontinuous-1d", "diabetes-progression")
 REQUIRED_FILES = ("Problem.md", "Requirements.md", "Evaluation.md", "Data_config.json",

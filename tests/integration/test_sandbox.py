@@ -18,7 +18,7 @@ import pytest
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult
 from engine.sandbox.subprocess_executor import SubprocessExecutor, landlock_abi
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_SOURCE = PROJECT_ROOT / "engine" / "sandbox" / "__init__.py"
 
 

@@ -18,7 +18,7 @@ from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.workflow import Route
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 
 REWORDED_TITLE = "# Approximating a jump function in one dimension"

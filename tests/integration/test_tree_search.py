@@ -22,7 +22,7 @@ from engine.task import load_task
 from engine.trace import ListSink, Tracer
 from engine.validation import validate_program
 
-DISC = Path(__file__).resolve().parent.parent / "examples" / "discontinuous-1d"
+DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
 JUMP_REPORT = ("- largest jump between neighbouring sorted points: +1.003 between x = -0.0008 and 0.0008\n"
                "- strong evidence of a discontinuity: a single smooth global model will ring around it; "
                "consider a piecewise fit split at the jump")

@@ -19,7 +19,7 @@ from engine.task import load_task
 from engine.trace import ListSink, Tracer
 from engine.workflow import Route
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")

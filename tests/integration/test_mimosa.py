@@ -12,7 +12,7 @@ from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import ListSink, Tracer, read_events
 
-SEARCH = Path(__file__).resolve().parent.parent / "engine" / "search"
+SEARCH = Path(__file__).resolve().parents[2] / "engine" / "search"
 
 
 def test_accept_rule_is_strict_improvement_and_never_a_failed_judgement():

@@ -7,7 +7,7 @@ from engine.budget import Budget
 from engine.evolve import evolve
 from engine.trace import read_events
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path, examples):

@@ -17,7 +17,7 @@ from webapp.runs.presenters import PAGE_CHARS, paged_payload
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PROBE_MS = 240_000  # a probe takes 10-20 s on a small machine; leave room for a slow one
 
