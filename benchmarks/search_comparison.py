@@ -18,7 +18,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from engine.budget import Budget  # noqa: E402
-from engine.evolve import SEARCHES, evolve  # noqa: E402
+from engine.evolve import evolve  # noqa: E402
+from engine.search.registry import SEARCHES  # noqa: E402
 
 TASKS = ("discontinuous-1d", "diabetes-progression")
 

@@ -85,3 +85,13 @@ class RunInterrupted(BaseException):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+class AwaitingDecision(TrellisError):
+    """The gate has no decision on a proposal yet. The search has checkpointed it and stops; the
+    worker is free; the decision re-enqueues the run, which resumes at that proposal."""
+
+    def __init__(self, n: int, key: str):
+        self.n = n
+        self.key = key
+        super().__init__(f"iteration {n}: proposal {key[:12]} waits for a person's decision")

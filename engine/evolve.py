@@ -11,15 +11,16 @@ from typing import Callable, Iterable, TextIO
 
 from .budget import Budget
 from .errors import ModelUnavailable
+from .protocol.events import Archive, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted
 from .synthesis import team_workflow
 from .task import Task, load_task
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
-from .search.mimosa import IterationRecord, mimosa_search
+from .control import Control, NoControl
 from .sandbox import Executor
-from .search.probe import Gate, ProbeRunner, search_gateway
-
-SEARCHES = ("mimosa", "scimars", "tree")
+from .search.base import AutoGate, Endpoint, Gate, SearchContext
+from .search.probe import ProbeRunner, search_gateway
+from .search.registry import search_class
 
 
 @dataclass
@@ -46,7 +47,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            gate: Gate | None = None, model_override: str | None = None,
            official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
-           on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None) -> EvolveResult:
+           on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
+           control: Control | None = None) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
@@ -57,8 +59,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
     final workflow whose probe failed or made no model call."""
-    if search not in SEARCHES:
-        raise ValueError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    search_class(search)  # an unknown name fails here, before anything is written
+    control = control or NoControl()
     task = load_task(task_folder)
     budget = budget or Budget(max_tokens=2_000_000)
     sinks = list(sinks)
@@ -67,7 +69,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     attempt, trace_path = claim_attempt(run_dir, "search")
     tracer = Tracer(run_dir.name if attempt == 1 else f"{run_dir.name}-attempt{attempt}",
                     [JsonlTraceSink(trace_path), *sinks])
-    gateway = search_gateway(budget, tracer, seed, model_override)
+    gateway = search_gateway(budget, tracer, seed, model_override, control)
     started = time.perf_counter()
     archive = None
     if archive_dir is not None:
@@ -88,83 +90,48 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         if on_checkpoint:
             on_checkpoint({**state, "start": start_state})
 
-    tracer.emit("search_started", None, search=search, task=task.name, iterations=iterations, seed=seed,
-                budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
-                workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None)
+    tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed,
+                              budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
+                              workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
     similarity = start_info.get("similarity")
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
               + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
+    runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
+                         sinks=sinks, executor=executor, control=control)
+    ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
+                        executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
+                        gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint)
     try:
-        if search in ("mimosa", "scimars"):
-            runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
-                                 sinks=sinks, executor=executor)
-            resume_state = resume if resume and resume.get("n") is not None else None
-            if search == "mimosa":
-                outcome = mimosa_search(initial_wf, runner, gateway, tracer, iterations=iterations, gate=gate,
-                                        on_iteration=lambda r: _print_iteration(r, out), resume=resume_state,
-                                        on_checkpoint=checkpoint)
-            else:
-                from .search.scimars import scimars_search
-
-                outcome = scimars_search(initial_wf, runner, gateway, tracer, rounds=iterations,
-                                         on_round=lambda r: _print_round(r, out), gate=gate, resume=resume_state,
-                                         on_checkpoint=checkpoint)
-            initial, final = outcome.initial, outcome.final
-            initial_d, final_d = _describe(initial), _describe(final)
-            stopped, n = outcome.stopped, len(outcome.iterations)
-        else:
-            from .sandbox.subprocess_executor import SubprocessExecutor
-            from .search.tree import TreeConfig, tree_search
-
-            executor = executor or SubprocessExecutor(root=run_dir / "sandboxes")
-            tree = tree_search(task, gateway, executor, tracer, TreeConfig(iterations=iterations, seed=seed),
-                               run_dir / "tree")
-            root = next((nd for nd in tree.tree.nodes.values() if nd.parent is None), None)
-            if root is None or tree.champion is None:
-                raise RuntimeError(f"the tree search produced no scored candidate ({tree.stopped}: {tree.reason})")
-            initial = final = None
-            initial_d = {"workflow_hash": initial_wf.hash, "version": initial_wf.version, "validation": root.score,
-                         "J": None, "node": root.id}
-            final_d = {"workflow_hash": initial_wf.hash, "version": initial_wf.version,
-                       "validation": tree.champion.score, "J": None, "node": tree.champion.id}
-            stopped, n = f"{tree.stopped} {tree.reason}".strip(), tree.iterations
-            for row in tree.tree.table():
-                out.write("  " + "  ".join(f"{k}={v}" for k, v in row.items()) + "\n")
-        # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
-        final_workflow = final.workflow if final is not None else initial_wf
+        outcome = search_class(search)(ctx).run(resume if resume and resume.get("n") is not None else None)
+        initial, final = outcome.initial, outcome.final
+        initial_d, final_d = initial.describe(), final.describe()
+        stopped, n = outcome.stopped, outcome.iterations
+        final_workflow = final.workflow
         # Final commitment made: now, once, the official held-out evaluation of both ends.
-        from .official import official_for_code, official_metric
-
-        if search == "tree":
-            initial_d["official"] = official_for_code(task, root.code, executor)
-            final_d["official"] = official_for_code(task, tree.champion.code, executor)
-        else:
-            score = official or official_metric
-            initial_d["official"] = score(task, initial.run_dir, initial.result.predictions_sha256)
-            final_d["official"] = score(task, final.run_dir, final.result.predictions_sha256)
+        initial_d["official"] = _official(task, initial, runner.executor, official)
+        final_d["official"] = _official(task, final, runner.executor, official)
         for label, d in (("initial", initial_d), ("final", final_d)):
-            tracer.emit("official_evaluation", None, which=label, workflow_hash=d["workflow_hash"], **d["official"])
+            tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path))
         if archive is not None:
             why_not = not_archivable(final, budget)
             if why_not:
                 result.archived = {"skipped": why_not}
-                tracer.emit("archive", None, skipped=why_not, workflow_hash=final_workflow.hash)
+                tracer.emit(Archive(skipped=why_not, workflow_hash=final_workflow.hash))
             else:
                 entry = archive.add(task, final_workflow, final_d["official"], search,
                                     note=f"evolved in {run_dir.name}")
                 result.archived = {"entry": entry.id}
-                tracer.emit("archive", None, entry=entry.id, workflow_hash=final_workflow.hash)
+                tracer.emit(Archive(entry=entry.id, workflow_hash=final_workflow.hash))
         (run_dir / "final_workflow.json").write_text(final_workflow.to_json())
         (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
-        tracer.emit("search_finished", None, **{k: v for k, v in result.to_dict().items() if k != "run_dir"})
+        tracer.emit(SearchFinished(**{k: v for k, v in result.to_dict().items() if k != "run_dir"}))
         _print_summary(task, result, out)
         return result
     except ModelUnavailable as exc:
-        tracer.emit("search_failed", exc.agent, **exc.to_dict(), usage=budget.used.to_dict(),
-                    archived=False)
+        tracer.emit(SearchFailed(**exc.to_dict(), usage=budget.used.to_dict(), archived=False), exc.agent)
         out.write(f"search stopped: model {exc.model} could not be called; nothing archived; "
                   f"trace {trace_path}\n")
         out.flush()
@@ -173,63 +140,29 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         tracer.close()
 
 
-def not_archivable(final, budget: Budget) -> str:
+def not_archivable(final: Endpoint, budget: Budget) -> str:
     """Why a search's final workflow must not enter the archive ('' when it may): a workflow
     that never called a model, or whose last execution failed, has shown nothing worth starting
     another task from."""
     if budget.used.calls == 0:
         return "the search made no model call"
-    if final is None:  # the tree search: its champion was scored, the team's workflow unchanged
+    probe = final.probe
+    if probe is None:  # a program search: its champion was scored, the team's workflow unchanged
         return ""
-    if not final.result.usage.get("calls"):
-        return f"the final workflow's probe made no model call ({final.result.reason or final.result.status})"
-    if final.result.status != "completed":
-        return f"the final workflow's probe {final.result.status}: {final.result.reason}"
+    if not probe.result.usage.get("calls"):
+        return f"the final workflow's probe made no model call ({probe.result.reason or probe.result.status})"
+    if probe.result.status != "completed":
+        return f"the final workflow's probe {probe.result.status}: {probe.result.reason}"
     return ""
 
 
-def _describe(probe) -> dict:
-    return {"workflow_hash": probe.workflow.hash, "version": probe.workflow.version,
-            "validation": probe.validation, "J": probe.judgement.J if probe.judgement else None}
+def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[..., dict] | None) -> dict:
+    """The held-out score of one end: a probe's saved predictions, or a program run on the task's data."""
+    from .official import official_for_code, official_metric
 
-
-def _print_iteration(r: IterationRecord, out: TextIO) -> None:
-    if not r.valid:
-        out.write(f"iter {r.n:>2}  invalid proposal: {r.problems[0][:100]}\n")
-        return
-    m = r.mutation or {}
-    checks = r.probe["checks"] if r.probe else []
-    passed = sum(1 for c in checks if c["passed"])
-    left = r.budget_left.get("tokens")
-    j = "failed" if r.J is None else f"{r.J:.3f}"
-    inc = "-" if r.incumbent_J is None else f"{r.incumbent_J:.3f}"
-    out.write(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {m.get('rationale', '')[:60]}\n"
-              f"         checks {passed}/{len(checks)}  J {j} vs {inc}  "
-              f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  budget left {left} tokens\n")
-    out.flush()
-
-
-def _print_round(r, out: TextIO) -> None:
-    """One SciMARS round: each editor's proposal with its probe's checks, then the composer's choice."""
-    out.write(f"round {r.n:>2}  reference validation {_num((r.reference or {}).get('validation', {}).get('value'))}\n")
-    for p in r.proposals:
-        m = p.mutation or {}
-        if not p.valid:
-            out.write(f"         {p.editor:<20} invalid: {(p.problems or ['?'])[0][:80]}\n")
-            continue
-        checks = (p.probe or {}).get("checks", [])
-        value = ((p.probe or {}).get("validation") or {}).get("value")
-        reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
-        out.write(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}: checks "
-                  f"{sum(c['passed'] for c in checks)}/{len(checks)} validation {_num(value)}"
-                  f"{' supported' if p.supported else ''}{reused}\n")
-    out.write(f"         decision: {r.decision}{' (' + ', '.join(r.chosen) + ')' if r.chosen else ''}  "
-              f"budget left {r.budget_left.get('tokens')} tokens\n")
-    out.flush()
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.4g}"
+    if end.probe is not None:
+        return (official or official_metric)(task, end.probe.run_dir, end.probe.result.predictions_sha256)
+    return official_for_code(task, end.code, executor)
 
 
 def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:

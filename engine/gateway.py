@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Mapping
 
 from .budget import Budget
+from .control import Control, NoControl
 from .errors import ModelCallError, ModelUnavailable, first_line
 from .llm import OFFLINE_MODEL, cost_of, count_text_tokens, count_tokens, get_litellm, provider_of
+from .protocol.events import ModelCall
 from .trace import Tracer
 
 
@@ -42,8 +44,10 @@ class Completion:
 class ModelGateway:
     def __init__(self, budget: Budget, tracer: Tracer, seed: int = 0, model_override: str | None = None,
                  max_output_tokens: int = 2048, cache_dir: Path | None = None, retries: int = 2,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, control: Control | None = None):
         self.budget = budget
+        # Asked before every model call: the step boundary where a pause or cancel takes effect.
+        self.control = control or NoControl()
         self.tracer = tracer
         self.seed = seed
         self.model_override = model_override
@@ -56,6 +60,7 @@ class ModelGateway:
 
     def complete(self, agent: str, role: str, messages: list[dict], agent_model: str | None = None,
                  temperature: float = 0.7, purpose: str = "role") -> Completion:
+        self.control.check()
         model = resolve_model(role, agent_model, self.model_override)
         started = time.perf_counter()
         prompt_tokens = count_tokens(model, messages)
@@ -80,12 +85,12 @@ class ModelGateway:
         self.model_seconds += duration
         self.budget.charge(agent, prompt_tokens, completion_tokens, cost)
         result = Completion(text, model, provider_of(model), prompt_tokens, completion_tokens, cost, duration, cached_hit)
-        self.tracer.emit(
-            "model_call", agent, role=role, purpose=purpose, model=model, provider=result.provider,
+        self.tracer.emit(ModelCall(
+            role=role, purpose=purpose, model=model, provider=result.provider,
             messages=messages, response=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             cost_usd=cost, duration_s=round(duration, 4), cached=cached_hit, request_key=key,
             budget_used=self.budget.used.to_dict(), budget_remaining=self.budget.remaining(),
-        )
+        ), agent)
         return result
 
     def _call(self, request: dict, agent: str, role: str) -> tuple[str, tuple[int, int] | None]:

@@ -16,7 +16,10 @@ from .contracts import check_value, parse_type
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evaluation import evaluate_predictions
 from .gateway import ModelGateway
+from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent, Evaluation,
+                              Handoff, Route, RunFailed, RunFinished, RunStarted)
 from .roles import ROLE_STEPS, RunContext, StepOutcome
+from .control import Control, NoControl
 from .sandbox import Executor
 from .task import Task
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
@@ -36,6 +39,7 @@ class RunConfig:
     # data and the official evaluator is never called.
     scoring: str = "official"
     iteration: int = 0
+    control: Control = field(default_factory=NoControl)
 
 
 @dataclass
@@ -94,14 +98,14 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     tracer.iteration = config.iteration
     (run_dir / "workflow.json").write_text(workflow.to_json())
     gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
-                           cache_dir=config.cache_dir)
+                           cache_dir=config.cache_dir, control=config.control)
     ctx = RunContext(task, workflow, gateway, executor or default_executor(run_dir / "sandboxes"),
                      ArtifactStore(run_dir / "artifacts"), tracer)
     started = time.perf_counter()
-    tracer.emit("run_started", task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
-                workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
-                model_override=config.model_override, executor=ctx.executor.name,
-                budget=config.budget.limits(), order=workflow.order(), attempt=attempt)
+    tracer.emit(RunStarted(task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
+                           workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
+                           model_override=config.model_override, executor=ctx.executor.name,
+                           budget=config.budget.limits(), order=workflow.order(), attempt=attempt))
     try:
         scheduler = _Scheduler(ctx)
         status, reason, statuses, outputs = scheduler.run()
@@ -120,13 +124,13 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             execution_seconds=ctx.execution_seconds, evaluation_seconds=eval_s, final_code=final_code,
             predictions_sha256=outputs[delivered]["predictions"]["sha256"] if delivered else None,
         )
-        tracer.emit("run_finished", **result.summary(), per_agent_usage=result.per_agent_usage,
-                    duration_s=round(duration, 3), overhead_s=round(result.overhead_seconds, 4))
+        tracer.emit(RunFinished(**result.summary(), per_agent_usage=result.per_agent_usage,
+                                duration_s=round(duration, 3), overhead_s=round(result.overhead_seconds, 4)))
         (run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
         return result
     except ModelUnavailable as exc:
-        tracer.emit("run_failed", exc.agent, **exc.to_dict(), usage=config.budget.used.to_dict(),
-                    duration_s=round(time.perf_counter() - started, 3))
+        tracer.emit(RunFailed(**exc.to_dict(), usage=config.budget.used.to_dict(),
+                              duration_s=round(time.perf_counter() - started, 3)), exc.agent)
         raise
     finally:
         tracer.close()
@@ -154,15 +158,16 @@ class _Scheduler:
                 outcome = self._run_agent(agent_id)
             except BudgetExhausted as exc:
                 self.statuses[agent_id] = "STOPPED"
-                self.ctx.tracer.emit("budget_exhausted", agent_id, reason=exc.reason,
-                                     used=self.ctx.gateway.budget.used.to_dict(),
-                                     limits=self.ctx.gateway.budget.limits())
-                self.ctx.tracer.emit("agent_finished", agent_id, status="STOPPED", message=exc.reason, outputs={})
+                self.ctx.tracer.emit(BudgetExhaustedEvent(reason=exc.reason,
+                                                          used=self.ctx.gateway.budget.used.to_dict(),
+                                                          limits=self.ctx.gateway.budget.limits()), agent_id)
+                self.ctx.tracer.emit(AgentFinished(status="STOPPED", message=exc.reason, outputs={}), agent_id)
                 return "stopped", exc.reason, self.statuses, self.outputs
             except ModelUnavailable as exc:  # no later call can succeed either: stop the run
                 self.statuses[agent_id] = "FAILURE"
-                self.ctx.tracer.emit("agent_finished", agent_id, status="FAILURE", outputs={},
-                                     message=f"stopped: model {exc.model} is unavailable (run_failed says why)")
+                self.ctx.tracer.emit(AgentFinished(
+                    status="FAILURE", outputs={},
+                    message=f"stopped: model {exc.model} is unavailable (run_failed says why)"), agent_id)
                 raise
             jump = self._route(agent_id, outcome)
             i = self.order.index(jump) if jump else i + 1
@@ -182,9 +187,9 @@ class _Scheduler:
             placeholder = placeholder_check(edge.artifact, value) if coordination.flag_placeholders else None
             if placeholder and not placeholder.passed and edge.artifact != "code":
                 errors.append(placeholder.detail)
-            self.ctx.tracer.emit("handoff", agent_id, source=edge.source, target=edge.target,
-                                 artifact=edge.artifact, contract=edge.contract, ok=not errors, errors=errors,
-                                 value_preview=_preview(value))
+            self.ctx.tracer.emit(Handoff(source=edge.source, target=edge.target, artifact=edge.artifact,
+                                         contract=edge.contract, ok=not errors, errors=errors,
+                                         value_preview=_preview(value)), agent_id)
             if errors and coordination.halt_on_contract_violation:
                 return bag, f"{edge.artifact!r} from {edge.source!r} breaks its contract {edge.contract}: {errors[0]}"
             bag[edge.artifact] = value
@@ -195,8 +200,8 @@ class _Scheduler:
         tracer = self.ctx.tracer
         bag, blocked = self._inputs(agent_id)
         feedback = self.feedback.pop(agent_id, None)
-        tracer.emit("agent_started", agent_id, roles=list(agent.roles), inputs=sorted(k for k in bag if k != "task"),
-                    retry_of=feedback.get("from") if feedback else None)
+        tracer.emit(AgentStarted(roles=list(agent.roles), inputs=sorted(k for k in bag if k != "task"),
+                                 retry_of=feedback.get("from") if feedback else None), agent_id)
         if blocked:
             status = "SKIPPED" if "did not deliver" in blocked else "FAILURE"
             outcome = StepOutcome(status, message=blocked)
@@ -209,8 +214,8 @@ class _Scheduler:
         delivered = {k: v for k, v in outcome.produced.items() if k in agent.outputs}
         self.outputs[agent_id] = delivered
         self.statuses[agent_id] = outcome.status
-        tracer.emit("agent_finished", agent_id, status=outcome.status, message=outcome.message,
-                    outputs={k: _preview(v) for k, v in delivered.items()})
+        tracer.emit(AgentFinished(status=outcome.status, message=outcome.message,
+                                  outputs={k: _preview(v) for k, v in delivered.items()}), agent_id)
         return outcome
 
     def _play_roles(self, agent, bag: dict, feedback: dict | None) -> StepOutcome:
@@ -245,15 +250,16 @@ class _Scheduler:
         used = self.loops.get(key, 0)
         if route is None or used >= route.max_loops:
             self.statuses[agent_id] = "FAILURE"
-            self.ctx.tracer.emit("route", agent_id, on=outcome.status, target=route.target if route else None,
-                                 taken=False, loop=used, max_loops=route.max_loops if route else 0,
-                                 reason="loop cap reached" if route else f"no route on {outcome.status}")
+            self.ctx.tracer.emit(Route(on=outcome.status, target=route.target if route else None, taken=False,
+                                       loop=used, max_loops=route.max_loops if route else 0,
+                                       reason="loop cap reached" if route else f"no route on {outcome.status}"),
+                                 agent_id)
             return None
         self.loops[key] = used + 1
         self.feedback[route.target] = {"from": agent_id, "status": outcome.status, "detail": {
             "message": outcome.message, **_feedback_detail(outcome.produced, self.bags.get(agent_id, {}))}}
-        self.ctx.tracer.emit("route", agent_id, on=outcome.status, target=route.target, taken=True,
-                             loop=used + 1, max_loops=route.max_loops, reason=outcome.message)
+        self.ctx.tracer.emit(Route(on=outcome.status, target=route.target, taken=True, loop=used + 1,
+                                   max_loops=route.max_loops, reason=outcome.message), agent_id)
         for node in self.wf.between(route.target, agent_id):
             self.statuses[node] = "WAITING"
         return route.target
@@ -287,7 +293,7 @@ def _deliverable(ctx: RunContext, outputs: dict[str, dict], statuses: dict[str, 
 def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], final_code: str | None,
               config: RunConfig) -> tuple[dict, float]:
     if delivered is None:
-        ctx.tracer.emit("evaluation", None, ok=False, error="no agent delivered predictions")
+        ctx.tracer.emit(Evaluation(ok=False, error="no agent delivered predictions"))
         return {"ok": False, "error": "no agent delivered predictions"}, 0.0
     ref = outputs[delivered]["predictions"]
     started = time.perf_counter()
@@ -303,5 +309,5 @@ def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], 
         metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
         evaluator = "evaluate.py"
     seconds = time.perf_counter() - started
-    ctx.tracer.emit("evaluation", delivered, predictions_sha256=ref["sha256"], evaluator=evaluator, **metric)
+    ctx.tracer.emit(Evaluation(predictions_sha256=ref["sha256"], evaluator=evaluator, **metric), delivered)
     return metric, seconds

@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
-from ..gateway import ModelGateway
-from ..mutations import Mutation, MutationError, diff
-from ..prompts import extract_json
-from ..trace import Tracer
+from ..errors import ModelCallError
+from ..mutations import Mutation, diff
+from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..workflow import Workflow
-from .probe import AutoGate, Gate, Probe, ProbeRunner
+from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
+from .probe import Probe, ProbeRunner
 
 MUTATOR_PROCEDURE = (
     "Propose exactly one change to the team's workflow that addresses the judge's weakest criterion: "
@@ -26,6 +25,7 @@ MUTATOR_PROCEDURE = (
 MUTATOR_FORMAT = ('Reply with one ```json block: {"kind": ..., "target": ..., "params": {...}, "rationale": ...}; '
                   "kinds: prompt_refinement, procedure_refinement, agent_addition, agent_removal, edge_rewiring, "
                   "contract_change, route_change, memory_policy_change.")
+STOP_J = 0.9
 
 
 def accepts(j_new: float | None, j_old: float | None) -> bool:
@@ -50,148 +50,191 @@ class IterationRecord:
 
 
 @dataclass
-class SearchOutcome:
-    initial: Probe
-    final: Probe
-    iterations: list[IterationRecord]
-    stopped: str  # why the search ended
+class Candidate:
+    """One iteration's mutation: the child workflow and, once probed, its evidence."""
+
+    mutation: Mutation
+    child: Workflow
+    change: dict
+    probe: Probe | None = None
 
 
-def mimosa_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
-                  iterations: int = 5, stop_j: float = 0.9, gate: Gate | None = None,
-                  on_iteration=None, resume: dict | None = None, on_checkpoint=None) -> SearchOutcome:
-    """Run the search. ``on_checkpoint(state)`` is called after the initial probe and after every
-    iteration with a JSON-able state; passing that state back as ``resume`` continues the search
-    after its last finished iteration (a killed worker loses at most the iteration in flight)."""
-    gate = gate or AutoGate()
-    if resume:
-        first = Probe.from_checkpoint(resume["first"])
-        incumbent = Probe.from_checkpoint(resume["incumbent"])
-        history = list(resume.get("history", []))
-        done = int(resume["n"])
-        runner.count = int(resume.get("probes", runner.count))
-        runner.budget.restore(**resume["budget"])
-    else:
-        tracer.iteration = 0
-        incumbent = runner.run(initial, "initial", 0, judge_with=gateway)
-        first, history, done = incumbent, [], 0
-        _emit_judgement(tracer, incumbent, 0)
+class MimosaSearch(Search):
+    name = "mimosa"
+    title = "Mimosa local search"
 
-    def checkpoint(n: int) -> None:
-        if on_checkpoint:
-            on_checkpoint({"n": n, "first": first.checkpoint(), "incumbent": incumbent.checkpoint(),
-                           "incumbent_workflow": incumbent.workflow.to_dict(), "history": history,
-                           "probes": runner.count, "budget": runner.budget.usage_state()})
+    def __init__(self, ctx, stop_j: float = STOP_J):
+        super().__init__(ctx)
+        self.stop_j = stop_j
+        self.first: Probe | None = None
+        self.incumbent: Probe | None = None
+        self.history: list[str] = []
 
-    if not resume:
-        checkpoint(0)
-    records: list[IterationRecord] = []
-    stopped = "iteration budget reached"
-    for n in range(done + 1, iterations + 1):
-        if incumbent.judgement and incumbent.judgement.ok and incumbent.judgement.J > stop_j:
-            stopped = f"J = {incumbent.judgement.J:.3f} > {stop_j}"
-            break
-        tracer.iteration = n
+    @property
+    def runner(self) -> ProbeRunner:
+        return self.ctx.runner
+
+    def _j(self, probe: Probe | None) -> float | None:
+        return probe.judgement.J if probe is not None and probe.judgement else None
+
+    # --- state ---------------------------------------------------------------------------------
+    def begin(self) -> None:
+        self.incumbent = self.first = self.runner.run(self.ctx.initial, "initial", 0, judge_with=self.ctx.gateway)
+        emit_judgement(self.ctx.tracer, self.incumbent, 0)
+
+    def snapshot(self) -> dict:
+        return {"first": self.first.checkpoint(), "incumbent": self.incumbent.checkpoint(),
+                "incumbent_workflow": self.incumbent.workflow.to_dict(), "history": self.history}
+
+    def restore(self, state: dict) -> None:
+        self.first = Probe.from_checkpoint(state["first"])
+        self.incumbent = Probe.from_checkpoint(state["incumbent"])
+        self.history = list(state.get("history", []))
+
+    def current_workflow(self) -> Workflow:
+        return self.incumbent.workflow
+
+    def stop_reason(self) -> str | None:
+        j = self.incumbent.judgement if self.incumbent else None
+        if j and j.ok and j.J > self.stop_j:
+            return f"J = {j.J:.3f} > {self.stop_j}"
+        return None
+
+    # --- one iteration -------------------------------------------------------------------------
+    def adopt_edit(self, n: int, edit: HumanEdit) -> bool:
+        """A version a person wrote replaces the incumbent: it is probed and judged like any
+        candidate so its evidence is on record, and adopted because a person made it."""
+        tracer, workflow = self.ctx.tracer, edit.workflow
+        j_old = self._j(self.incumbent)
+        mutation = edit_change(edit)
+        change = diff(self.incumbent.workflow, workflow)
+        tracer.emit("mutation_proposed", edit.author, valid=True, mutation=mutation, diff=change,
+                    parent_hash=self.incumbent.workflow.hash, child_hash=workflow.hash)
+        probe = self.runner.run(workflow, f"iter{n}-edit", n, judge_with=self.ctx.gateway)
+        emit_judgement(tracer, probe, n)
+        j_new = self._j(probe)
+        self.history.append(f"a person edited the workflow ({workflow.note}) -> J {fmt(j_new)} vs {fmt(j_old)}: adopted")
+        left = self.ctx.budget.remaining()
+        tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
+                    accepted=True, decided_by=edit.author, reason="edited by a person", checks=probe.checks,
+                    budget_left=left, workflow_hash=workflow.hash, workflow=workflow.to_dict())
+        self._record(IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
+                                     accepted=True, decided_by=edit.author, budget_left=left, diff=change,
+                                     probe_run=probe))
+        self.incumbent = probe
+        return True
+
+    def propose(self, n: int, move) -> Candidate | None:
+        tracer, j_old = self.ctx.tracer, self._j(self.incumbent)
         try:
-            edit = gate.human_edit(incumbent.workflow)
-            record = _human_iteration(n, incumbent, edit, runner, gateway, tracer, history) if edit \
-                else _iteration(n, incumbent, runner, gateway, tracer, history, gate)
-        except BudgetExhausted as exc:
-            stopped = f"budget exhausted: {exc.reason}"
-            break
-        records.append(record)
-        if record.accepted:
-            incumbent = record.probe_run
-        checkpoint(n)
-        if on_iteration:
-            on_iteration(record)
-        if record.probe and record.probe["status"] == "stopped":
-            stopped = "budget exhausted during a probe"
-            break
-    else:
-        if incumbent.judgement and incumbent.judgement.ok and incumbent.judgement.J > stop_j:
-            stopped = f"J = {incumbent.judgement.J:.3f} > {stop_j}"
-    return SearchOutcome(first, incumbent, records, stopped)
+            text = self.ctx.gateway.complete("mutator", "mutator", mutator_messages(self.runner, self.incumbent,
+                                                                                   self.history),
+                                             temperature=0.8, purpose="mutation").text
+        except ModelCallError as exc:
+            self._record(IterationRecord(n, None, False, [f"mutator failed: {exc}"], incumbent_J=j_old,
+                                         budget_left=self.ctx.budget.remaining()))
+            return None
+        try:
+            mutation, child = parse_mutation(text, "mutator", self.incumbent.workflow)
+        except ValueError as exc:
+            problems = problems_of(exc)
+            self.history.append(f"invalid proposal: {text[:300]}")
+            tracer.emit("mutation_proposed", "mutator", valid=False, problems=problems, raw=text[:2000])
+            self._record(IterationRecord(n, None, False, problems, incumbent_J=j_old,
+                                         budget_left=self.ctx.budget.remaining()))
+            return None
+        change = diff(self.incumbent.workflow, child)
+        tracer.emit("mutation_proposed", "mutator", valid=True, mutation=mutation.to_dict(), diff=change,
+                    parent_hash=self.incumbent.workflow.hash, child_hash=child.hash)
+        return Candidate(mutation, child, change)
+
+    def probe(self, n: int, candidate: Candidate) -> None:
+        candidate.probe = self.runner.run(candidate.child, f"iter{n}", n, judge_with=self.ctx.gateway)
+        emit_judgement(self.ctx.tracer, candidate.probe, n)
+
+    def proposal(self, n: int, candidate: Candidate) -> Proposal:
+        probe, j_old = candidate.probe, self._j(self.incumbent)
+        j_new = self._j(probe)
+        rule = accepts(j_new, j_old)
+        metric = self.ctx.task.metric
+        return Proposal(
+            search=self.name, n=n, key=candidate.child.hash, change=Change(**candidate.mutation.to_dict()),
+            rule_accepts=rule, rule="J improved" if rule else "J did not improve", diff=candidate.change,
+            evidence=Evidence(basis="judge", J=j_new, incumbent_J=j_old,
+                              judgement=probe.judgement.to_dict() if probe.judgement else None,
+                              checks=[Check(**check_fields(c)) for c in probe.checks], validation=probe.validation,
+                              metric=metric.name, higher_is_better=metric.higher_is_better,
+                              probe_run_id=probe.result.run_id),
+            parent=self.incumbent.workflow.hash, workflow=candidate.child.to_dict())
+
+    def adopt(self, n: int, candidate: Candidate, decision: Decision | None) -> None:
+        probe, j_old = candidate.probe, self._j(self.incumbent)
+        j_new = self._j(probe)
+        accepted = bool(decision and decision.approved)
+        mutation = candidate.mutation.to_dict()
+        proposal = {k: v for k, v in mutation.items() if k != "author"}
+        self.history.append(f"{json.dumps(proposal, sort_keys=True)} -> J {fmt(j_new)} vs {fmt(j_old)}: "
+                            f"{'accepted' if accepted else 'rejected'}")
+        left = self.ctx.budget.remaining()
+        self.ctx.tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new,
+                             incumbent_J=j_old, accepted=accepted, decided_by=decision.decided_by if decision else "",
+                             reason=decision.reason if decision else "", checks=probe.checks, budget_left=left,
+                             workflow_hash=candidate.child.hash,
+                             workflow=candidate.child.to_dict() if accepted else None)
+        self._record(IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
+                                     accepted=accepted, decided_by=decision.decided_by if decision else "",
+                                     budget_left=left, diff=candidate.change, probe_run=probe))
+        if accepted:
+            self.incumbent = probe
+
+    def finish_iteration(self, n: int) -> str | None:
+        last = self.records[-1] if self.records else None
+        if last is not None and last.n == n and last.probe and last.probe["status"] == "stopped":
+            return "budget exhausted during a probe"
+        return None
+
+    def pending_state(self, candidate: Candidate) -> dict:
+        return {"mutation": candidate.mutation.to_dict(), "child": candidate.child.to_dict(),
+                "diff": candidate.change, "probe": candidate.probe.checkpoint()}
+
+    def pending_restore(self, state: dict) -> Candidate:
+        return Candidate(Mutation.from_dict(state["mutation"]), Workflow.from_dict({**state["child"], "hash": None}),
+                         state["diff"], Probe.from_checkpoint(state["probe"]))
+
+    def outcome(self) -> SearchOutcome:
+        return SearchOutcome(Endpoint.of_probe(self.first), Endpoint.of_probe(self.incumbent), self.done,
+                             self.stopped, self.records)
+
+    # --- progress ------------------------------------------------------------------------------
+    def _record(self, r: IterationRecord) -> None:
+        self.records.append(r)
+        if not r.valid:
+            self.ctx.say(f"iter {r.n:>2}  invalid proposal: {r.problems[0][:100]}")
+            return
+        m = r.mutation or {}
+        checks = r.probe["checks"] if r.probe else []
+        passed = sum(1 for c in checks if c["passed"])
+        inc = "-" if r.incumbent_J is None else f"{r.incumbent_J:.3f}"
+        self.ctx.say(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {m.get('rationale', '')[:60]}\n"
+                     f"         checks {passed}/{len(checks)}  J {fmt(r.J)} vs {inc}  "
+                     f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  "
+                     f"budget left {r.budget_left.get('tokens')} tokens")
 
 
-def _human_iteration(n: int, incumbent: Probe, edit: tuple[Workflow, str], runner: ProbeRunner,
-                     gateway: ModelGateway, tracer: Tracer, history: list[str]) -> IterationRecord:
-    """A version a person wrote replaces the incumbent: it is probed and judged like any
-    candidate so its evidence is on record, and adopted because a person made it."""
-    workflow, author = edit
-    j_old = incumbent.judgement.J if incumbent.judgement else None
-    mutation = {"kind": "human_edit", "target": workflow.name, "params": {}, "rationale": workflow.note,
-                "author": author}
-    change = diff(incumbent.workflow, workflow)
-    tracer.emit("mutation_proposed", author, valid=True, mutation=mutation, diff=change,
-                parent_hash=incumbent.workflow.hash, child_hash=workflow.hash)
-    probe = runner.run(workflow, f"iter{n}-edit", n, judge_with=gateway)
-    _emit_judgement(tracer, probe, n)
-    j_new = probe.judgement.J if probe.judgement else None
-    history.append(f"a person edited the workflow ({workflow.note}) -> J {_fmt(j_new)} vs {_fmt(j_old)}: adopted")
-    tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
-                accepted=True, decided_by=author, reason="edited by a person", checks=probe.checks,
-                budget_left=runner.budget.remaining(), workflow_hash=workflow.hash, workflow=workflow.to_dict())
-    return IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old, accepted=True,
-                           decided_by=author, budget_left=runner.budget.remaining(), diff=change, probe_run=probe)
+def check_fields(check: dict) -> dict:
+    """A public check as the gate's Check (name, passed, detail)."""
+    return {"name": str(check.get("name", "")), "passed": bool(check.get("passed")),
+            "detail": str(check.get("detail", ""))}
 
 
-def _iteration(n: int, incumbent: Probe, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
-               history: list[str], gate: Gate) -> IterationRecord:
-    j_old = incumbent.judgement.J if incumbent.judgement else None
-    try:
-        text = gateway.complete("mutator", "mutator", _mutator_messages(runner, incumbent, history),
-                                temperature=0.8, purpose="mutation").text
-    except ModelCallError as exc:
-        return IterationRecord(n, None, False, [f"mutator failed: {exc}"], incumbent_J=j_old,
-                               budget_left=runner.budget.remaining())
-    try:
-        mutation = Mutation.from_dict(extract_json(text))
-        mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author="mutator")
-        child = mutation.apply(incumbent.workflow)
-    except (MutationError, WorkflowValidationError, ValueError) as exc:
-        problems = getattr(exc, "problems", None) or [str(exc)]
-        history.append(f"invalid proposal: {text[:300]}")
-        tracer.emit("mutation_proposed", "mutator", valid=False, problems=problems, raw=text[:2000])
-        return IterationRecord(n, None, False, problems, incumbent_J=j_old, budget_left=runner.budget.remaining())
-    change = diff(incumbent.workflow, child)
-    tracer.emit("mutation_proposed", "mutator", valid=True, mutation=mutation.to_dict(), diff=change,
-                parent_hash=incumbent.workflow.hash, child_hash=child.hash)
-    probe = runner.run(child, f"iter{n}", n, judge_with=gateway)
-    _emit_judgement(tracer, probe, n)
-    j_new = probe.judgement.J if probe.judgement else None
-    rule = accepts(j_new, j_old)
-    approved, by, reason = gate.decide({"n": n, "mutation": mutation.to_dict(), "diff": change, "rule_accepts": rule,
-                                        "J": j_new, "incumbent_J": j_old, "checks": probe.checks,
-                                        "judgement": probe.judgement.to_dict() if probe.judgement else None,
-                                        "validation": probe.result.metric, "parent_hash": incumbent.workflow.hash,
-                                        "workflow": child.to_dict(), "probe_run_id": probe.result.run_id})
-    accepted = approved
-    proposal = {k: v for k, v in mutation.to_dict().items() if k != "author"}
-    history.append(f"{json.dumps(proposal, sort_keys=True)} -> J {_fmt(j_new)} vs {_fmt(j_old)}: "
-                   f"{'accepted' if accepted else 'rejected'}")
-    record = IterationRecord(n, mutation.to_dict(), True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
-                             accepted=accepted, decided_by=by, budget_left=runner.budget.remaining(), diff=change,
-                             probe_run=probe)
-    tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation.to_dict(), J=j_new,
-                incumbent_J=j_old, accepted=accepted, decided_by=by, reason=reason,
-                checks=probe.checks, budget_left=runner.budget.remaining(), workflow_hash=child.hash,
-                workflow=child.to_dict() if accepted else None)
-    return record
-
-
-def _emit_judgement(tracer: Tracer, probe: Probe, n: int) -> None:
+def emit_judgement(tracer, probe: Probe, n: int) -> None:
     j = probe.judgement
     tracer.emit("judgement", "judge", iteration_n=n, workflow_hash=probe.workflow.hash,
                 **(j.to_dict() if j else {"ok": False, "error": "not judged (run stopped)"}),
                 checks=probe.checks, validation=probe.result.metric)
 
 
-def _fmt(x: float | None) -> str:
-    return "failed" if x is None else f"{x:.3f}"
-
-
-def _mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:
+def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:
     j = incumbent.judgement
     feedback = "\n".join(f"- {c}: {j.scores.get(c)} — {j.feedback.get(c)}" for c in j.scores) if j and j.ok \
         else f"(no judgement: {j.error if j else 'not judged'})"

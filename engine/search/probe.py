@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Iterable, Protocol
+from typing import Iterable
 
 from ..budget import Budget
 from ..gateway import ModelGateway
 from ..judge import Judgement, judge_execution, public_checks
-from ..runner import RunConfig, RunResult, run_workflow
+from ..control import Control, NoControl
+from ..runner import RunConfig, RunResult, default_executor, run_workflow
 from ..sandbox import Executor
 from ..task import Task
 from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events
@@ -74,33 +75,6 @@ class Probe:
                 "usage": self.result.usage, "run_id": self.result.run_id}
 
 
-class Gate(Protocol):
-    """Where a person (or a policy) approves or vetoes a change; the web app implements it.
-
-    The gate has the final word: a policy consults ``proposal["rule_accepts"]`` (the search's
-    own rule), a person may overrule it either way. ``decided_by`` names who decided:
-    ``policy:<name>`` or ``user:<name>``."""
-
-    def decide(self, proposal: dict) -> tuple[bool, str, str]:
-        """(approved, decided_by, reason)."""
-        ...
-
-    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
-        """A workflow version a person authored on top of ``incumbent``, with its author, to
-        adopt before the next iteration; None when there is none."""
-        ...
-
-
-class AutoGate:
-    """Fully automatic: the search's own rule decides; nobody edits."""
-
-    def decide(self, proposal: dict) -> tuple[bool, str, str]:
-        return bool(proposal.get("rule_accepts")), "policy:automatic", "search rule"
-
-    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
-        return None
-
-
 @dataclass
 class ProbeRunner:
     task: Task
@@ -110,7 +84,13 @@ class ProbeRunner:
     executor: Executor | None = None
     sinks: Iterable[EventSink] = field(default_factory=tuple)
     model_override: str | None = None
+    control: Control = field(default_factory=NoControl)
     count: int = 0
+
+    def __post_init__(self) -> None:
+        # One sandbox executor for every probe (and the tree's programs), under the search's folder.
+        if self.executor is None:
+            self.executor = default_executor(Path(self.root).parent / "sandboxes")
 
     def run(self, workflow: Workflow, label: str, iteration: int, judge_with: ModelGateway | None = None) -> Probe:
         self.count += 1
@@ -118,7 +98,8 @@ class ProbeRunner:
         run_dir = self.root / f"{self.count:03d}-{label}"
         result = run_workflow(self.task, workflow, RunConfig(
             run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
-            model_override=self.model_override, run_id=f"{run_dir.name}"), executor=self.executor,
+            model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control),
+            executor=self.executor,
             sinks=[sink, *self.sinks])
         probe = Probe(workflow, result, sink.events, public_checks(sink.events), run_dir=run_dir)
         if judge_with is not None and result.status != "stopped":
@@ -126,5 +107,6 @@ class ProbeRunner:
         return probe
 
 
-def search_gateway(budget: Budget, tracer: Tracer, seed: int, model_override: str | None = None) -> ModelGateway:
-    return ModelGateway(budget, tracer, seed=seed, model_override=model_override)
+def search_gateway(budget: Budget, tracer: Tracer, seed: int, model_override: str | None = None,
+                   control: Control | None = None) -> ModelGateway:
+    return ModelGateway(budget, tracer, seed=seed, model_override=model_override, control=control)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass, field, replace
 
 from ..artifacts import ArtifactStore, sha256_file
@@ -24,8 +23,11 @@ from ..mutations import Mutation, MutationError, diff
 from ..prompts import extract_json
 from ..trace import Tracer
 from ..workflow import Workflow
-from .mimosa import SearchOutcome
-from .probe import AutoGate, Gate, Probe, ProbeRunner
+from ..protocol.gate import Change, Check, Decision, Evidence
+from ..protocol.gate import Proposal as GateProposal
+from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change
+from .mimosa import check_fields
+from .probe import Probe, ProbeRunner
 
 EDITORS = ("role_editor", "coordination_editor", "memory_editor")
 EDITOR_KINDS: dict[str, tuple[str, ...]] = {
@@ -72,7 +74,7 @@ SYSTEM_HEADER = "You are the {role} of a Trellis research team working on the ta
 
 # --- records --------------------------------------------------------------------------------
 @dataclass
-class Proposal:
+class EditorProposal:
     editor: str
     mutation: dict | None
     valid: bool
@@ -84,12 +86,24 @@ class Proposal:
     probe_run: Probe | None = field(default=None, repr=False)
     workflow: Workflow | None = field(default=None, repr=False)
 
+    def to_state(self) -> dict:
+        return {"editor": self.editor, "mutation": self.mutation, "valid": self.valid, "problems": self.problems,
+                "diff": self.diff, "probe": self.probe, "supported": self.supported, "receipt": self.receipt,
+                "probe_run": self.probe_run.checkpoint() if self.probe_run else None,
+                "workflow": self.workflow.to_dict() if self.workflow else None}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "EditorProposal":
+        return cls(d["editor"], d["mutation"], d["valid"], d["problems"], d["diff"], d["probe"], d["supported"],
+                   d["receipt"], Probe.from_checkpoint(d["probe_run"]) if d.get("probe_run") else None,
+                   Workflow.from_dict({**d["workflow"], "hash": None}) if d.get("workflow") else None)
+
 
 @dataclass
 class RoundRecord:
     n: int
     reference: dict
-    proposals: list[Proposal]
+    proposals: list[EditorProposal]
     decision: str = "keep"            # keep / adopt / combine
     chosen: list[str] = field(default_factory=list)  # editors whose changes the final holds
     combination: dict | None = None
@@ -100,11 +114,22 @@ class RoundRecord:
     stopped: str | None = None
     reference_run: Probe | None = field(default=None, repr=False)
     selected_run: Probe | None = field(default=None, repr=False)
+    cache: "ReuseCache | None" = field(default=None, repr=False)  # this round's executions
 
-    # a compatible face for code that prints Mimosa's IterationRecord
-    @property
-    def accepted(self) -> bool:
-        return self.decision != "keep"
+    def to_state(self) -> dict:
+        """A probed round waiting for the gate, to finish it after a resume."""
+        return {"n": self.n, "reference": self.reference, "proposals": [p.to_state() for p in self.proposals],
+                "decision": self.decision, "chosen": self.chosen, "combination": self.combination,
+                "selected": self.selected, "receipts": self.receipts, "stopped": self.stopped,
+                "reference_run": self.reference_run.checkpoint(), "selected_run": self.selected_run.checkpoint()}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "RoundRecord":
+        return cls(d["n"], d["reference"], [EditorProposal.from_state(p) for p in d["proposals"]],
+                   decision=d["decision"], chosen=list(d["chosen"]), combination=d["combination"],
+                   selected=d["selected"], receipts=list(d["receipts"]), stopped=d["stopped"],
+                   reference_run=Probe.from_checkpoint(d["reference_run"]),
+                   selected_run=Probe.from_checkpoint(d["selected_run"]))
 
 
 # --- scoring ----------------------------------------------------------------------------------
@@ -287,181 +312,216 @@ class ReuseCache:
 
 
 # --- the search -------------------------------------------------------------------------------
-def scimars_search(initial: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
-                   rounds: int = 3, on_round=None, gate: Gate | None = None, resume: dict | None = None,
-                   on_checkpoint=None) -> SearchOutcome:
-    """SciMARS rounds. ``gate`` sees the composer's choice (adopt or combine) before it becomes
-    the next round's harness, and may hand in a person's edit, which becomes the next round's
-    reference. ``on_checkpoint``/``resume`` work as in Mimosa, one checkpoint per round."""
-    gate = gate or AutoGate()
-    tracer.iteration = 0
-    current = initial
-    first: Probe | None = None
-    best: Probe | None = None
-    records: list[RoundRecord] = []
-    lessons: list[str] = []
-    done = 0
-    if resume:
-        current = Workflow.from_dict({**resume["current"], "hash": None})
-        first = Probe.from_checkpoint(resume["first"]) if resume.get("first") else None
-        best = Probe.from_checkpoint(resume["best"]) if resume.get("best") else None
-        lessons, done = list(resume.get("lessons", [])), int(resume["n"])
-        runner.count = int(resume.get("probes", runner.count))
-        runner.budget.restore(**resume["budget"])
-    stopped = "round budget reached"
-    hib = runner.task.metric.higher_is_better
-    for n in range(done + 1, rounds + 1):
-        tracer.iteration = n
-        edit = gate.human_edit(current)
-        if edit:
-            current = _adopt_edit(n, current, edit, tracer, runner)
-        try:
-            record = _round(n, current, runner, gateway, tracer, lessons, hib)
-        except BudgetExhausted as exc:
-            stopped = f"budget exhausted: {exc.reason}"
-            break
-        if first is None and record.reference_run is not None:
-            first = record.reference_run
-        if record.decision != "keep":
-            _gate_choice(n, record, current, gate, tracer)
-        records.append(record)
-        best = record.selected_run or record.reference_run
-        current = best.workflow
-        lessons = lessons + record.lessons
-        if on_checkpoint:
-            on_checkpoint({"n": n, "current": current.to_dict(), "lessons": lessons, "probes": runner.count,
-                           "first": first.checkpoint() if first else None, "best": best.checkpoint(),
-                           "budget": runner.budget.usage_state()})
-        if on_round:
-            on_round(record)
-        if record.stopped:
-            stopped = record.stopped
-            break
-    if first is None:  # not even one round ran: the reference is still the starting point
-        first = runner.run(initial, "initial", 0)
-        best = first
-    return SearchOutcome(first, best or first, records, stopped)
+class ScimarsSearch(Search):
+    """SciMARS rounds. The gate sees the composer's choice (adopt or combine) before it becomes
+    the next round's harness; a person's edit becomes the next round's reference."""
 
+    name = "scimars"
+    title = "SciMARS rounds"
+    unit = "round"
 
-def _adopt_edit(n: int, current: Workflow, edit: tuple[Workflow, str], tracer: Tracer, runner: ProbeRunner) -> Workflow:
-    """A person's edit replaces the harness; this round's reference run probes it."""
-    workflow, author = edit
-    mutation = {"kind": "human_edit", "target": workflow.name, "params": {}, "rationale": workflow.note,
-                "author": author}
-    tracer.emit("mutation_proposed", author, valid=True, mutation=mutation, diff=diff(current, workflow),
-                parent_hash=current.hash, child_hash=workflow.hash)
-    tracer.emit("search_iteration", None, search="scimars", n=n, mutation=mutation, accepted=True,
-                decided_by=author, reason="edited by a person", workflow_hash=workflow.hash,
-                workflow=workflow.to_dict(), budget_left=runner.budget.remaining())
-    return workflow
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.stopped = "round budget reached"
+        self.current: Workflow = ctx.initial
+        self.first: Probe | None = None
+        self.best: Probe | None = None
+        self.lessons: list[str] = []
+        self.hib = ctx.task.metric.higher_is_better
 
+    @property
+    def runner(self) -> ProbeRunner:
+        return self.ctx.runner
 
-def _gate_choice(n: int, record: RoundRecord, current: Workflow, gate: Gate, tracer: Tracer) -> None:
-    """The composer chose a change (selected by public checks); the gate may veto it."""
-    selected, reference = record.selected_run, record.reference_run
-    mutation = {"kind": f"scimars_{record.decision}", "target": ", ".join(record.chosen),
-                "params": {"editors": record.chosen},
-                "rationale": "; ".join(p.mutation.get("rationale", "") for p in record.proposals
-                                       if p.editor in record.chosen and p.mutation), "author": "composer"}
-    approved, by, reason = gate.decide({
-        "n": n, "mutation": mutation, "diff": diff(current, selected.workflow), "rule_accepts": True,
-        "J": None, "incumbent_J": None, "checks": selected.checks, "judgement": None,
-        "validation": selected.result.metric, "reference_validation": reference.result.metric,
-        "parent_hash": current.hash, "workflow": selected.workflow.to_dict(), "probe_run_id": selected.result.run_id})
-    if not approved:
-        record.decision, record.chosen, record.selected_run = "keep", [], reference
-        record.selected = reference.summary()
-    tracer.emit("composition", None, n=n, gate=by, approved=approved, reason=reason, decision=record.decision,
-                workflow_hash=record.selected_run.workflow.hash,
-                workflow=record.selected_run.workflow.to_dict() if approved else None)
+    def begin(self) -> None:
+        self.current = self.ctx.initial
 
+    def snapshot(self) -> dict:
+        return {"current": self.current.to_dict(), "lessons": self.lessons,
+                "first": self.first.checkpoint() if self.first else None,
+                "best": self.best.checkpoint() if self.best else None}
 
-def _round(n: int, current: Workflow, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
-           lessons: list[str], hib: bool) -> RoundRecord:
-    cache = ReuseCache(runner, tracer)
-    reference, _ = cache.probe(current, f"r{n}-reference", n)
-    record = RoundRecord(n, reference.summary(), [], reference_run=reference, selected_run=reference,
-                         receipts=cache.receipts)
-    if reference.result.status == "stopped":
-        record.stopped = "budget exhausted during the reference run"
-        return record
-    # 1. editors: each sees only the reference evidence and the lessons, never another proposal
-    try:
-        for editor in EDITORS:
-            record.proposals.append(_propose(editor, runner, reference, lessons, gateway, tracer))
-    except BudgetExhausted as exc:
-        record.stopped = f"budget exhausted: {exc.reason}"
-        _finish(record, reference, runner)
-        return record
-    # 2. probe each valid proposal in isolation against the reference (same inputs, seed, limits)
-    for p in record.proposals:
-        if not p.valid:
-            continue
-        probe, p.receipt = cache.probe(p.workflow, f"r{n}-{p.editor}", n)
-        p.probe_run, p.probe = probe, probe.summary()
-        if probe.result.status == "stopped":
-            record.stopped = "budget exhausted during a probe"
-            _finish(record, reference, runner)
+    def restore(self, state: dict) -> None:
+        self.current = Workflow.from_dict({**state["current"], "hash": None})
+        self.first = Probe.from_checkpoint(state["first"]) if state.get("first") else None
+        self.best = Probe.from_checkpoint(state["best"]) if state.get("best") else None
+        self.lessons = list(state.get("lessons", []))
+
+    def current_workflow(self) -> Workflow:
+        return self.current
+
+    def adopt_edit(self, n: int, edit: HumanEdit) -> bool:
+        """A person's edit replaces the harness; this round's reference run probes it."""
+        tracer, mutation = self.ctx.tracer, edit_change(edit)
+        tracer.emit("mutation_proposed", edit.author, valid=True, mutation=mutation,
+                    diff=diff(self.current, edit.workflow), parent_hash=self.current.hash,
+                    child_hash=edit.workflow.hash)
+        tracer.emit("search_iteration", None, search="scimars", n=n, mutation=mutation, accepted=True,
+                    decided_by=edit.author, reason="edited by a person", workflow_hash=edit.workflow.hash,
+                    workflow=edit.workflow.to_dict(), budget_left=self.ctx.budget.remaining())
+        self.current = edit.workflow
+        return False
+
+    # --- one round: reference and editors, probes and composition, the gate, reflection ----------
+    def propose(self, n: int, move) -> RoundRecord:
+        cache = ReuseCache(self.runner, self.ctx.tracer)
+        reference, _ = cache.probe(self.current, f"r{n}-reference", n)
+        record = RoundRecord(n, reference.summary(), [], reference_run=reference, selected_run=reference,
+                             receipts=cache.receipts, cache=cache)
+        if reference.result.status == "stopped":
+            record.stopped = "budget exhausted during the reference run"
             return record
-        p.supported = is_supported(probe, reference, hib)
-        tracer.emit("search_iteration", None, search="scimars", n=n, editor=p.editor, mutation=p.mutation,
-                    supported=p.supported, checks=probe.checks, validation=probe.validation,
-                    reference_validation=reference.validation, workflow_hash=probe.workflow.hash,
-                    receipt=p.receipt, budget_left=runner.budget.remaining())
-    # 3. compose: keep, adopt one, or combine several (a combination gets its own probe)
-    supported = [p for p in record.proposals if p.supported]
-    candidates: list[tuple[str, list[str], Probe]] = [("keep", [], reference)]
-    candidates += [("adopt", [p.editor], p.probe_run) for p in supported]
-    if len(supported) >= 2:
-        combo_wf, used = current, []
-        for p in supported:
-            try:
-                combo_wf = Mutation.from_dict(p.mutation).apply(combo_wf)
-                used.append(p.editor)
-            except (MutationError, WorkflowValidationError) as exc:
-                tracer.emit("composition", None, n=n, note=f"{p.editor}'s change does not combine: {exc}")
-        if len(used) >= 2:
-            combo, receipt = cache.probe(combo_wf, f"r{n}-combined", n)
-            record.combination = {"editors": used, "probe": combo.summary(), "receipt": receipt,
-                                  "workflow_hash": combo_wf.hash}
-            if combo.result.status == "stopped":
-                record.stopped = "budget exhausted during a probe"
-            else:
-                candidates.append(("combine", used, combo))
-    # 4. select by public checks only, tie-broken by validation (first wins a full tie)
-    best_i = max(range(len(candidates)), key=lambda i: (selection_key(candidates[i][2], hib), -i))
-    decision, chosen, selected = candidates[best_i]
-    record.decision, record.chosen, record.selected_run = decision, chosen, selected
-    record.selected = selected.summary()
-    tracer.emit("composition", None, n=n, decision=decision, editors=chosen, workflow_hash=selected.workflow.hash,
-                checks_passed=selected.checks_passed, validation=selected.validation,
-                reference_validation=reference.validation,
-                supported=[p.editor for p in supported])
-    # 5. reflection: grounded lessons for the next round's editors
-    if not record.stopped:
+        # editors: each sees only the reference evidence and the lessons, never another proposal
         try:
-            record.lessons = _reflect(n, runner, gateway, tracer, record, reference, lessons)
+            for editor in EDITORS:
+                record.proposals.append(_propose(editor, self.runner, reference, self.lessons, self.ctx.gateway,
+                                                 self.ctx.tracer))
         except BudgetExhausted as exc:
             record.stopped = f"budget exhausted: {exc.reason}"
-            record.lessons = _fallback_lessons(n, _evidence(n, record, reference, runner))
-    _finish(record, reference, runner)
-    return record
+        return record
+
+    def probe(self, n: int, record: RoundRecord) -> None:
+        """Each valid proposal in isolation against the reference (same inputs, seed, limits),
+        then the composer's choice: keep, adopt one, or combine several (with its own probe)."""
+        if record.stopped:
+            return
+        tracer, reference, cache = self.ctx.tracer, record.reference_run, record.cache
+        for p in record.proposals:
+            if not p.valid:
+                continue
+            probe, p.receipt = cache.probe(p.workflow, f"r{n}-{p.editor}", n)
+            p.probe_run, p.probe = probe, probe.summary()
+            if probe.result.status == "stopped":
+                record.stopped = "budget exhausted during a probe"
+                return
+            p.supported = is_supported(probe, reference, self.hib)
+            tracer.emit("search_iteration", None, search="scimars", n=n, editor=p.editor, mutation=p.mutation,
+                        supported=p.supported, checks=probe.checks, validation=probe.validation,
+                        reference_validation=reference.validation, workflow_hash=probe.workflow.hash,
+                        receipt=p.receipt, budget_left=self.ctx.budget.remaining())
+        supported = [p for p in record.proposals if p.supported]
+        candidates: list[tuple[str, list[str], Probe]] = [("keep", [], reference)]
+        candidates += [("adopt", [p.editor], p.probe_run) for p in supported]
+        if len(supported) >= 2:
+            combo_wf, used = self.current, []
+            for p in supported:
+                try:
+                    combo_wf = Mutation.from_dict(p.mutation).apply(combo_wf)
+                    used.append(p.editor)
+                except (MutationError, WorkflowValidationError) as exc:
+                    tracer.emit("composition", None, n=n, note=f"{p.editor}'s change does not combine: {exc}")
+            if len(used) >= 2:
+                combo, receipt = cache.probe(combo_wf, f"r{n}-combined", n)
+                record.combination = {"editors": used, "probe": combo.summary(), "receipt": receipt,
+                                      "workflow_hash": combo_wf.hash}
+                if combo.result.status == "stopped":
+                    record.stopped = "budget exhausted during a probe"
+                else:
+                    candidates.append(("combine", used, combo))
+        # select by public checks only, tie-broken by validation (first wins a full tie)
+        best_i = max(range(len(candidates)), key=lambda i: (selection_key(candidates[i][2], self.hib), -i))
+        record.decision, record.chosen, record.selected_run = candidates[best_i]
+        record.selected = record.selected_run.summary()
+        tracer.emit("composition", None, n=n, decision=record.decision, editors=record.chosen,
+                    workflow_hash=record.selected_run.workflow.hash, checks_passed=record.selected_run.checks_passed,
+                    validation=record.selected_run.validation, reference_validation=reference.validation,
+                    supported=[p.editor for p in supported])
+
+    def proposal(self, n: int, record: RoundRecord) -> GateProposal | None:
+        """The composer chose a change (selected by public checks): the gate may veto it."""
+        if record.decision == "keep" or record.selected_run is None:
+            return None
+        selected, reference = record.selected_run, record.reference_run
+        metric = self.ctx.task.metric
+        return GateProposal(
+            search=self.name, n=n, key=selected.workflow.hash,
+            change=Change(kind=f"scimars_{record.decision}", target=", ".join(record.chosen),
+                          params={"editors": record.chosen}, author="composer",
+                          rationale="; ".join(p.mutation.get("rationale", "") for p in record.proposals
+                                              if p.editor in record.chosen and p.mutation)),
+            rule_accepts=True, rule="chosen by the composer on public checks",
+            evidence=Evidence(basis="checks", checks=[Check(**check_fields(c)) for c in selected.checks],
+                              validation=selected.validation, reference_validation=reference.validation,
+                              metric=metric.name, higher_is_better=metric.higher_is_better,
+                              probe_run_id=selected.result.run_id),
+            diff=diff(self.current, selected.workflow), parent=self.current.hash,
+            workflow=selected.workflow.to_dict())
+
+    def adopt(self, n: int, record: RoundRecord, decision: Decision | None) -> None:
+        reference = record.reference_run
+        if decision is not None:
+            if not decision.approved:
+                record.decision, record.chosen, record.selected_run = "keep", [], reference
+                record.selected = reference.summary()
+            self.ctx.tracer.emit("composition", None, n=n, gate=decision.decided_by, approved=decision.approved,
+                                 reason=decision.reason, decision=record.decision,
+                                 workflow_hash=record.selected_run.workflow.hash,
+                                 workflow=record.selected_run.workflow.to_dict() if decision.approved else None)
+        if not record.stopped:  # grounded lessons for the next round's editors
+            try:
+                record.lessons = _reflect(n, self.runner, self.ctx.gateway, self.ctx.tracer, record, reference,
+                                          self.lessons)
+            except BudgetExhausted as exc:
+                record.stopped = f"budget exhausted: {exc.reason}"
+                record.lessons = _fallback_lessons(n, _evidence(n, record, reference, self.runner))
+        record.budget_left = self.ctx.budget.remaining()
+        if record.selected is None:
+            record.selected = (record.selected_run or reference).summary()
+        if self.first is None and reference is not None:
+            self.first = reference
+        self.best = record.selected_run or reference
+        self.current = self.best.workflow
+        self.lessons = self.lessons + record.lessons
+        self.records.append(record)
+        self._print(record)
+
+    def finish_iteration(self, n: int) -> str | None:
+        last = self.records[-1] if self.records else None
+        return last.stopped if last is not None and last.n == n else None
+
+    def pending_state(self, record: RoundRecord) -> dict:
+        return record.to_state()
+
+    def pending_restore(self, state: dict) -> RoundRecord:
+        return RoundRecord.from_state(state)
+
+    def outcome(self) -> SearchOutcome:
+        if self.first is None:  # not even one round ran: the reference is still the starting point
+            self.first = self.best = self.runner.run(self.ctx.initial, "initial", 0)
+        return SearchOutcome(Endpoint.of_probe(self.first), Endpoint.of_probe(self.best or self.first), self.done,
+                             self.stopped, self.records)
+
+    def _print(self, r: RoundRecord) -> None:
+        """One round: each editor's proposal with its probe's checks, then the composer's choice."""
+        lines = [f"round {r.n:>2}  reference validation {_num((r.reference or {}).get('validation', {}).get('value'))}"]
+        for p in r.proposals:
+            m = p.mutation or {}
+            if not p.valid:
+                lines.append(f"         {p.editor:<20} invalid: {(p.problems or ['?'])[0][:80]}")
+                continue
+            checks = (p.probe or {}).get("checks", [])
+            value = ((p.probe or {}).get("validation") or {}).get("value")
+            reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
+            lines.append(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}: checks "
+                         f"{sum(c['passed'] for c in checks)}/{len(checks)} validation {_num(value)}"
+                         f"{' supported' if p.supported else ''}{reused}")
+        lines.append(f"         decision: {r.decision}{' (' + ', '.join(r.chosen) + ')' if r.chosen else ''}  "
+                     f"budget left {r.budget_left.get('tokens')} tokens")
+        self.ctx.say("\n".join(lines))
 
 
-def _finish(record: RoundRecord, reference: Probe, runner: ProbeRunner) -> None:
-    record.budget_left = runner.budget.remaining()
-    if record.selected is None:
-        record.selected = (record.selected_run or reference).summary()
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
 
 
 def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[str], gateway: ModelGateway,
-             tracer: Tracer) -> Proposal:
+             tracer: Tracer) -> EditorProposal:
     messages = editor_messages(editor, runner, reference, lessons)
     try:
         text = gateway.complete(editor, editor, messages, temperature=0.8, purpose="mutation").text
     except ModelCallError as exc:
         tracer.emit("mutation_proposed", editor, editor=editor, valid=False, problems=[str(exc)])
-        return Proposal(editor, None, False, [f"{editor} failed: {exc}"])
+        return EditorProposal(editor, None, False, [f"{editor} failed: {exc}"])
     try:
         mutation = Mutation.from_dict(extract_json(text))
         mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=editor)
@@ -469,12 +529,12 @@ def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[s
     except (MutationError, WorkflowValidationError, ValueError) as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
         tracer.emit("mutation_proposed", editor, editor=editor, valid=False, problems=problems, raw=text[:2000])
-        return Proposal(editor, None, False, problems)
+        return EditorProposal(editor, None, False, problems)
     return check_proposal(editor, mutation, reference.workflow, child, tracer)
 
 
 def check_proposal(editor: str, mutation: Mutation, parent: Workflow, child: Workflow,
-                   tracer: Tracer | None = None) -> Proposal:
+                   tracer: Tracer | None = None) -> EditorProposal:
     """Record a proposal, rejecting it if it leaves its editor's editable surface."""
     problems = surface_problems(editor, mutation, parent, child)
     change = diff(parent, child)
@@ -482,8 +542,8 @@ def check_proposal(editor: str, mutation: Mutation, parent: Workflow, child: Wor
         tracer.emit("mutation_proposed", editor, editor=editor, valid=not problems, problems=problems,
                     mutation=mutation.to_dict(), diff=change, parent_hash=parent.hash, child_hash=child.hash)
     if problems:
-        return Proposal(editor, mutation.to_dict(), False, problems, diff=change)
-    return Proposal(editor, mutation.to_dict(), True, diff=change, workflow=child)
+        return EditorProposal(editor, mutation.to_dict(), False, problems, diff=change)
+    return EditorProposal(editor, mutation.to_dict(), True, diff=change, workflow=child)
 
 
 def _evidence(n: int, record: RoundRecord, reference: Probe, runner: ProbeRunner) -> dict:
@@ -548,6 +608,6 @@ def _reflect(n: int, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
     return new
 
 
-__all__ = ["EDITORS", "EDITOR_KINDS", "Proposal", "ReuseCache", "RoundRecord", "check_proposal",
-           "coordination_changes", "editor_messages", "is_supported", "reflector_messages", "scimars_search",
+__all__ = ["EDITORS", "EDITOR_KINDS", "EditorProposal", "ScimarsSearch", "ReuseCache", "RoundRecord", "check_proposal",
+           "coordination_changes", "editor_messages", "is_supported", "reflector_messages",
            "selection_key", "surface_problems"]

@@ -17,15 +17,12 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
-import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..budget import Budget
-from ..errors import BudgetExhausted, ModelCallError
+from ..errors import ModelCallError
 from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
@@ -33,9 +30,11 @@ from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
 from ..offline.strategies import DataSpec, family_of, parse_strategy_header, strategies_for
 from ..prompts import _SYSTEM_HEADER, ANSWER_FORMATS, extract_code, render_artifact
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
-from ..task import Task, load_task
-from ..trace import EventSink, JsonlTraceSink, Tracer
+from ..task import Task
+from ..trace import Tracer
 from ..validation import validate_program
+from ..protocol.gate import Change, Decision, Evidence, Proposal
+from . import base
 
 
 @dataclass
@@ -69,6 +68,9 @@ class Node:
     children: int = 0
     retired: bool = False
     retired_at: int | None = None       # iteration in which the node retired
+    vetoed: bool = False                # a person vetoed it: never a parent, never the champion
+    promoted: bool = False              # a person promoted it: expanded in the next iteration
+    decided_by: str = ""                # who passed it through the gate (policy:... or user:...)
 
     @property
     def index(self) -> int:
@@ -121,7 +123,7 @@ class Tree:
     def ranked(self, nodes: Iterable[Node] | None = None) -> list[Node]:
         """Scored nodes, best first (ties: the older node)."""
         pool = self.nodes.values() if nodes is None else nodes
-        return sorted((n for n in pool if n.status == "scored"), key=self.sort_key)
+        return sorted((n for n in pool if n.status == "scored" and not n.vetoed), key=self.sort_key)
 
     def eligible(self) -> list[Node]:
         """Nodes that may still be parents: scored and not retired, best first."""
@@ -145,7 +147,7 @@ class Tree:
         """One row per node, for reports and the CLI."""
         return [{"id": n.id, "parent": n.parent, "iteration": n.iteration, "strategy": n.strategy,
                  "score": n.score, "status": n.status, "children": n.children, "retired": n.retired,
-                 "knowledge": n.knowledge, "verdict": n.verdict} for n in self.nodes.values()]
+                 "vetoed": n.vetoed, "knowledge": n.knowledge, "verdict": n.verdict} for n in self.nodes.values()]
 
     def to_dict(self) -> dict:
         return {"version": 1, "task": self.task, "metric": self.metric, "higher_is_better": self.higher_is_better,
@@ -176,7 +178,7 @@ class TreeResult:
     champion: Node | None
     champion_code: str | None
     iterations: int          # iterations completed
-    stopped: str             # completed / budget / no_parents / failed
+    stopped: str             # why the search ended
     reason: str = ""
     tree_path: Path | None = None
 
@@ -333,12 +335,15 @@ def _candidate_lines(ctx: SearchContext, tree: Tree, candidates: list[Node]) -> 
 
 
 def select_parents(ctx: SearchContext, tree: Tree) -> list[Node]:
-    """The best eligible node, plus up to ``extra_parents`` more chosen by ensemble vote.
-    Retired and failed nodes are never listed, so they can never be chosen."""
+    """The best eligible node, every node a person promoted, then up to ``extra_parents`` more
+    chosen by ensemble vote. Retired, vetoed and failed nodes are never listed, so they can never
+    be chosen. A promotion is used once: the node is expanded in the next iteration."""
     eligible = tree.eligible()
     if not eligible:
         return []
-    chosen = [eligible[0]]
+    chosen = [eligible[0]] + [n for n in eligible[1:] if n.promoted]
+    for n in chosen:
+        n.promoted = False
     for slot in range(1, ctx.config.extra_parents + 1):
         candidates = [n for n in eligible if n not in chosen]
         if not candidates:
@@ -533,11 +538,23 @@ def _analyse_data(ctx: SearchContext) -> str:
     return f"The exploratory script failed ({result.status}); the team works without it.\n\n{result.stderr[-1500:]}"
 
 
-def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int) -> Node:
-    """One candidate: knowledge, debate, engineer, debugger, validation, result analyst."""
-    node_id = tree.allocate_id()
-    knowledge = _retrieve(ctx, tree, parent, node_id)
-    proposal, turns = _debate(ctx, tree, parent, knowledge, node_id)
+@dataclass
+class Child:
+    """A child in the making: its id, parent, knowledge and debate, then (once probed) its node."""
+
+    id: str
+    parent: Node
+    iteration: int
+    knowledge: Match | None = None
+    proposal: str = ""
+    turns: list[dict] = field(default_factory=list)
+    node: Node | None = None
+    abandoned: str = ""
+
+
+def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int, node_id: str,
+               proposal: str, turns: list[dict], knowledge: Match | None) -> Node:
+    """Engineer, debugger, validation and result analyst, for a debated proposal."""
     code, metric, result, attempts = _build(ctx, node_id, proposal, parent)
     header = parse_strategy_header(code) or parse_strategy(proposal)
     ok = bool(metric.get("ok")) and _finite(metric.get("value"))
@@ -559,97 +576,153 @@ def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: i
 
 def _record(ctx: SearchContext, tree: Tree, node: Node) -> None:
     retired = tree.add(node)
-    (ctx.run_dir / "nodes").mkdir(exist_ok=True)
+    (ctx.run_dir / "nodes").mkdir(parents=True, exist_ok=True)
     (ctx.run_dir / "nodes" / f"{node.id}.py").write_text(node.code)
     ctx.tracer.emit("tree_node", None, node=node.id, parent=node.parent, iteration=node.iteration,
                     strategy=node.strategy, params=node.params, score=node.score, status=node.status,
                     knowledge=node.knowledge, debug_attempts=node.debug_attempts, verdict=node.verdict,
-                    debate_turns=len(node.debate), report=node.report[:2000])
+                    debate_turns=len(node.debate), report=node.report[:2000], vetoed=node.vetoed,
+                    promoted=node.promoted, decided_by=node.decided_by)
     if retired is not None:
         ctx.tracer.emit("node_retired", None, node=retired.id, children=retired.children,
                         max_children=tree.max_children, iteration=retired.retired_at)
     tree.save(ctx.run_dir / "tree.json")
 
 
-def _finish(ctx: SearchContext, tree: Tree, done: int, stopped: str, reason: str) -> TreeResult:
-    champion = tree.champion()
-    path = ctx.run_dir / "tree.json"
-    tree.save(path)
-    if champion is not None:
-        (ctx.run_dir / "champion.py").write_text(champion.code)
-    result = TreeResult(tree, champion, champion.code if champion else None, done, stopped, reason, path)
-    ctx.tracer.emit("search_iteration", None, phase="finished", **result.summary())
-    return result
+class TreeSearch(base.Search):
+    """Children are proposed by debate, built and scored in the sandbox, and pass the gate like
+    any other proposal: a person may veto a child (it never becomes a parent or the champion)
+    or promote one (it is expanded in the next iteration)."""
 
+    name = "tree"
+    title = "AgenticSciML tree"
+    evolves = "program"
 
-def tree_search(task: Task, gateway: ModelGateway, executor: Executor, tracer: Tracer, config: TreeConfig,
-                run_dir: Path) -> TreeResult:
-    """Grow the tree for ``config.iterations`` iterations (or until the budget runs out)."""
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    ctx = SearchContext(task, gateway, executor, tracer, config, run_dir, load_knowledge())
-    tree = Tree(task=task.name, metric=task.metric.name, higher_is_better=task.metric.higher_is_better,
-                max_children=config.max_children)
-    done = 0
-    try:
-        tracer.iteration = 0
-        tree.data_report = _analyse_data(ctx)
-        root = _make_node(ctx, tree, None, 0)
-        _record(ctx, tree, root)
+    def __init__(self, ctx: base.SearchContext, config: TreeConfig | None = None):
+        super().__init__(ctx)
+        self.config = config or TreeConfig(iterations=ctx.iterations, seed=ctx.seed)
+        self.tools = SearchContext(ctx.task, ctx.gateway, ctx.executor, ctx.tracer, self.config,
+                                   Path(ctx.run_dir) / "tree", load_knowledge())
+        self.tools.run_dir.mkdir(parents=True, exist_ok=True)
+        task = ctx.task
+        self.tree = Tree(task=task.name, metric=task.metric.name, higher_is_better=task.metric.higher_is_better,
+                         max_children=self.config.max_children)
+        self.failed = ""
+
+    # --- state ---------------------------------------------------------------------------------
+    def begin(self) -> None:
+        try:
+            self.tree.data_report = _analyse_data(self.tools)
+            root_id = self.tree.allocate_id()
+            knowledge = _retrieve(self.tools, self.tree, None, root_id)
+            proposal, turns = _debate(self.tools, self.tree, None, knowledge, root_id)
+            root = _make_node(self.tools, self.tree, None, 0, root_id, proposal, turns, knowledge)
+        except ModelCallError as exc:
+            self.failed = f"failed: {exc}"
+            return
+        _record(self.tools, self.tree, root)
         if root.status != "scored":
-            return _finish(ctx, tree, done, "failed", "the root candidate never ran cleanly")
-        for it in range(1, config.iterations + 1):
-            tracer.iteration = it
-            parents = select_parents(ctx, tree)
-            if not parents:
-                return _finish(ctx, tree, done, "no_parents", "every node is retired or failed")
-            tracer.emit("search_iteration", None, phase="started", parents=[p.id for p in parents],
-                        best=parents[0].id, nodes=len(tree.nodes))
-            for parent in parents:
-                try:
-                    _record(ctx, tree, _make_node(ctx, tree, parent, it))
-                except ModelCallError as exc:  # one child lost to a provider error, not the search
-                    tracer.emit("search_iteration", None, phase="child_abandoned", parent=parent.id, error=str(exc))
-            done = it
-    except BudgetExhausted as exc:
-        tracer.emit("budget_exhausted", None, reason=exc.reason, used=gateway.budget.used.to_dict(),
-                    limits=gateway.budget.limits(), nodes=len(tree.nodes))
-        return _finish(ctx, tree, done, "budget", exc.reason)
-    except ModelCallError as exc:
-        return _finish(ctx, tree, done, "failed", str(exc))
-    return _finish(ctx, tree, done, "completed", "")
+            self.failed = "failed: the root candidate never ran cleanly"
 
+    def snapshot(self) -> dict:
+        return {"tree": self.tree.to_dict(), "failed": self.failed}
 
-def default_executor(root: Path) -> Executor:
-    from ..sandbox.subprocess_executor import SubprocessExecutor
+    def restore(self, state: dict) -> None:
+        self.tree = Tree.from_dict(state["tree"])
+        self.failed = state.get("failed", "")
 
-    return SubprocessExecutor(root=root)
+    def stop_reason(self) -> str | None:
+        if self.failed:
+            return self.failed
+        if not self.tree.eligible():
+            return "no parents left: every node is retired, vetoed or failed"
+        return None
 
+    # --- one iteration: a child per parent -------------------------------------------------------
+    def plan(self, n: int) -> list:
+        parents = select_parents(self.tools, self.tree)
+        if parents:
+            self.ctx.tracer.emit("search_iteration", None, phase="started", parents=[p.id for p in parents],
+                                 best=parents[0].id, nodes=len(self.tree.nodes))
+        return [p.id for p in parents]
 
-def run_tree_search(task_folder: str | Path, run_dir: str | Path, iterations: int = 4, seed: int = 0,
-                    budget: Budget | None = None, *, config: TreeConfig | None = None,
-                    model_override: str | None = None, executor: Executor | None = None,
-                    sinks: Iterable[EventSink] = (), cache_dir: Path | None = None) -> TreeResult:
-    """Load the task, build gateway/tracer/executor as run_workflow does (trace at
-    run_dir/trace.jsonl) and run the tree search."""
-    task = load_task(task_folder)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    budget = budget or Budget()
-    config = replace(config or TreeConfig(), iterations=iterations, seed=seed)
-    tracer = Tracer(uuid.uuid4().hex[:12], [JsonlTraceSink(run_dir / "trace.jsonl"), *sinks])
-    gateway = ModelGateway(budget, tracer, seed=seed, model_override=model_override, cache_dir=cache_dir)
-    executor = executor or default_executor(run_dir / "sandboxes")
-    started = time.perf_counter()
-    tracer.emit("search_started", None, search="tree", task=task.name, task_fingerprint=task.fingerprint(),
-                config=asdict(config), budget=budget.limits(), executor=executor.name)
-    try:
-        result = tree_search(task, gateway, executor, tracer, config, run_dir)
-        summary = {**result.summary(), "usage": budget.used.to_dict(),
-                   "per_agent_usage": {k: v.to_dict() for k, v in sorted(budget.per_agent.items())},
-                   "duration_s": round(time.perf_counter() - started, 3)}
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        tracer.emit("search_finished", None, search="tree", **summary)
-        return result
-    finally:
-        tracer.close()
+    def propose(self, n: int, parent_id: str) -> Child | None:
+        parent = self.tree.nodes[parent_id]
+        child = Child(self.tree.allocate_id(), parent, n)
+        try:
+            child.knowledge = _retrieve(self.tools, self.tree, parent, child.id)
+            child.proposal, child.turns = _debate(self.tools, self.tree, parent, child.knowledge, child.id)
+        except ModelCallError as exc:  # one child lost to a provider error, not the search
+            self._abandon(child, exc)
+            return None
+        return child
+
+    def probe(self, n: int, child: Child) -> None:
+        try:
+            child.node = _make_node(self.tools, self.tree, child.parent, n, child.id, child.proposal, child.turns,
+                                    child.knowledge)
+        except ModelCallError as exc:
+            self._abandon(child, exc)
+
+    def _abandon(self, child: Child, exc: Exception) -> None:
+        child.abandoned = str(exc)
+        self.ctx.tracer.emit("search_iteration", None, phase="child_abandoned", parent=child.parent.id,
+                             error=str(exc))
+
+    def proposal(self, n: int, child: Child) -> Proposal | None:
+        node = child.node
+        if node is None or node.status != "scored":  # nothing to decide: it never ran cleanly
+            return None
+        parent, metric = child.parent, self.ctx.task.metric
+        better = parent.score is None or (node.score > parent.score if metric.higher_is_better
+                                          else node.score < parent.score)
+        return Proposal(
+            search=self.name, n=n, key=node.id,
+            change=Change(kind="tree_child", target=parent.id, author="proposer", rationale=node.proposal[:4000],
+                          params={"strategy": node.strategy, "params": node.params}),
+            rule_accepts=True, rule="it ran and scored" + (f", better than {parent.id}" if better else
+                                                            f", not better than {parent.id}"),
+            evidence=Evidence(basis="validation", validation=node.score, reference_validation=parent.score,
+                              metric=metric.name, higher_is_better=metric.higher_is_better),
+            parent=parent.id, code=node.code, can_promote=True)
+
+    def adopt(self, n: int, child: Child, decision: Decision | None) -> None:
+        node = child.node
+        if node is None:
+            return
+        if decision is not None:
+            node.decided_by = decision.decided_by
+            node.vetoed = not decision.approved
+            node.promoted = decision.approved and decision.promote
+        _record(self.tools, self.tree, node)
+
+    def pending_state(self, child: Child) -> dict:
+        return {"node": child.node.to_dict(), "parent": child.parent.id}
+
+    def pending_restore(self, state: dict) -> Child:
+        node = Node.from_dict(state["node"])
+        return Child(node.id, self.tree.nodes[state["parent"]], node.iteration, proposal=node.proposal,
+                     turns=node.debate, node=node)
+
+    def outcome(self) -> base.SearchOutcome:
+        tree, ctx = self.tree, self.ctx
+        if self.stopped.startswith("budget exhausted"):
+            ctx.tracer.emit("budget_exhausted", None, reason=self.stopped, used=ctx.budget.used.to_dict(),
+                            limits=ctx.budget.limits(), nodes=len(tree.nodes))
+        champion = tree.champion()
+        path = self.tools.run_dir / "tree.json"
+        tree.save(path)
+        if champion is not None:
+            (self.tools.run_dir / "champion.py").write_text(champion.code)
+        result = TreeResult(tree, champion, champion.code if champion else None, self.done, self.stopped, "", path)
+        ctx.tracer.emit("search_iteration", None, phase="finished", **result.summary())
+        for row in tree.table():
+            ctx.say("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+        root = next((nd for nd in tree.nodes.values() if nd.parent is None), None)
+        if root is None or champion is None:
+            raise RuntimeError(f"the tree search produced no scored candidate ({self.stopped})")
+        # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
+        return base.SearchOutcome(
+            base.Endpoint(ctx.initial, root.score, code=root.code, node=root.id),
+            base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id),
+            self.done, self.stopped, [result])

@@ -5,7 +5,8 @@ from django.core.management.base import BaseCommand, CommandError
 from engine.budget import Budget
 from engine.cli import bounded, model_name
 from engine.errors import TrellisError
-from engine.evolve import SEARCHES, evolve
+from engine.evolve import evolve
+from engine.search.registry import SEARCHES
 from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
 
 

@@ -1,0 +1,329 @@
+"""What every search shares: the gate, the context a search runs in, the loop, checkpoints and
+resume, and the outcome ``evolve`` scores officially.
+
+A search is a class with the steps of one iteration (DESIGN.md):
+
+- ``plan(n)``: the moves of iteration n (Mimosa and SciMARS: one; the tree: one per parent);
+- ``propose(n, move)``: a candidate (a mutated workflow, an editors' round, a child program),
+  or None when the proposal was invalid (recorded, nothing to probe);
+- ``probe(n, candidate)``: run it in isolation and gather its evidence;
+- ``proposal(n, candidate)``: the typed Proposal the gate decides on (engine/protocol/gate.py);
+- ``adopt(n, candidate, decision)``: apply the decision;
+- ``snapshot()`` / ``restore(state)``: the search's own state for a checkpoint.
+
+The loop here checkpoints after ``begin`` and after every move, and *before* asking the gate,
+with the candidate pending: a gate that has no decision yet raises AwaitingDecision, the worker
+ends, and the decision resumes the search at that very proposal (no worker waits on a person).
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Protocol, TextIO
+
+from ..budget import Budget
+from ..control import Control, NoControl
+from ..errors import BudgetExhausted, WorkflowValidationError
+from ..gateway import ModelGateway
+from ..mutations import Mutation, MutationError
+from ..prompts import extract_json
+from ..protocol.gate import Decision, Proposal
+from ..sandbox import Executor
+from ..task import Task
+from ..trace import Tracer
+from ..workflow import Workflow
+from .probe import Probe, ProbeRunner
+
+
+# --- the gate ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HumanEdit:
+    """A workflow version a person wrote, waiting to be adopted by the running search."""
+
+    workflow: Workflow
+    author: str
+    ref: Any = None     # the gate's own handle on it (the studio: the version's number)
+
+
+class Gate(Protocol):
+    """Where a person (or a policy) approves or vetoes a proposal; the studio implements it.
+
+    ``decide`` returns a Decision, or raises engine.errors.AwaitingDecision when a person has
+    not decided yet (the search is checkpointed at that proposal and resumes there)."""
+
+    def decide(self, proposal: Proposal) -> Decision: ...
+
+    def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
+        """A person's version to adopt before the next iteration; None when there is none."""
+        ...
+
+    def adopted(self, edit: HumanEdit, n: int) -> None:
+        """The search adopted ``edit`` in iteration ``n``."""
+        ...
+
+
+class AutoGate:
+    """Fully automatic: the search's own rule decides; nobody edits."""
+
+    def decide(self, proposal: Proposal) -> Decision:
+        return Decision.by_rule(proposal)
+
+    def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
+        return None
+
+    def adopted(self, edit: HumanEdit, n: int) -> None:
+        return None
+
+
+# --- context and outcome ------------------------------------------------------------------------
+@dataclass
+class SearchContext:
+    """What one search run needs, built once by ``evolve``."""
+
+    task: Task
+    initial: Workflow
+    runner: ProbeRunner
+    gateway: ModelGateway
+    tracer: Tracer
+    executor: Executor
+    run_dir: Path
+    iterations: int
+    seed: int = 0
+    gate: Gate = field(default_factory=AutoGate)
+    control: Control = field(default_factory=NoControl)
+    out: TextIO | None = None
+    on_checkpoint: Callable[[dict], None] | None = None
+
+    @property
+    def budget(self) -> Budget:
+        return self.gateway.budget
+
+    def say(self, text: str) -> None:
+        if self.out is not None:
+            self.out.write(text + ("" if text.endswith("\n") else "\n"))
+            self.out.flush()
+
+
+@dataclass
+class Endpoint:
+    """One end of a search (its start or its final commitment), as the official evaluation and
+    the archive need it: a probed workflow, or a program (the tree's nodes)."""
+
+    workflow: Workflow
+    validation: float | None
+    J: float | None = None
+    probe: Probe | None = None
+    code: str | None = None
+    node: str | None = None
+
+    def describe(self) -> dict:
+        d = {"workflow_hash": self.workflow.hash, "version": self.workflow.version,
+             "validation": self.validation, "J": self.J}
+        if self.node is not None:
+            d["node"] = self.node
+        return d
+
+    @classmethod
+    def of_probe(cls, probe: Probe) -> "Endpoint":
+        return cls(probe.workflow, probe.validation, probe.judgement.J if probe.judgement else None, probe=probe)
+
+
+@dataclass
+class SearchOutcome:
+    initial: Endpoint
+    final: Endpoint
+    iterations: int       # iterations finished
+    stopped: str          # why the search ended
+    records: list = field(default_factory=list)
+
+
+# --- shared steps ---------------------------------------------------------------------------------
+def parse_mutation(text: str, author: str, parent: Workflow) -> tuple[Mutation, Workflow]:
+    """A proposer's answer as a Mutation and the workflow it makes. Raises ValueError (with
+    ``problems``, when the workflow rules refused it) for anything unusable."""
+    try:
+        mutation = Mutation.from_dict(extract_json(text))
+        mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=author)
+        return mutation, mutation.apply(parent)
+    except (MutationError, WorkflowValidationError) as exc:
+        error = ValueError(str(exc))
+        error.problems = getattr(exc, "problems", None) or [str(exc)]  # type: ignore[attr-defined]
+        raise error from exc
+
+
+def problems_of(exc: Exception) -> list[str]:
+    return list(getattr(exc, "problems", None) or [str(exc)])
+
+
+def edit_change(edit: HumanEdit) -> dict:
+    """A person's edit, in the shape of a proposed change (for traces and the queue)."""
+    return {"kind": "human_edit", "target": edit.workflow.name, "params": {}, "rationale": edit.workflow.note,
+            "author": edit.author}
+
+
+def fmt(x: float | None, spec: str = ".3f", none: str = "failed") -> str:
+    return none if x is None else format(x, spec)
+
+
+# --- the search -----------------------------------------------------------------------------------
+class Search(ABC):
+    """One search procedure. Subclasses register in engine/search/registry.py."""
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    unit: ClassVar[str] = "iteration"     # what one step is called on pages ("round" for SciMARS)
+    evolves: ClassVar[str] = "workflow"   # what it changes: the team's "workflow", or a "program"
+
+    def __init__(self, ctx: SearchContext):
+        self.ctx = ctx
+        self.done = 0
+        self.records: list = []
+        self.stopped = f"{self.unit} budget reached"
+
+    # --- steps a search implements ----------------------------------------------------------
+    @abstractmethod
+    def begin(self) -> None:
+        """The first evaluation (the initial probe, the tree's root)."""
+
+    def stop_reason(self) -> str | None:
+        """Why to stop before the next iteration, if the search's own criterion says so."""
+        return None
+
+    def adopt_edit(self, n: int, edit: HumanEdit) -> bool:
+        """Adopt a person's edit at the start of iteration ``n``; True when that used up the
+        iteration. A search that evolves programs, not workflows, adopts none."""
+        return False
+
+    def current_workflow(self) -> Workflow | None:
+        return None
+
+    def plan(self, n: int) -> list:
+        """The moves of iteration ``n`` (JSON-able: they go into checkpoints)."""
+        return [n]
+
+    @abstractmethod
+    def propose(self, n: int, move: Any) -> Any | None: ...
+
+    @abstractmethod
+    def probe(self, n: int, candidate: Any) -> None: ...
+
+    @abstractmethod
+    def proposal(self, n: int, candidate: Any) -> Proposal | None:
+        """The gate's question about ``candidate``; None when the search decides alone."""
+
+    @abstractmethod
+    def adopt(self, n: int, candidate: Any, decision: Decision | None) -> None: ...
+
+    def finish_iteration(self, n: int) -> str | None:
+        """After the iteration's moves; a reason to stop the search, or None."""
+        return None
+
+    @abstractmethod
+    def snapshot(self) -> dict: ...
+
+    @abstractmethod
+    def restore(self, state: dict) -> None: ...
+
+    @abstractmethod
+    def pending_state(self, candidate: Any) -> dict:
+        """A probed candidate, JSON-able, to ask the gate again after a resume."""
+
+    @abstractmethod
+    def pending_restore(self, state: dict) -> Any: ...
+
+    @abstractmethod
+    def outcome(self) -> SearchOutcome: ...
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self, resume: dict | None = None) -> SearchOutcome:
+        ctx = self.ctx
+        in_progress: dict | None = None
+        if resume and resume.get("n") is not None:
+            self.restore(resume["search"])
+            self.done = int(resume["n"])
+            ctx.runner.count = int(resume.get("probes", ctx.runner.count))
+            ctx.budget.restore(**resume["budget"])
+            in_progress = resume.get("iteration")
+        else:
+            ctx.tracer.iteration = 0
+            self.begin()
+            self._checkpoint()
+        try:
+            while self.done < ctx.iterations:
+                n = self.done + 1
+                ctx.tracer.iteration = n
+                if in_progress is not None:
+                    moves, pending = list(in_progress["moves"]), in_progress.get("pending")
+                    in_progress = None
+                else:
+                    why = self.stop_reason()
+                    if why:
+                        self.stopped = why
+                        break
+                    ctx.control.check()
+                    if self._edit(n):
+                        self.done = n
+                        self._checkpoint()
+                        continue
+                    moves, pending = self.plan(n), None
+                    if not moves:
+                        self.stopped = self.stop_reason() or "nothing left to expand"
+                        break
+                while moves or pending is not None:
+                    if pending is not None:
+                        candidate, pending = self.pending_restore(pending), None
+                    else:
+                        ctx.control.check()
+                        candidate = self.propose(n, moves[0])
+                        if candidate is not None:
+                            self.probe(n, candidate)
+                    if candidate is not None:
+                        self._settle(n, candidate, moves)
+                    moves = moves[1:]
+                    self._checkpoint(n, moves)
+                stop = self.finish_iteration(n)
+                self.done = n
+                self._checkpoint()
+                if stop:
+                    self.stopped = stop
+                    break
+            else:
+                self.stopped = self.stop_reason() or self.stopped
+        except BudgetExhausted as exc:
+            self.stopped = f"budget exhausted: {exc.reason}"
+        return self.outcome()
+
+    def _edit(self, n: int) -> bool:
+        workflow = self.current_workflow()
+        if workflow is None:
+            return False
+        edit = self.ctx.gate.human_edit(workflow)
+        if edit is None:
+            return False
+        used = self.adopt_edit(n, edit)
+        self.ctx.gate.adopted(edit, n)
+        return used
+
+    def _settle(self, n: int, candidate: Any, moves: list) -> None:
+        """Ask the gate about a probed candidate, checkpointed first so the question survives
+        the worker: AwaitingDecision leaves this method, and the run, right here."""
+        proposal = self.proposal(n, candidate)
+        decision = None
+        if proposal is not None:
+            self._checkpoint(n, moves, pending=self.pending_state(candidate))
+            decision = self.ctx.gate.decide(proposal)
+        self.adopt(n, candidate, decision)
+
+    def _checkpoint(self, n: int | None = None, moves: list | None = None, pending: dict | None = None) -> None:
+        """The state a resume starts from: after ``self.done`` iterations, plus (mid-iteration)
+        the moves left and a candidate waiting for the gate."""
+        if self.ctx.on_checkpoint is None:
+            return
+        state: dict = {"n": self.done, "search": self.snapshot(), "probes": self.ctx.runner.count,
+                       "budget": self.ctx.budget.usage_state(), "name": self.name}
+        if n is not None:  # mid-iteration (moves may be empty: only finish_iteration is left)
+            state["iteration"] = {"n": n, "moves": list(moves or []), "pending": pending}
+        json.dumps(state)  # a checkpoint that cannot be stored must fail here, not in the studio
+        self.ctx.on_checkpoint(state)

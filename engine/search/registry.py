@@ -1,0 +1,27 @@
+"""The searches Trellis can run, by name: the one list that the CLI, ``evolve`` and the
+studio's form read."""
+from __future__ import annotations
+
+from .base import Search, SearchContext
+from .mimosa import MimosaSearch
+from .scimars import ScimarsSearch
+from .tree import TreeSearch
+
+REGISTRY: dict[str, type[Search]] = {cls.name: cls for cls in (MimosaSearch, ScimarsSearch, TreeSearch)}
+SEARCHES: tuple[str, ...] = tuple(REGISTRY)
+
+
+def search_class(name: str) -> type[Search]:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown search {name!r}; choose one of {', '.join(SEARCHES)}") from None
+
+
+def create(name: str, ctx: SearchContext) -> Search:
+    return search_class(name)(ctx)
+
+
+def choices() -> list[tuple[str, str]]:
+    """(name, title) pairs, for forms and help texts."""
+    return [(name, cls.title) for name, cls in REGISTRY.items()]
