@@ -8,6 +8,7 @@ from typing import Callable
 from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
 from .gateway import ModelGateway
+from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
 from .prompts import build_messages, extract_code, extract_status
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from .task import Task
@@ -42,8 +43,8 @@ def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, feedback: dict 
 def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> ExecutionResult:
     """Run code in the sandbox, keep every file it wrote, and trace both the call and result."""
     request = ExecutionRequest(code=code, input_files=ctx.task.input_files(), limits=ctx.task.resources.limits)
-    ctx.tracer.emit("tool_call", agent.id, tool="sandbox.python", executor=ctx.executor.name, purpose=purpose,
-                    code=code, limits=vars(request.limits))
+    ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose=purpose, code=code,
+                             limits=vars(request.limits)), agent.id)
     started = time.perf_counter()
     result = ctx.executor.run(request)
     ctx.execution_seconds += time.perf_counter() - started
@@ -54,14 +55,14 @@ def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> Execution
         except (UnsafeOutput, OSError) as exc:  # swapped for a link after the run: not an output
             del result.files[rel]
             result.violations.append(f"output {rel!r} not kept: {exc}")
-    ctx.tracer.emit("code_execution", agent.id, purpose=purpose, **result.evidence(),
-                    stdout=result.stdout[-20000:], stderr=result.stderr[-20000:], workdir=str(result.workdir))
+    ctx.tracer.emit(CodeExecution(purpose=purpose, **result.evidence(), stdout=result.stdout[-20000:],
+                                  stderr=result.stderr[-20000:], workdir=str(result.workdir)), agent.id)
     return result
 
 
 def _emit_checks(ctx: RunContext, agent: Agent, checks: list[Check]) -> None:
     for c in checks:
-        ctx.tracer.emit("check", agent.id, **c.to_dict())
+        ctx.tracer.emit(CheckEvent(**c.to_dict()), agent.id)
 
 
 def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:

@@ -18,19 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
 
-EVENT_KINDS = (
-    "run_started", "agent_started", "model_call", "tool_call", "code_execution", "handoff",
-    "check", "route", "agent_finished", "budget_exhausted", "evaluation", "run_finished",
-    # the model could not be called at all (unknown model, missing key, provider down)
-    "run_failed", "search_failed",
-    # search-level events (one search runs many probes, each a run with its own trace)
-    "search_started", "mutation_proposed", "judgement", "search_iteration", "official_evaluation",
-    "archive", "search_finished",
-    # evolutionary tree search (engine/search/tree.py)
-    "selector_vote", "knowledge_retrieval", "debate_turn", "tree_node", "node_retired",
-    # SciMARS harness self-improvement (engine/search/scimars.py)
-    "reuse_receipt", "composition", "reflection",
-)
+from .protocol.events import EVENT_KINDS, Payload, parse_payload
+
+# One payload model per kind (engine/protocol/events.py); kept importable from here.
+__all__ = ["EVENT_KINDS", "Event", "EventSink", "JsonlTraceSink", "ListSink", "Tracer", "attempt_path",
+           "claim_attempt", "latest_trace", "read_events", "trace_attempts"]
 
 
 @dataclass(frozen=True)
@@ -100,15 +92,26 @@ class Tracer:
         self._lock = threading.Lock()
         self.iteration = 0
 
-    def emit(self, kind: str, agent: str | None = None, **payload: object) -> Event:
-        if kind not in EVENT_KINDS:
-            raise ValueError(f"unknown event kind {kind!r}")
+    def emit(self, event: Payload | str, agent: str | None = None, **fields: object) -> Event:
+        """Number one event and hand it to every sink.
+
+        ``emit(Judgement(...), agent="judge")`` is the typed form: the kind comes from the model.
+        ``emit(kind, agent, **fields)`` is the legacy form; its fields are validated by
+        the kind's model all the same. Either way an unknown kind or field raises ValueError
+        (PayloadError) here, where the event is made, not later in a reader."""
+        if isinstance(event, Payload):
+            if fields:
+                raise TypeError(f"emit({type(event).__name__}(...)) takes no other fields: {', '.join(fields)}")
+            payload = event
+        else:
+            payload = parse_payload(event, fields)
+        data = payload.to_payload()
         with self._lock:
             self._seq += 1
-            event = Event(self.run_id, self._seq, time.time(), kind, agent, self.iteration, dict(payload))
+            record = Event(self.run_id, self._seq, time.time(), payload.kind, agent, self.iteration, data)
             for sink in self.sinks:
-                sink.emit(event)
-        return event
+                sink.emit(record)
+        return record
 
     def close(self) -> None:
         for sink in self.sinks:

@@ -1,0 +1,589 @@
+"""The payload of every trace event, one pydantic model per event kind.
+
+An event's payload used to be whatever keyword arguments its emitter passed; readers (the web
+app's bridge, presenters, templates, run.js) guessed at keys. Here each kind has a model that
+forbids unknown fields, so a typo or a new key fails where the event is emitted, not on a page.
+
+The stored form stays a plain JSON dict (``Payload.to_payload``): only the fields an emitter set
+are written, so a trace holds the same keys as before the models existed, and old trace files
+are read without validation (engine/trace.py). Consumers validate with :func:`parse_payload`.
+
+Where one kind is emitted in several shapes (``search_iteration`` by each search and each tree
+phase, ``composition`` with or without a gate), its model has optional fields for every shape,
+with ``search``/``phase`` saying which one when the emitter sends it; each shape's fields are
+grouped with a comment, so a model can be split or tightened once the emitters agree on one.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class Strict(BaseModel):
+    # ser_json_inf_nan: a NaN metric is written as NaN, as json.dumps wrote it before.
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class Payload(Strict):
+    """Base of every event payload; ``kind`` names the event kind it is the payload of."""
+
+    kind: ClassVar[str]
+
+    def to_payload(self) -> dict:
+        """The stored form: JSON types only, and only the fields that were set (None included)."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+# --- shared parts --------------------------------------------------------------------------------
+class Usage(Strict):
+    """engine.budget.Usage.to_dict()."""
+
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens: int
+    cost_usd: float
+
+
+class BudgetLimits(Strict):
+    """engine.budget.Budget.limits(); None means no limit."""
+
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_calls: int | None = None
+
+
+class BudgetLeft(Strict):
+    """engine.budget.Budget.remaining(); None means no limit."""
+
+    tokens: int | None = None
+    calls: int | None = None
+    cost_usd: float | None = None
+
+
+class CheckResult(Strict):
+    """A public check as searches read it back (engine.judge.public_checks): the ``check``
+    event's fields and the agent that ran it."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+    agent: str | None = None
+
+
+class Metric(Strict):
+    """A score: evaluate.py's (engine.evaluation), the in-loop validation's (engine.validation)
+    or an error. ``ok`` False comes with ``error`` and nothing else."""
+
+    ok: bool
+    error: str | None = None
+    metric: str | None = None
+    value: float | None = None
+    higher_is_better: bool | None = None
+    n: int | None = None
+    evaluator: str | None = None
+    # in-loop validation only
+    split: str | None = None
+    splits: int | None = None
+    split_values: list[float] | None = None
+
+
+class MutationRecord(Strict):
+    """engine.mutations.Mutation.to_dict(), or a person's edit recorded as one (kind human_edit)."""
+
+    kind: str
+    target: str
+    params: dict = Field(default_factory=dict)
+    rationale: str = ""
+    author: str = "engine"
+
+
+class StartInfo(Strict):
+    """Where a search started: de novo, or an archive's StartChoice.to_dict()."""
+
+    path: str
+    similarity: float | None = None
+    reason: str = ""
+    threshold: float | None = None
+    source: str | None = None
+    source_task: str | None = None
+    workflow_name: str | None = None
+    workflow_hash: str | None = None
+
+
+class SearchEnd(Strict):
+    """One end (initial or final) of an evolve: engine.evolve._describe plus the official score."""
+
+    workflow_hash: str
+    version: int
+    validation: float | None = None
+    J: float | None = None
+    official: Metric | None = None
+    node: str | None = None          # tree search: the node the end is
+
+
+class ModelFailure(Strict):
+    """engine.errors.ModelUnavailable.to_dict(): why the model could not be called."""
+
+    model: str
+    error_kind: str
+    role: str | None = None
+    attempts: int = 1
+    provider_message: str
+    reason: str
+    usage: Usage
+
+
+# --- one run of a workflow (engine/runner.py, roles.py, gateway.py) ------------------------------
+class RunStarted(Payload):
+    kind: ClassVar[str] = "run_started"
+    task: str
+    task_title: str
+    task_fingerprint: str
+    workflow: dict
+    workflow_hash: str
+    seed: int
+    model_override: str | None = None
+    executor: str
+    budget: BudgetLimits
+    order: list[str]
+    attempt: int = 1
+
+
+class AgentStarted(Payload):
+    kind: ClassVar[str] = "agent_started"
+    roles: list[str]
+    inputs: list[str]
+    retry_of: str | None = None      # the agent whose route sent this one back
+
+
+class ModelCall(Payload):
+    kind: ClassVar[str] = "model_call"
+    role: str
+    purpose: str
+    model: str
+    provider: str
+    messages: list[dict]
+    response: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    duration_s: float
+    cached: bool
+    request_key: str
+    budget_used: Usage
+    budget_remaining: BudgetLeft
+
+
+class ToolCall(Payload):
+    kind: ClassVar[str] = "tool_call"
+    tool: str
+    executor: str
+    purpose: str
+    code: str
+    limits: dict[str, int | float]
+    # tree search
+    node: str | None = None
+    attempt: int | None = None
+    data: str | list[str] | None = None
+
+
+class CodeExecution(Payload):
+    """ExecutionResult.evidence() and the full (tailed) output streams."""
+
+    kind: ClassVar[str] = "code_execution"
+    purpose: str
+    status: Literal["ok", "error", "timeout", "memory", "violation", "killed"]
+    exit_code: int
+    stdout_tail: str
+    stderr_tail: str
+    duration_s: float
+    files: dict[str, str]            # relative path -> sha256
+    violations: list[str]
+    executor: str
+    stdout: str
+    stderr: str
+    workdir: str
+    # tree search: the in-loop validation of one candidate
+    node: str | None = None
+    attempt: int | None = None
+    validation: Metric | None = None
+
+
+class Handoff(Payload):
+    kind: ClassVar[str] = "handoff"
+    source: str
+    target: str
+    artifact: str
+    contract: str
+    ok: bool
+    errors: list[str]
+    value_preview: Any = None        # the artifact, shortened (engine.runner._preview)
+
+
+class Check(Payload):
+    kind: ClassVar[str] = "check"
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+# An agent's step ends in one of the route statuses (engine.workflow.STATUSES), or is stopped
+# by the budget, or skipped because an input was not delivered.
+AgentStatus = Literal["SUCCESS", "RETRY", "FALLBACK", "FAILURE", "SKIPPED", "STOPPED"]
+
+
+class Route(Payload):
+    kind: ClassVar[str] = "route"
+    on: AgentStatus                  # the status that triggered it
+    target: str | None = None
+    taken: bool
+    loop: int
+    max_loops: int
+    reason: str
+
+
+class AgentFinished(Payload):
+    kind: ClassVar[str] = "agent_finished"
+    status: AgentStatus
+    message: str
+    outputs: dict[str, Any]          # artifact -> preview
+
+
+class BudgetExhausted(Payload):
+    kind: ClassVar[str] = "budget_exhausted"
+    reason: str
+    used: Usage
+    limits: BudgetLimits
+    nodes: int | None = None         # tree search: the tree's size when it stopped
+
+
+class Evaluation(Payload, Metric):
+    kind: ClassVar[str] = "evaluation"
+    predictions_sha256: str | None = None
+
+
+class RunFinished(Payload):
+    kind: ClassVar[str] = "run_finished"
+    run_id: str
+    status: Literal["completed", "failed", "stopped"]
+    reason: str
+    workflow_hash: str
+    agent_status: dict[str, str]
+    usage: Usage
+    metric: Metric | None = None
+    per_agent_usage: dict[str, Usage]
+    duration_s: float
+    overhead_s: float
+
+
+class RunFailed(Payload, ModelFailure):
+    kind: ClassVar[str] = "run_failed"
+    duration_s: float
+
+
+class SearchFailed(Payload, ModelFailure):
+    kind: ClassVar[str] = "search_failed"
+    archived: bool = False
+
+
+# --- searches (engine/evolve.py, engine/search/) -------------------------------------------------
+class SearchStarted(Payload):
+    kind: ClassVar[str] = "search_started"
+    search: Literal["mimosa", "scimars", "tree"]
+    task: str
+    budget: BudgetLimits
+    # evolve (every search)
+    iterations: int | None = None
+    seed: int | None = None
+    workflow_hash: str | None = None
+    start: StartInfo | None = None
+    workflow: dict | None = None
+    resumed_after: int | None = None
+    # run_tree_search
+    task_fingerprint: str | None = None
+    config: dict | None = None
+    executor: str | None = None
+
+
+class MutationProposed(Payload):
+    kind: ClassVar[str] = "mutation_proposed"
+    valid: bool
+    mutation: MutationRecord | None = None
+    diff: dict | None = None
+    parent_hash: str | None = None
+    child_hash: str | None = None
+    problems: list[str] | None = None
+    raw: str | None = None           # the answer that was not a mutation
+    editor: str | None = None        # scimars
+
+
+class Judgement(Payload):
+    """engine.judge.Judgement.to_dict() for one probe, with the evidence it judged."""
+
+    kind: ClassVar[str] = "judgement"
+    iteration_n: int
+    workflow_hash: str
+    ok: bool
+    error: str = ""
+    scores: dict[str, float] | None = None
+    feedback: dict[str, str] | None = None
+    attempts: int | None = None
+    raw: list[str] | None = None
+    J: float | None = None
+    checks: list[CheckResult]
+    validation: Metric | None = None
+
+
+class ReuseReceipt(Payload):
+    """SciMARS reused an earlier probe of the same workflow (verified) or ran it again."""
+
+    kind: ClassVar[str] = "reuse_receipt"
+    workflow_hash: str
+    reused_run_id: str | None
+    program_sha256: str
+    label: str
+    verified: bool
+    predictions_sha256: str | None = None
+    # a rerun: why the earlier probe could not be reused
+    rerun_id: str | None = None
+    earlier_run_id: str | None = None
+    reason: str | None = None
+
+
+class SearchIteration(Payload):
+    """One step of a search. Mimosa and SciMARS send ``search``; the tree search sends ``phase``."""
+
+    kind: ClassVar[str] = "search_iteration"
+    search: Literal["mimosa", "scimars"] | None = None
+    phase: Literal["vote", "started", "child_abandoned", "finished"] | None = None
+    # mimosa and scimars
+    n: int | None = None
+    mutation: MutationRecord | None = None
+    accepted: bool | None = None
+    decided_by: str | None = None
+    reason: str | None = None        # also tree "finished"
+    workflow_hash: str | None = None
+    workflow: dict | None = None     # the adopted workflow; None when rejected
+    budget_left: BudgetLeft | None = None
+    checks: list[CheckResult] | None = None
+    # mimosa
+    J: float | None = None
+    incumbent_J: float | None = None
+    # scimars: one editor's probed proposal
+    editor: str | None = None
+    supported: bool | None = None
+    validation: float | None = None
+    reference_validation: float | None = None
+    receipt: ReuseReceipt | None = None
+    # tree "vote"
+    slot: int | None = None
+    votes: list[str | None] | None = None
+    tally: dict[str, int] | None = None
+    winner: str | None = None
+    fallback: bool | None = None
+    # tree "started"
+    parents: list[str] | None = None
+    best: str | None = None
+    nodes: int | None = None         # also "finished"
+    # tree "child_abandoned"
+    parent: str | None = None
+    error: str | None = None
+    # tree "finished": engine.search.tree.TreeResult.summary()
+    iterations: int | None = None
+    stopped: str | None = None
+    champion: str | None = None
+    champion_score: float | None = None
+    champion_strategy: str | None = None
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    tree_path: str | None = None
+
+    @model_validator(mode="after")
+    def _one_discriminator(self) -> "SearchIteration":
+        if (self.search is None) == (self.phase is None):
+            raise ValueError("a search_iteration names either its search (mimosa, scimars) or its tree phase")
+        return self
+
+
+class Composition(Payload):
+    """SciMARS: what the composer chose in a round, a change that does not combine (``note``),
+    or the gate's word on the choice (``gate``)."""
+
+    kind: ClassVar[str] = "composition"
+    n: int
+    decision: Literal["keep", "adopt", "combine"] | None = None
+    workflow_hash: str | None = None
+    # the composer's choice
+    editors: list[str] | None = None
+    checks_passed: int | None = None
+    validation: float | None = None
+    reference_validation: float | None = None
+    supported: list[str] | None = None
+    # a proposal that could not be combined with the others
+    note: str | None = None
+    # the gate's decision on the choice
+    gate: str | None = None
+    approved: bool | None = None
+    reason: str | None = None
+    workflow: dict | None = None
+
+
+class Reflection(Payload):
+    kind: ClassVar[str] = "reflection"
+    n: int
+    lessons: list[str]
+    source: str                      # the reflector model, or "engine" (fallback lessons)
+    evidence_sha256: str
+
+
+class OfficialEvaluation(Payload, Metric):
+    kind: ClassVar[str] = "official_evaluation"
+    which: Literal["initial", "final"]
+    workflow_hash: str
+
+
+class Archive(Payload):
+    kind: ClassVar[str] = "archive"
+    workflow_hash: str
+    entry: str | None = None         # the archive entry made
+    skipped: str | None = None       # or why none was
+
+
+class SearchFinished(Payload):
+    kind: ClassVar[str] = "search_finished"
+    search: Literal["mimosa", "scimars", "tree"]
+    iterations: int
+    stopped: str
+    usage: Usage
+    # evolve: engine.evolve.EvolveResult.to_dict() without run_dir
+    task: str | None = None
+    initial: SearchEnd | None = None
+    final: SearchEnd | None = None
+    wall_s: float | None = None
+    start: StartInfo | None = None
+    archived: dict[str, str] | None = None   # {"entry": id}, {"skipped": why} or {}
+    trace: str | None = None
+    # run_tree_search: TreeResult.summary() and usage
+    reason: str | None = None
+    nodes: int | None = None
+    champion: str | None = None
+    champion_score: float | None = None
+    champion_strategy: str | None = None
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    tree_path: str | None = None
+    per_agent_usage: dict[str, Usage] | None = None
+    duration_s: float | None = None
+
+
+# --- the tree search (engine/search/tree.py) -----------------------------------------------------
+class SelectorVote(Payload):
+    kind: ClassVar[str] = "selector_vote"
+    slot: int
+    voter: int
+    vote: str | None = None
+    valid: bool
+    candidates: list[str]
+    answer: str
+
+
+class KnowledgeHit(Strict):
+    id: str
+    matched: list[str]
+
+
+class KnowledgeRetrieval(Payload):
+    kind: ClassVar[str] = "knowledge_retrieval"
+    node: str
+    parent: str | None = None
+    query_chars: int
+    excluded: list[str]
+    top: list[KnowledgeHit]
+    retrieved: str | None = None
+    matched: list[str]
+
+
+class DebateTurn(Payload):
+    kind: ClassVar[str] = "debate_turn"
+    node: str
+    parent: str | None = None
+    round: int
+    text: str
+    strategy: list[str | dict]       # [name, params] when the turn names one, else []
+    verdict: str | None = None       # the critic's
+
+
+class TreeNode(Payload):
+    kind: ClassVar[str] = "tree_node"
+    node: str
+    parent: str | None = None
+    iteration: int
+    strategy: str | None = None
+    params: dict
+    score: float | None = None
+    status: Literal["scored", "failed"]
+    knowledge: list[str]
+    debug_attempts: int
+    verdict: str
+    debate_turns: int
+    report: str
+    vetoed: bool = False        # a person vetoed it at the gate
+    promoted: bool = False      # a person promoted it: a parent in the next iteration
+    decided_by: str = ""        # who passed it through the gate
+
+
+class NodeRetired(Payload):
+    kind: ClassVar[str] = "node_retired"
+    node: str
+    children: int
+    max_children: int
+    iteration: int | None = None
+
+
+# Emission order: a run's events, the ways it stops, then the searches'.
+PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
+    RunStarted, AgentStarted, ModelCall, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
+    BudgetExhausted, Evaluation, RunFinished,
+    # the model could not be called at all (unknown model, missing key, provider down)
+    RunFailed, SearchFailed,
+    # search-level events (one search runs many probes, each a run with its own trace)
+    SearchStarted, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Archive, SearchFinished,
+    # evolutionary tree search
+    SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,
+    # SciMARS harness self-improvement
+    ReuseReceipt, Composition, Reflection,
+)}
+
+EVENT_KINDS: tuple[str, ...] = tuple(PAYLOADS)
+
+
+class PayloadError(ValueError):
+    """An event payload that its kind's model refuses (or a kind there is no model for)."""
+
+
+def parse_payload(kind: str, data: dict) -> Payload:
+    """The typed payload of one event. Raises PayloadError naming the kind and each bad field."""
+    model = PAYLOADS.get(kind)
+    if model is None:
+        raise PayloadError(f"unknown event kind {kind!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(payload)'}: {e['msg']}" for e in exc.errors())
+        raise PayloadError(f"invalid {kind!r} event payload: {problems}") from exc
+
+
+__all__ = [
+    "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "parse_payload",
+    # shared parts
+    "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
+    "SearchEnd", "StartInfo", "Strict", "Usage",
+    # one model per kind
+    "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
+    "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "RunFailed", "SearchFailed",
+    "SearchStarted", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Archive",
+    "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",
+    "ReuseReceipt", "Composition", "Reflection",
+]
