@@ -293,18 +293,13 @@ class SearchStarted(Payload):
     kind: ClassVar[str] = "search_started"
     search: Literal["mimosa", "scimars", "tree"]
     task: str
+    iterations: int
+    seed: int
     budget: BudgetLimits
-    # evolve (every search)
-    iterations: int | None = None
-    seed: int | None = None
-    workflow_hash: str | None = None
-    start: StartInfo | None = None
-    workflow: dict | None = None
-    resumed_after: int | None = None
-    # run_tree_search
-    task_fingerprint: str | None = None
-    config: dict | None = None
-    executor: str | None = None
+    workflow_hash: str
+    start: StartInfo
+    workflow: dict
+    resumed_after: int | None = None    # the last iteration finished before a resume
 
 
 class MutationProposed(Payload):
@@ -452,30 +447,20 @@ class Archive(Payload):
 
 
 class SearchFinished(Payload):
+    """engine.evolve.EvolveResult.to_dict() without run_dir."""
+
     kind: ClassVar[str] = "search_finished"
+    task: str
     search: Literal["mimosa", "scimars", "tree"]
     iterations: int
     stopped: str
+    initial: SearchEnd
+    final: SearchEnd
     usage: Usage
-    # evolve: engine.evolve.EvolveResult.to_dict() without run_dir
-    task: str | None = None
-    initial: SearchEnd | None = None
-    final: SearchEnd | None = None
-    wall_s: float | None = None
-    start: StartInfo | None = None
-    archived: dict[str, str] | None = None   # {"entry": id}, {"skipped": why} or {}
-    trace: str | None = None
-    # run_tree_search: TreeResult.summary() and usage
-    reason: str | None = None
-    nodes: int | None = None
-    champion: str | None = None
-    champion_score: float | None = None
-    champion_strategy: str | None = None
-    metric: str | None = None
-    higher_is_better: bool | None = None
-    tree_path: str | None = None
-    per_agent_usage: dict[str, Usage] | None = None
-    duration_s: float | None = None
+    wall_s: float
+    start: StartInfo
+    archived: dict[str, str] = Field(default_factory=dict)   # {"entry": id}, {"skipped": why} or {}
+    trace: str = ""
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------
@@ -529,6 +514,10 @@ class TreeNode(Payload):
     verdict: str
     debate_turns: int
     report: str
+    # the gate's word on it (a person may veto or promote a child)
+    vetoed: bool = False
+    promoted: bool = False
+    decided_by: str = ""
     vetoed: bool = False        # a person vetoed it at the gate
     promoted: bool = False      # a person promoted it: a parent in the next iteration
     decided_by: str = ""        # who passed it through the gate
