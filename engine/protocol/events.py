@@ -514,10 +514,6 @@ class TreeNode(Payload):
     verdict: str
     debate_turns: int
     report: str
-    # the gate's word on it (a person may veto or promote a child)
-    vetoed: bool = False
-    promoted: bool = False
-    decided_by: str = ""
     vetoed: bool = False        # a person vetoed it at the gate
     promoted: bool = False      # a person promoted it: a parent in the next iteration
     decided_by: str = ""        # who passed it through the gate
