@@ -83,8 +83,7 @@ class FakeExecutor:
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         self.requests.append(request)
-        workdir = self.root / f"run-{next(self._count):05d}"
-        workdir.mkdir()
+        workdir = Path(tempfile.mkdtemp(prefix=f"run-{next(self._count):05d}-", dir=self.root))
         for rel, source in request.input_files.items():
             path = PurePosixPath(str(rel))
             if path.is_absolute() or ".." in path.parts:

@@ -1,3 +1,8 @@
+"""SciMARS's search logic (the editors' bounded surface, independent editors, public-check
+selection, reuse receipts, lessons, budget, a vetoed composition and resume), run through
+``evolve`` on the fake executor: real orchestration and offline models, no program runs. The
+real end-to-end round is in tests/integration/test_evolve.py."""
+import io
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -5,90 +10,101 @@ from pathlib import Path
 import pytest
 
 import engine.evaluation
+import engine.official  # noqa: F401  (imported before a test forbids the evaluator it binds)
 import engine.runner
 from engine.artifacts import ArtifactStore
 from engine.budget import Budget
+from engine.evolve import evolve
 from engine.harness import CoordinationPolicy
 from engine.mutations import Mutation
-from engine.runner import RunResult
-from engine.search.probe import Probe, ProbeRunner, search_gateway
-from engine.search.scimars import (EDITORS, ReuseCache, check_proposal, editor_messages, scimars_search,
-                                   selection_key)
+from engine.protocol.gate import Decision
+from engine.search.probe import ProbeRunner
+from engine.search.scimars import EDITORS, ReuseCache, check_proposal
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import ListSink, Tracer
 from engine.workflow import Route
+from tests.fakes import FakeExecutor
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+DIABETES = EXAMPLES / "diabetes-progression"
+ADOPTING_SEED = 0  # with this seed the composer adopts an editor's change in round 1 (asserted below)
 
 
 @pytest.fixture(scope="module")
 def diabetes():
-    return load_task(EXAMPLES / "diabetes-progression")
+    return load_task(DIABETES)
 
 
-@pytest.fixture(scope="module")
-def one_round(diabetes, tmp_path_factory):
-    """One real SciMARS round on the diabetes example, with the official evaluator forbidden."""
-    def forbidden(*a, **k):
-        raise AssertionError("the search loop called the official evaluator")
+def _evolve(tmp_path, iterations, seed=ADOPTING_SEED, **kw):
+    sink = ListSink()
+    result = evolve(DIABETES, "scimars", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
+                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw)
+    return result, sink.events
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(engine.evaluation, "evaluate_predictions", forbidden)
-        mp.setattr(engine.runner, "evaluate_predictions", forbidden)
-        budget = Budget(max_tokens=2_000_000)
-        sink = ListSink()
-        tracer = Tracer("scimars", [sink])
-        runner = ProbeRunner(diabetes, budget, tmp_path_factory.mktemp("scimars") / "probes", seed=0)
-        outcome = scimars_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 0), tracer, rounds=1)
-    return outcome, sink.events, runner
+
+def _of(events, kind, **match):
+    return [e.payload for e in events if e.kind == kind and all(e.payload.get(k) == v for k, v in match.items())]
 
 
 def _calls(events, role):
     return [e for e in events if e.kind == "model_call" and e.payload["role"] == role]
 
 
+@pytest.fixture(scope="module")
+def one_round(tmp_path_factory):
+    """One SciMARS round on the diabetes example, with the official evaluator forbidden while it
+    searches (the final official scoring goes to a stand-in)."""
+    def forbidden(*a, **k):
+        raise AssertionError("the search loop called the official evaluator")
+
+    def official(task, run_dir, sha):
+        return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine.evaluation, "evaluate_predictions", forbidden)
+        mp.setattr(engine.runner, "evaluate_predictions", forbidden, raising=False)
+        return _evolve(tmp_path_factory.mktemp("scimars"), iterations=1, official=official)
+
+
 # --- a full round ---------------------------------------------------------------------------------
-def test_full_round_final_is_at_least_as_good_as_reference_by_public_checks(one_round, diabetes):
-    outcome, events, runner = one_round
-    assert len(outcome.iterations) == 1 and outcome.stopped == "round budget reached"
-    rec = outcome.iterations[0]
-    assert [p.editor for p in rec.proposals] == list(EDITORS)
-    ref, final = rec.reference_run, outcome.final
-    assert outcome.initial is ref
-    hib = diabetes.metric.higher_is_better
-    assert (final.all_checks_pass, final.checks_passed) >= (ref.all_checks_pass, ref.checks_passed)
-    assert selection_key(final, hib) >= selection_key(ref, hib)
-    assert rec.decision in {"keep", "adopt", "combine"}
-    if rec.decision == "adopt":
-        (editor,) = rec.chosen
-        assert next(p for p in rec.proposals if p.editor == editor).supported
-    # every valid proposal was probed in isolation against the reference, with the runner's one seed
-    for p in rec.proposals:
-        if p.valid:
-            assert p.probe_run.workflow.parent_hash == ref.workflow.hash
-            assert p.probe["validation"]["split"] == "validation"
+def test_full_round_final_is_at_least_as_good_as_reference_by_public_checks(one_round):
+    result, events = one_round
+    assert result.iterations == 1 and result.stopped == "round budget reached"
+    proposed = _of(events, "mutation_proposed")
+    assert [p["editor"] for p in proposed] == list(EDITORS)
+    assert all(p["parent_hash"] == result.initial["workflow_hash"] for p in proposed)
+    (composed,) = [p for p in _of(events, "composition") if "decision" in p and p.get("gate") is None]
+    assert composed["decision"] in {"adopt", "combine"}  # this seed: a supported change is taken
+    assert composed["editors"] and set(composed["editors"]) <= set(composed["supported"])
+    assert composed["validation"] > composed["reference_validation"]  # r2: higher is better
+    assert result.final["workflow_hash"] == composed["workflow_hash"] != result.initial["workflow_hash"]
+    probed = _of(events, "search_iteration")
+    assert {p["editor"] for p in probed} == {p["editor"] for p in proposed if p["valid"]}
+    for p in probed:  # every valid proposal probed in isolation against the same reference
+        assert p["reference_validation"] == composed["reference_validation"]
+        assert p["supported"] == (p["editor"] in composed["supported"])
+    assert all(p["split"] == "validation" for p in _of(events, "evaluation"))
     # no judge in SciMARS; one reflection; lessons recorded with numbers
     assert not _calls(events, "judge")
     assert len(_calls(events, "reflector")) == 1
-    assert any(e.kind == "reflection" for e in events)
-    assert rec.lessons and any(any(ch.isdigit() for ch in x) for x in rec.lessons)
-    assert any(e.kind == "composition" and "decision" in e.payload for e in events)
+    (reflection,) = _of(events, "reflection")
+    assert reflection["lessons"] and any(any(ch.isdigit() for ch in x) for x in reflection["lessons"])
 
 
 def test_editors_are_independent(one_round):
-    outcome, events, _ = one_round
-    rec = outcome.iterations[0]
+    result, events = one_round
+    proposed = _of(events, "mutation_proposed")
     prompts = {ed: _calls(events, ed) for ed in EDITORS}
     assert all(len(v) == 1 for v in prompts.values())
     users = {ed: next(m["content"] for m in v[0].payload["messages"] if m["role"] == "user") for ed, v in prompts.items()}
     assert len(set(users.values())) == 1  # same reference inputs for every editor
     for ed, calls in prompts.items():
         text = json.dumps(calls[0].payload["messages"])
-        for other in rec.proposals:
-            if other.editor != ed and other.mutation:
-                assert json.dumps(other.mutation["params"]) not in text
-                assert other.mutation["rationale"] not in text
+        for other in proposed:
+            if other["editor"] != ed and other["mutation"]:
+                assert json.dumps(other["mutation"]["params"]) not in text
+                assert other["mutation"]["rationale"] not in text
                 assert calls[0].payload["response"] not in text
 
 
@@ -159,7 +175,8 @@ def test_same_harness_twice_in_a_round_is_reused_unless_its_saved_program_change
     budget = Budget(max_tokens=1_000_000)
     sink = ListSink()
     tracer = Tracer("reuse", [sink])
-    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=0)
+    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=0,
+                         executor=FakeExecutor(tmp_path / "sandbox"))
     cache = ReuseCache(runner, tracer)
     wf = team_workflow(diabetes)
     first, receipt = cache.probe(wf, "reference", 1)
@@ -187,54 +204,26 @@ def test_same_harness_twice_in_a_round_is_reused_unless_its_saved_program_change
     assert rerun.result.run_id != first.result.run_id
 
 
-# --- lessons and budget, on a fast stand-in runner -----------------------------------------------
-class FakeRunner:
-    """Stands in for ProbeRunner: scores a workflow from its planner prompt without running it."""
-
-    def __init__(self, task, budget, root):
-        self.task, self.budget, self.root, self.seed, self.count = task, budget, Path(root), 0, 0
-
-    def run(self, workflow, label, iteration, judge_with=None):
-        self.count += 1
-        run_dir = self.root / f"{self.count:03d}-{label}"
-        store = ArtifactStore(run_dir / "artifacts")
-        preds = store.put_bytes(f"id,progression\n1,{self.count}\n".encode())
-        value = 0.3 + 0.05 * len(workflow.agent("planner").prompt) / 80
-        checks = [{"agent": "verifier", "name": "exit_ok", "passed": True, "detail": ""}]
-        result = RunResult(f"fake-{self.count}", "completed", "", workflow.hash, {}, {}, {},
-                           {"ok": True, "value": value, "split": "validation"}, "", 0, 0, 0, 0,
-                           final_code=f"print({self.count})\n", predictions_sha256=preds)
-        return Probe(workflow, result, [], checks, run_dir=run_dir)
-
-
-def test_lessons_reach_the_next_rounds_editor_prompts(diabetes, tmp_path):
-    budget = Budget(max_tokens=1_000_000)
-    sink = ListSink()
-    tracer = Tracer("lessons", [sink])
-    runner = FakeRunner(diabetes, budget, tmp_path)
-    outcome = scimars_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 0), tracer, rounds=2)
-    assert len(outcome.iterations) == 2
-    first_lessons = outcome.iterations[0].lessons
+# --- lessons, budget, the gate and resume -------------------------------------------------------
+def test_lessons_reach_the_next_rounds_editor_prompts(tmp_path):
+    result, events = _evolve(tmp_path, iterations=2)
+    assert result.iterations == 2
+    first_lessons = _of(events, "reflection", n=1)[0]["lessons"]
     assert first_lessons
     for ed in EDITORS:
-        r1, r2 = _calls(sink.events, ed)
+        r1, r2 = _calls(events, ed)
         sys1 = r1.payload["messages"][0]["content"]
         sys2 = r2.payload["messages"][0]["content"]
         assert "## Lessons from earlier runs" not in sys1
         assert "## Lessons from earlier runs" in sys2
         assert all(x in sys2 for x in first_lessons)
-    # the prompt builder itself: lessons under their heading, nothing else from other editors
-    msgs = editor_messages("role_editor", runner, outcome.iterations[0].reference_run, ["lesson A"])
-    assert "## Lessons from earlier runs\n- lesson A" in msgs[0]["content"]
 
 
-def test_budget_exhaustion_ends_the_search_cleanly(diabetes, tmp_path):
-    budget = Budget(max_calls=2)
-    tracer = Tracer("budget", [ListSink()])
-    runner = FakeRunner(diabetes, budget, tmp_path)
-    outcome = scimars_search(team_workflow(diabetes), runner, search_gateway(budget, tracer, 0), tracer, rounds=3)
-    assert outcome.stopped.startswith("budget exhausted")
-    assert outcome.final is not None and budget.used.calls <= 2
+def test_budget_exhaustion_ends_the_search_cleanly(tmp_path):
+    result, events = _evolve(tmp_path, iterations=3, budget=Budget(max_calls=2))
+    assert result.stopped.startswith("budget exhausted")
+    assert result.final["workflow_hash"] and result.usage["calls"] <= 2
+    assert events[-1].kind == "search_finished"
 
 
 class _Veto:
@@ -245,30 +234,28 @@ class _Veto:
 
     def decide(self, proposal):
         self.proposals.append(proposal)
-        return False, "user:ada", "not convinced"
+        return Decision(approved=False, decided_by="user:ada", reason="not convinced")
 
     def human_edit(self, incumbent):
         return None
 
+    def adopted(self, edit, n):
+        raise AssertionError("nobody edited")
 
-def test_a_vetoed_composition_keeps_the_reference_and_a_resumed_search_skips_finished_rounds(diabetes, tmp_path):
-    budget = Budget(max_tokens=2_000_000)
-    tracer = Tracer("scimars", [ListSink()])
-    runner = ProbeRunner(diabetes, budget, tmp_path / "probes", seed=0)
+
+def test_a_vetoed_composition_keeps_the_reference_and_a_resumed_search_skips_finished_rounds(tmp_path):
     gate, checkpoints = _Veto(), []
-    initial = team_workflow(diabetes)
-    outcome = scimars_search(initial, runner, search_gateway(budget, tracer, 0), tracer, rounds=1, gate=gate,
-                             on_checkpoint=checkpoints.append)
-    # The composer adopts a supported change on this task (see the test above); the person vetoes it.
-    assert len(gate.proposals) == 1 and gate.proposals[0]["mutation"]["kind"].startswith("scimars_")
-    assert gate.proposals[0]["workflow"]["hash"] != initial.hash
-    assert outcome.iterations[0].decision == "keep" and outcome.final.workflow.hash == initial.hash
-    assert [c["n"] for c in checkpoints] == [1]
+    run_dir = tmp_path / "run"
+    result, events = _evolve(tmp_path, iterations=1, gate=gate, run_dir=run_dir, on_checkpoint=checkpoints.append)
+    # The composer adopts a supported change with this seed (see the full round above); the person vetoes it.
+    assert len(gate.proposals) == 1 and gate.proposals[0].change.kind.startswith("scimars_")
+    assert gate.proposals[0].workflow["hash"] != result.initial["workflow_hash"]
+    vetoed = [p for p in _of(events, "composition") if p.get("gate") == "user:ada"]
+    assert len(vetoed) == 1 and vetoed[0]["approved"] is False and vetoed[0]["decision"] == "keep"
+    assert result.final["workflow_hash"] == result.initial["workflow_hash"]
+    assert checkpoints[-1]["n"] == 1
 
-    budget2 = Budget(max_tokens=2_000_000)
-    tracer2 = Tracer("scimars", [ListSink()])
-    runner2 = ProbeRunner(diabetes, budget2, tmp_path / "probes", seed=0)
-    resumed = scimars_search(initial, runner2, search_gateway(budget2, tracer2, 0), tracer2, rounds=1,
-                             resume=checkpoints[-1])
-    assert resumed.iterations == [] and resumed.final.workflow.hash == initial.hash  # nothing left to run
-    assert budget2.used.calls == budget.used.calls  # the spent budget carried over, nothing new spent
+    resumed, events = _evolve(tmp_path, iterations=1, run_dir=run_dir, resume=checkpoints[-1])
+    assert resumed.iterations == 1 and not _of(events, "search_iteration")  # nothing left to run
+    assert resumed.final["workflow_hash"] == result.initial["workflow_hash"]
+    assert resumed.usage == result.usage  # the spent budget carried over, nothing new spent

@@ -1,0 +1,52 @@
+"""``evolve`` around any search, on the fake executor: the official evaluator runs once per end
+and only after the search, the final workflow is archived and a similar task then warm-starts
+from it. The real end-to-end evolve runs (CLI, tree) are in tests/integration/test_evolve.py."""
+import io
+
+from engine.budget import Budget
+from engine.evolve import evolve
+from engine.trace import read_events
+from tests.fakes import FakeExecutor
+
+
+def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path, examples):
+    calls = []
+
+    def counting_official(task, run_dir, sha):
+        from engine.official import official_metric
+
+        calls.append(sha)
+        return official_metric(task, run_dir, sha)
+
+    result = evolve(examples / "diabetes-progression", "mimosa", iterations=2, seed=1,
+                    budget=Budget(max_tokens=1_000_000), runs_dir=tmp_path, out=io.StringIO(),
+                    official=counting_official, executor=FakeExecutor(tmp_path / "sandbox"))
+    assert len(calls) == 2  # exactly once per end, after the search
+    for end in (result.initial, result.final):
+        assert end["official"]["ok"] and end["official"]["metric"] == "r2"
+    assert result.final["J"] >= result.initial["J"]
+    events = list(read_events(result.run_dir / "search.jsonl"))
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "search_started" and kinds[-1] == "search_finished"
+    # the official evaluation comes only after the last search iteration
+    last_iteration = max((i for i, k in enumerate(kinds) if k in {"search_iteration", "judgement"}), default=0)
+    assert min(i for i, k in enumerate(kinds) if k == "official_evaluation") > last_iteration
+    assert (result.run_dir / "final_workflow.json").is_file()
+
+
+def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(tmp_path, examples):
+    archive = tmp_path / "archive"
+    out = io.StringIO()
+
+    def run(task, iterations):
+        return evolve(examples / task, "mimosa", iterations=iterations, seed=1, runs_dir=tmp_path, out=out,
+                      archive_dir=archive, executor=FakeExecutor(tmp_path / "sandbox"))
+
+    first = run("diabetes-progression", 1)
+    assert first.start["path"] == "de_novo" and first.start["similarity"] is None
+    assert "entry" in first.archived
+    second = run("diabetes-progression", 1)
+    assert second.start["path"] == "warm_start" and second.start["similarity"] > 0.7
+    assert second.initial["workflow_hash"] == first.final["workflow_hash"]
+    other = run("discontinuous-1d", 0)
+    assert other.start["path"] == "de_novo" and other.start["similarity"] < 0.7

@@ -1,0 +1,169 @@
+"""Mimosa's search logic (accept rule, stop rule, budget, resume, a person's edits and vetoes),
+run through ``evolve`` on the fake executor: every probe is real orchestration and real offline
+models, but no program runs. The real end-to-end search is in tests/integration/test_evolve.py."""
+import ast
+import functools
+import io
+from pathlib import Path
+
+import pytest
+
+import engine.evaluation
+import engine.evolve
+import engine.official  # noqa: F401  (imported before a test forbids the evaluator it binds)
+import engine.runner
+from engine.budget import Budget
+from engine.evolve import evolve
+from engine.mutations import Mutation
+from engine.protocol.gate import Decision
+from engine.search.base import HumanEdit
+from engine.search.mimosa import MimosaSearch, accepts
+from engine.trace import ListSink
+from tests.fakes import FakeExecutor
+
+ROOT = Path(__file__).resolve().parents[2]
+SEARCH = ROOT / "engine" / "search"
+DIABETES = ROOT / "examples" / "diabetes-progression"
+
+
+def test_accept_rule_is_strict_improvement_and_never_a_failed_judgement():
+    assert accepts(0.81, 0.80)
+    assert not accepts(0.80, 0.80)
+    assert not accepts(0.79, 0.80)
+    assert not accepts(None, 0.2)
+    assert accepts(0.1, None)  # anything judged beats an incumbent whose judgement failed
+
+
+def test_no_search_module_can_import_the_official_evaluator():
+    for path in SEARCH.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            for m in mods:
+                assert not m.endswith(("official", "evaluation")), f"{path.name} imports {m}"
+            assert "official_metric" not in names and "evaluate_predictions" not in names, path.name
+
+
+def _evolve(tmp_path, iterations, seed=1, **kw):
+    sink = ListSink()
+    result = evolve(DIABETES, "mimosa", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
+                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw)
+    return result, sink.events
+
+
+def _iterations(events):
+    return [e.payload for e in events if e.kind == "search_iteration"]
+
+
+@pytest.fixture
+def no_official_evaluator(monkeypatch):
+    """The official evaluator refuses every call; ``evolve``'s final scoring goes to a stand-in
+    that records its calls instead."""
+    def forbidden(*a, **k):
+        raise AssertionError("the search loop called the official evaluator")
+
+    monkeypatch.setattr(engine.evaluation, "evaluate_predictions", forbidden)
+    monkeypatch.setattr(engine.runner, "evaluate_predictions", forbidden, raising=False)
+    calls = []
+
+    def official(task, run_dir, sha):
+        calls.append(sha)
+        return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
+
+    return official, calls
+
+
+def test_search_keeps_only_strict_improvements_and_never_touches_the_official_evaluator(
+        tmp_path, no_official_evaluator):
+    official, calls = no_official_evaluator
+    result, events = _evolve(tmp_path, iterations=4, seed=4, official=official)
+    iterations = _iterations(events)
+    assert [p["n"] for p in iterations] == [1, 2, 3, 4] and result.stopped == "iteration budget reached"
+    j = result.initial["J"]
+    for p in iterations:
+        assert p["incumbent_J"] == pytest.approx(j)
+        assert p["accepted"] == (p["J"] is not None and p["J"] > j)
+        if p["accepted"]:
+            j = p["J"]
+    # this seed exercises every branch: worse, better, equal (rejected: strict), better again
+    assert [p["accepted"] for p in iterations] == [False, True, False, True]
+    assert iterations[2]["J"] == pytest.approx(iterations[2]["incumbent_J"])
+    assert result.final["J"] == pytest.approx(j)
+    assert len(calls) == 2  # the official evaluation: once per end, after the search
+    # every probe scored itself on the validation split of the training data
+    evaluations = [e.payload for e in events if e.kind == "evaluation"]
+    assert evaluations and all(p["split"] == "validation" for p in evaluations)
+
+
+def test_search_stops_as_soon_as_J_exceeds_the_threshold(tmp_path, monkeypatch, no_official_evaluator):
+    monkeypatch.setattr(engine.evolve, "search_class", lambda name: functools.partial(MimosaSearch, stop_j=0.3))
+    result, events = _evolve(tmp_path, iterations=5, official=no_official_evaluator[0])
+    assert _iterations(events) == [] and "> 0.3" in result.stopped
+    assert result.final["workflow_hash"] == result.initial["workflow_hash"]
+
+
+def test_every_model_call_draws_from_one_budget_visible_in_the_traces(tmp_path):
+    result, events = _evolve(tmp_path, iterations=1)
+    calls = [e for e in events if e.kind == "model_call"]
+    assert {"role", "judge", "mutation"} <= {e.payload["purpose"] for e in calls}
+    assert sum(e.payload["prompt_tokens"] + e.payload["completion_tokens"] for e in calls) == result.usage["tokens"]
+    used = sorted(e.payload["budget_used"]["tokens"] for e in calls)
+    assert used[-1] == result.usage["tokens"]
+
+
+def test_budget_exhaustion_ends_the_search_cleanly(tmp_path):
+    result, events = _evolve(tmp_path, iterations=5, budget=Budget(max_tokens=60_000))
+    assert "budget" in result.stopped and result.iterations < 5
+    assert result.usage["tokens"] <= 60_000
+    assert events[-1].kind == "search_finished"
+
+
+def test_a_search_resumed_from_its_checkpoint_continues_after_the_last_finished_iteration(tmp_path):
+    checkpoints = []
+    run_dir = tmp_path / "run"
+    first, _ = _evolve(tmp_path, iterations=1, run_dir=run_dir, on_checkpoint=checkpoints.append)
+    assert {c["n"] for c in checkpoints} == {0, 1} and checkpoints[-1]["n"] == 1
+    state = checkpoints[-1]
+
+    # A fresh process: new budget, executor and sinks; only the checkpoint and the run folder survive.
+    resumed, events = _evolve(tmp_path, iterations=2, run_dir=run_dir, resume=state)
+    assert [p["n"] for p in _iterations(events)] == [2]  # iteration 1 is not run again
+    assert resumed.initial["workflow_hash"] == first.initial["workflow_hash"]
+    assert resumed.initial["J"] == first.initial["J"]
+    assert resumed.usage["calls"] > state["budget"]["used"]["calls"]  # the same budget, carried over
+    assert not any(e.kind == "run_started" and e.iteration == 0 for e in events)  # the initial workflow not re-probed
+
+
+class _PersonEdits:
+    """A gate whose person vetoes every mutation and edits the planner's procedure once."""
+
+    def __init__(self):
+        self.offered = False
+        self.adoptions = []
+
+    def decide(self, proposal):
+        return Decision(approved=False, decided_by="user:ada", reason="vetoed")
+
+    def human_edit(self, incumbent):
+        if self.offered:
+            return None
+        self.offered = True
+        edit = Mutation("procedure_refinement", "planner", {"procedure": "Use ridge regression only."},
+                        "a person's prior", author="user:ada")
+        return HumanEdit(edit.apply(incumbent), "user:ada")
+
+    def adopted(self, edit, n):
+        self.adoptions.append(n)
+
+
+def test_a_persons_edit_is_adopted_and_their_vetoes_stand(tmp_path):
+    gate = _PersonEdits()
+    result, events = _evolve(tmp_path, iterations=2, gate=gate)
+    edit, vetoed = _iterations(events)
+    assert edit["mutation"]["kind"] == "human_edit" and edit["accepted"] and edit["decided_by"] == "user:ada"
+    assert edit["J"] is not None  # probed and judged like any candidate, so its evidence is on record
+    assert gate.adoptions == [1]
+    final = (result.run_dir / "final_workflow.json").read_text()
+    assert "Use ridge regression only." in final and result.final["workflow_hash"] == edit["workflow_hash"]
+    assert vetoed["mutation"]["kind"] != "human_edit" and not vetoed["accepted"] and vetoed["decided_by"] == "user:ada"

@@ -1,0 +1,297 @@
+"""The AgenticSciML tree search's logic, run through ``evolve`` on the fake executor (real
+orchestration and offline models, no program runs): every node scored from its own execution,
+the champion, the tree file, the trace, the selector ensemble, retirement, the knowledge base,
+the offline roles and the budget; the search never reads held-out data nor runs the evaluator.
+The real end-to-end search is in tests/integration/test_tree_search.py."""
+import builtins
+import functools
+import io
+import json
+import math
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import engine.evaluation
+import engine.evolve
+import engine.official
+from engine.budget import Budget
+from engine.evolve import evolve
+from engine.knowledge import load_knowledge, retrieve
+from engine.offline import scientist
+from engine.offline.strategies import ONE_D, DataSpec, get_strategy
+from engine.prompts import role_of
+from engine.search.tree import (Node, SearchContext, Tree, TreeConfig, TreeSearch, build_messages, majority_vote,
+                                parse_strategy, parse_verdict, parse_vote, select_parents)
+from engine.task import load_task
+from engine.trace import ListSink, Tracer
+from engine.validation import validate_program
+from tests.fakes import FakeExecutor
+
+DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
+JUMP_REPORT = ("- largest jump between neighbouring sorted points: +1.003 between x = -0.0008 and 0.0008\n"
+               "- strong evidence of a discontinuity: a single smooth global model will ring around it; "
+               "consider a piecewise fit split at the jump")
+
+
+def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=None, **kw):
+    """``evolve`` with the tree search under ``config``, with the official evaluator and the
+    held-out data booby-trapped: any use is recorded (and refused), so a test can assert there
+    was none. The official scoring after the search goes to a stand-in."""
+    def refuse(what):
+        touched.append(what)
+        raise AssertionError(f"the tree search touched {what}")
+
+    real_open, real_popen = builtins.open, subprocess.Popen
+
+    def guarded_open(file, *a, **k):
+        if "heldout" in str(file):
+            refuse(str(file))
+        return real_open(file, *a, **k)
+
+    class GuardedPopen(real_popen):
+        def __init__(self, args, *a, **k):
+            if "evaluate.py" in " ".join(map(str, args if isinstance(args, (list, tuple)) else [args])):
+                refuse(f"subprocess {args}")
+            super().__init__(args, *a, **k)
+
+    sink = ListSink()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine.evolve, "search_class", lambda name: functools.partial(TreeSearch, config=config))
+        mp.setattr(engine.official, "official_for_code",
+                   lambda task, code, executor: {"ok": True, "metric": "relative_l2", "value": 0.1,
+                                                 "higher_is_better": False, "n": 1000})
+        mp.setattr(engine.evaluation, "evaluate_predictions", lambda *a, **k: refuse("evaluate_predictions"))
+        mp.setattr(builtins, "open", guarded_open)
+        mp.setattr(subprocess, "Popen", GuardedPopen)
+        result = evolve(DISC, "tree", iterations=config.iterations, seed=config.seed, run_dir=tmp, out=io.StringIO(),
+                        executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw)
+    return result, Tree.load(tmp / "tree" / "tree.json"), sink.events
+
+
+@pytest.fixture(scope="module")
+def search(tmp_path_factory):
+    touched: list = []
+    run_dir = tmp_path_factory.mktemp("tree") / "run"
+    config = TreeConfig(iterations=2, seed=0, extra_parents=1, debate_rounds=1, selectors=3)
+    result, tree, events = guarded_tree_search(run_dir, touched, config, budget=Budget(max_tokens=2_000_000))
+    return SimpleNamespace(result=result, tree=tree, events=events, run_dir=run_dir / "tree", touched=touched)
+
+
+def _of(events, kind):
+    return [e for e in events if e.kind == kind]
+
+
+# --- the search end to end ------------------------------------------------------------------------
+def test_short_search_scores_every_node_from_executed_code(search):
+    result, tree = search.result, search.tree
+    assert result.iterations == 2
+    assert len(tree.nodes) == 4  # root; iteration 1 expands it; iteration 2 the best + one voted parent
+    runs = {}
+    for e in _of(search.events, "code_execution"):
+        if e.payload["purpose"] == "in-loop validation":
+            runs[e.payload["node"]] = e.payload  # the last run of each node is the one scored
+    for node in tree.nodes.values():
+        assert node.status == "scored" and math.isfinite(node.score), node.id
+        assert runs[node.id]["status"] == "ok" and runs[node.id]["validation"]["value"] == node.score
+        assert node.strategy and node.report and node.proposal
+        assert node.children == len(tree.children_of(node.id))
+        assert len(node.knowledge) <= 1
+    assert all(n.debate and n.debate[-1]["speaker"] in {"proposer", "critic"} for n in tree.nodes.values())
+    assert {n.verdict for n in tree.nodes.values() if n.parent} <= {"improved", "regressed", "unchanged"}
+    # The score is a fact about the code: running the champion again gives it again.
+    champion = tree.champion()
+    metric, _ = validate_program(load_task(DISC), champion.code, FakeExecutor(search.run_dir / "recheck"))
+    assert metric["value"] == pytest.approx(champion.score)
+
+
+def test_champion_is_the_best_node_and_at_least_as_good_as_the_root(search):
+    result, tree = search.result, search.tree
+    assert not tree.higher_is_better  # relative_l2
+    champion = tree.champion()
+    assert champion.score == min(n.score for n in tree.nodes.values())
+    assert champion.score <= tree.nodes["n0"].score
+    assert result.final["validation"] == champion.score and result.initial["validation"] == tree.nodes["n0"].score
+    assert (search.run_dir / "champion.py").read_text() == champion.code
+
+
+def test_tree_json_round_trips(search):
+    tree = search.tree
+    assert Tree.from_dict(json.loads(json.dumps(tree.to_dict()))).to_dict() == tree.to_dict()
+    assert tree.data_report.startswith("# Exploratory data analysis")
+
+
+def test_every_step_is_traced(search):
+    kinds = {e.kind for e in search.events}
+    assert {"search_started", "model_call", "knowledge_retrieval", "debate_turn", "selector_vote", "tool_call",
+            "code_execution", "tree_node", "search_iteration", "search_finished"} <= kinds
+    roles = {e.payload["role"] for e in _of(search.events, "model_call")}
+    assert {"analyzer", "proposer", "critic", "engineer", "selector", "result_analyst"} <= roles
+    assert [e.payload["node"] for e in _of(search.events, "tree_node")] == list(search.tree.nodes)
+    assert Path(search.result.trace).read_text().count("\n") == len(search.events)
+
+
+def test_selector_votes_are_traced_and_the_majority_decides(search):
+    tree = search.tree
+    decisions = [e for e in _of(search.events, "search_iteration") if e.payload.get("phase") == "vote"]
+    assert decisions, "iteration 2 has a second eligible node, so the ensemble must have voted"
+    for d in decisions:
+        votes = [e for e in _of(search.events, "selector_vote")
+                 if e.iteration == d.iteration and e.payload["slot"] == d.payload["slot"]]
+        assert len(votes) == 3
+        assert [v.payload["vote"] if v.payload["valid"] else None for v in votes] == d.payload["votes"]
+        candidates = [tree.nodes[i] for i in votes[0].payload["candidates"]]
+        assert d.payload["winner"] == majority_vote(d.payload["votes"], candidates, tree.higher_is_better)
+        started = next(e for e in _of(search.events, "search_iteration")
+                       if e.iteration == d.iteration and e.payload.get("phase") == "started")
+        assert d.payload["winner"] in started.payload["parents"]
+
+
+def test_search_never_reads_heldout_or_runs_the_evaluator(search):
+    assert search.touched == []
+    for e in _of(search.events, "tool_call") + _of(search.events, "code_execution"):
+        text = json.dumps(e.payload)
+        assert "evaluate.py" not in text and "heldout" not in text
+    assert {e.payload["purpose"] for e in _of(search.events, "code_execution")} == {
+        "exploratory analysis", "in-loop validation"}
+
+
+# --- unit rules ----------------------------------------------------------------------------------------
+def _node(i, score, parent=None, children=0):
+    return Node(id=f"n{i}", parent=parent, iteration=0, code="", score=score, status="scored", report="",
+                children=children)
+
+
+def test_majority_vote_counts_valid_votes_and_breaks_ties_deterministically():
+    nodes = [_node(1, 0.30), _node(2, 0.20), _node(3, 0.20)]
+    assert majority_vote(["n1", "n3", "n1"], nodes, higher_is_better=False) == "n1"
+    assert majority_vote(["n1", "n2"], nodes, higher_is_better=False) == "n2"       # tie: better score
+    assert majority_vote(["n1", "n2"], nodes, higher_is_better=True) == "n1"        # ... in its direction
+    assert majority_vote(["n3", "n2"], nodes, higher_is_better=False) == "n2"       # then the older node
+    assert majority_vote(["n3", "n2"], list(reversed(nodes)), False) == "n2"        # order never matters
+    assert majority_vote(["n9", None, "n2", "n9"], nodes, higher_is_better=False) == "n2"  # n9 not a candidate
+    assert majority_vote([None, "n7"], nodes, higher_is_better=False) is None
+
+
+class _VotesFor:
+    """A gateway whose every selector votes for one fixed node; records the prompts."""
+
+    def __init__(self, node_id):
+        self.node_id, self.prompts = node_id, []
+
+    def complete(self, agent, role, messages, **kw):
+        self.prompts.append(messages[1]["content"])
+        return SimpleNamespace(text=f"vote: {self.node_id}\nreason: fixed")
+
+
+def test_a_node_retires_after_max_children_and_is_never_selected_again(tmp_path):
+    tree = Tree(task="t", metric="relative_l2", higher_is_better=False, max_children=2)
+    tree.add(_node(0, 0.10))
+    assert tree.add(_node(1, 0.30, parent="n0")) is None
+    retired = tree.add(_node(2, 0.20, parent="n0"))
+    assert retired is tree.nodes["n0"] and retired.retired and retired.children == 2
+    assert [n.id for n in tree.eligible()] == ["n2", "n1"]
+    assert tree.champion().id == "n0"  # retired from parenthood, still the best solution
+
+    sink = ListSink()
+    gateway = _VotesFor("n0")  # every voter wants the retired node
+    ctx = SearchContext(load_task(DISC), gateway, None, Tracer("t", [sink]),
+                        TreeConfig(extra_parents=1, max_children=2), tmp_path, [])
+    parents = select_parents(ctx, tree)
+    assert [p.id for p in parents] == ["n2", "n1"]
+    assert gateway.prompts and all("- n0 " not in p for p in gateway.prompts)
+    assert all(not e.payload["valid"] for e in sink.events if e.kind == "selector_vote")
+
+
+def test_knowledge_retrieval_returns_nothing_for_an_unrelated_report_and_one_for_a_match():
+    assert retrieve("The survey lists the opening hours of the city libraries and the weather.") == []
+    assert retrieve("The model is smooth.") == []  # a single shared word is too weak
+    match = retrieve(JUMP_REPORT)
+    assert [m.entry.id for m in match] == ["piecewise-discontinuity"]
+    assert retrieve(JUMP_REPORT, exclude={"piecewise-discontinuity"})[0].entry.id == "mixture-of-experts"
+    scales = retrieve("- features are on very different scales: scaling matters for distance, kernel models")
+    assert [m.entry.id for m in scales] == ["feature-scaling"]
+
+
+def test_the_knowledge_base_is_real_and_its_strategy_hints_render():
+    entries = load_knowledge()
+    ids = {e.id for e in entries}
+    assert {"mixture-of-experts", "adaptive-loss-weighting", "residual-based-resampling", "hard-boundary-conditions",
+            "lbfgs-fine-tuning", "piecewise-discontinuity", "feature-scaling", "ensembling-stacking",
+            "regularisation"} <= ids
+    one_d, tabular = (DataSpec("data/train.csv", "data/test_features.csv", "y", features, "id", "predictions.csv")
+                      for features in (("x",), ("x", "z")))
+    for e in entries:
+        assert e.title and len(e.tags) >= 3 and len(e.when_to_use) > 80 and len(e.how) > 80, e.id
+        for key, params in e.strategies:
+            strategy = get_strategy(key)
+            spec = one_d if ONE_D in strategy.families else tabular
+            assert strategy.render(params, spec, 0)  # hints name real strategies and valid params
+
+
+# --- the offline roles read their prompts --------------------------------------------------------------
+def _ask_offline(role, inputs, seed=0):
+    task = load_task(DISC)
+    messages = build_messages(task, role, inputs)
+    assert role_of(messages[0]["content"]) == role
+    return scientist.respond(messages, seed=seed)
+
+
+PARENT = "\n".join(["id: n0", 'strategy: piecewise_poly {"degree": 10, "gap_rule": "blend", "min_side": 10, '
+                    '"search_degree": 3, "side_model": "spline"}', "validation_score: 0.0163",
+                    "direction: lower is better", "children: 1"])
+
+
+def test_offline_critic_objects_to_copies_and_contradictions_and_accepts_a_sound_proposal():
+    base = {"parent": PARENT, "parent_report": JUMP_REPORT, "data_findings": JUMP_REPORT, "knowledge": "none retrieved",
+            "tried": '- n0: piecewise_poly {"degree": 10, "gap_rule": "blend", "min_side": 10, "search_degree": 3, '
+                     '"side_model": "spline"} score=0.0163'}
+    copy = _ask_offline("critic", {**base, "proposal": PARENT.splitlines()[1]})
+    assert parse_verdict(copy) == "revise" and "copy" in copy
+    # degree is unused by the spline side model: the same program in other words is still a copy
+    same_program = _ask_offline("critic", {**base, "proposal": PARENT.splitlines()[1].replace('"degree": 10',
+                                                                                              '"degree": 14')})
+    assert parse_verdict(same_program) == "revise"
+    smooth = _ask_offline("critic", {**base, "proposal": 'strategy: global_poly {"degree": 9}'})
+    assert parse_verdict(smooth) == "revise" and "avoid: global_poly" in smooth and "discontinuity" in smooth
+    sound = _ask_offline("critic", {**base, "proposal": 'strategy: extra_trees {"n_estimators": 200}'})
+    assert parse_verdict(sound) == "accept"
+
+
+def test_offline_proposer_revises_away_from_what_the_critic_rejected():
+    inputs = {"parent": PARENT, "parent_report": JUMP_REPORT, "data_findings": JUMP_REPORT,
+              "knowledge": "none retrieved", "tried": "nothing yet", "strategy_library": "(see the library)"}
+    first = parse_strategy(_ask_offline("proposer", inputs))
+    assert first is not None
+    debate = (f"### round 1: proposer\nstrategy: {first[0]} {json.dumps(first[1])}\n\n### round 1: critic\n"
+              f"verdict: revise\nobjection: no\nrejected: {first[0]} {json.dumps(first[1])}\navoid: {first[0]}")
+    revised = parse_strategy(_ask_offline("proposer", {**inputs, "debate": debate}))
+    assert revised is not None and revised[0] != first[0]
+
+
+def test_offline_selector_votes_for_a_listed_node_mostly_the_best():
+    listing = "\n".join(["direction: lower is better", "metric: relative_l2", "max_children: 10",
+                         "- n1 score=0.05 children=0/10 strategy=knn parent=n0",
+                         "- n2 score=0.02 children=3/10 strategy=piecewise_poly parent=n0",
+                         "- n3 score=0.09 children=0/10 strategy=svr parent=n0"])
+    votes = [parse_vote(_ask_offline("selector", {"candidates": listing, "voter": f"selector {i} of 20"}))
+             for i in range(20)]
+    assert set(votes) <= {"n1", "n2", "n3"}
+    assert votes.count("n2") > len(votes) / 2  # mostly the strongest, sometimes exploring
+    assert len(set(votes)) > 1
+
+
+# --- stopping ------------------------------------------------------------------------------------------
+def test_budget_exhaustion_stops_cleanly_and_keeps_the_partial_tree(tmp_path):
+    touched: list = []
+    config = TreeConfig(iterations=4, seed=0, extra_parents=1, debate_rounds=1)
+    result, tree, events = guarded_tree_search(tmp_path / "run", touched, config, budget=Budget(max_calls=12))
+    assert "budget" in result.stopped and "call budget" in result.stopped
+    assert result.iterations < 4 and len(tree.nodes) >= 2
+    assert (tmp_path / "run" / "tree" / "champion.py").read_text() == tree.champion().code
+    assert all(n.status == "scored" for n in tree.nodes.values())  # no half-built child was kept
+    assert len(_of(events, "model_call")) == 12 and _of(events, "budget_exhausted")
+    assert _of(events, "search_finished")[-1].payload["stopped"] == result.stopped
+    assert touched == []
