@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 from .errors import ModelCallError
 from .gateway import ModelGateway
+from .prompt_format import build_messages, fenced_json
 from .task import Task
 from .trace import Event
 
@@ -78,13 +79,9 @@ def execution_summary(events: list[Event]) -> dict:
 
 
 def build_judge_messages(task: Task, summary: dict, checks: list[dict]) -> list[dict]:
-    system = "\n".join([
-        "You are the judge of a Trellis research team working on the task below.", "",
-        "## Procedure", JUDGE_PROCEDURE, "", "## Answer format", ANSWER_FORMAT])
     check_lines = "\n".join(f"- {'PASS' if c['passed'] else 'FAIL'} {c['name']}: {c['detail']}" for c in checks)
-    user = "\n".join([task.description(), "", "## Input: public_checks", check_lines or "(none ran)", "",
-                      "## Input: execution", "```json", json.dumps(summary, indent=2, default=str), "```"])
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return build_messages("judge", JUDGE_PROCEDURE, ANSWER_FORMAT, task.description(), {
+        "public_checks": check_lines or "(none ran)", "execution": fenced_json(summary, sort_keys=False)})
 
 
 def parse_judgement(text: str) -> tuple[dict[str, float], dict[str, str]]:

@@ -11,7 +11,8 @@ import random
 import re
 from typing import Callable
 
-from ..prompts import extract_code, role_of
+from ..prompt_format import (INSTRUCTIONS, LESSONS, PROCEDURE, extract_code, extract_strategy, feedback,
+                             input_heading, json_block, role_of, section, strategy_line)
 from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
@@ -22,23 +23,37 @@ def respond(messages: list[dict], seed: int = 0) -> str:
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = "\n".join(m["content"] for m in messages if m.get("role") == "user")
     role = role_of(system)
-    _load_extensions()
     digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
     rng = random.Random(f"{seed}:{role}:{digest}")
-    handler = _ROLES.get(role or "")
+    handler = ROLES.get(role or "")
     if handler is None:
         return ("STATUS: FAILURE\nThe offline scientist only plays Trellis roles "
-                f"({', '.join(_ROLES)}); it cannot answer this prompt.")
+                f"({', '.join(ROLES)}); it cannot answer this prompt.")
     return handler(system, user, rng)
 
 
+# --- the role registry -----------------------------------------------------------------------
+RoleHandler = Callable[[str, str, random.Random], str]
+# Filled by @register as role modules are imported: the workflow roles below, and the search
+# roles that engine/offline/__init__.py imports (search_roles, tree_roles, scimars_roles).
+ROLES: dict[str, RoleHandler] = {}
+
+
+def register(role: str) -> Callable[[RoleHandler], RoleHandler]:
+    def deco(fn: RoleHandler) -> RoleHandler:
+        ROLES[role] = fn
+        return fn
+    return deco
+
+
 # --- reading the prompt ---------------------------------------------------------------------
-def _section(text: str, heading: str) -> str:
-    m = re.search(rf"^## {re.escape(heading)}\s*\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    return m.group(1).strip() if m else ""
+def input_section(user: str, name: str) -> str:
+    return section(user, input_heading(name))
 
 
-def _data_spec(user: str) -> DataSpec:
+def data_spec(user: str) -> DataSpec:
+    """What the task description says about the data, read the way a model would; the
+    strategies the scientist knows follow from it (family_of)."""
     def one(pattern: str, default: str = "") -> str:
         m = re.search(pattern, user, re.M)
         return m.group(1) if m else default
@@ -54,13 +69,14 @@ def _data_spec(user: str) -> DataSpec:
     )
 
 
-def _words(text: str) -> set[str]:
+def words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
 
 
 # --- roles ----------------------------------------------------------------------------------
+@register("analyzer")
 def _analyzer(system: str, user: str, rng: random.Random) -> str:
-    spec = _data_spec(user)
+    spec = data_spec(user)
     return ("I will start with an exploratory pass over the training data before anyone models it.\n\n"
             f"```python\n{render_analysis_script(spec).rstrip()}\n```")
 
@@ -74,12 +90,13 @@ def _score(strategy: Strategy, instructions: set[str], report: set[str], rng: ra
     return rng.random() + 0.6 * min(asked, 3) + 0.15 * min(seen, 2)
 
 
+@register("planner")
 def _planner(system: str, user: str, rng: random.Random) -> str:
-    spec = _data_spec(user)
+    spec = data_spec(user)
     family = family_of(spec)
-    instructions = _words(_section(system, "Agent instructions") + " " + _section(system, "Lessons from earlier runs")
-                          + " " + _section(system, "Procedure"))
-    report = _words(_section(user, "Input: report"))
+    instructions = words(section(system, INSTRUCTIONS) + " " + section(system, LESSONS)
+                          + " " + section(system, PROCEDURE))
+    report = words(input_section(user, "report"))
     ranked = sorted(strategies_for(family), key=lambda s: -_score(s, instructions, report, rng))
     choice = ranked[0]
     params = {k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())}
@@ -87,7 +104,7 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     return "\n".join([
         f"# Plan: {choice.title}",
         "",
-        f"strategy: {choice.key} {json.dumps(params, sort_keys=True)}",
+        strategy_line(choice.key, params),
         "",
         f"**Approach.** {choice.title} on feature(s) {', '.join(spec.features)} to predict `{spec.target}`.",
         f"**Why.** Its strengths ({', '.join(sorted(choice.tags))}) fit this {family.replace('_', ' ')} problem.",
@@ -96,73 +113,62 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     ])
 
 
-_STRATEGY_LINE = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
-
-
-def _strategy_from(text: str, family: str) -> tuple[Strategy, dict]:
+def strategy_from(text: str, family: str) -> tuple[Strategy, dict]:
     options = {s.key: s for s in strategies_for(family)}
-    m = _STRATEGY_LINE.search(text)
-    if m and m.group(1) in options:
-        try:
-            params = json.loads(m.group(2) or "{}")
-        except json.JSONDecodeError:
-            params = {}
-        return options[m.group(1)], params
+    named = extract_strategy(text)
+    if named and named[0] in options:
+        return options[named[0]], named[1]
     first = next(iter(options.values()))
     return first, {k: v[0] for k, v in first.param_grid.items()}
 
 
-def _seed_of(user: str, rng: random.Random) -> int:
+def seed_of(user: str, rng: random.Random) -> int:
     return rng.randrange(10_000)
 
 
+@register("coder")
 def _coder(system: str, user: str, rng: random.Random) -> str:
-    spec = _data_spec(user)
-    strategy, params = _strategy_from(_section(user, "Input: plan"), family_of(spec))
-    code = strategy.render(params, spec, _seed_of(user, rng))
+    spec = data_spec(user)
+    strategy, params = strategy_from(input_section(user, "plan"), family_of(spec))
+    code = strategy.render(params, spec, seed_of(user, rng))
     note = f"Implementation of {strategy.title} as planned."
     if rng.random() < BUG_RATE:
         code, _kind = inject_bug(code, rng)  # a realistic first draft; the verifier will catch it
     return f"{note}\n\n```python\n{code.rstrip()}\n```"
 
 
+@register("debugger")
 def _debugger(system: str, user: str, rng: random.Random) -> str:
-    code = extract_code(_section(user, "Input: code")) or ""
-    feedback = _section(user, re.search(r"^## (Feedback from [^\n]+)", user, re.M).group(1)) \
-        if re.search(r"^## Feedback from", user, re.M) else ""
-    stderr = _evidence_field(feedback, "stderr_tail") or feedback
+    code = extract_code(input_section(user, "code")) or ""
+    given = feedback(user)
+    evidence = given.body if given else ""
+    stderr = _evidence_field(evidence, "stderr_tail") or evidence
     fixed = fix_bug(code, stderr) if code else None
     if fixed is not None and fixed != code:
         cause = _last_error_line(stderr) or "the reported error"
         return f"Cause: {cause}. Fixed the implicated line.\n\n```python\n{fixed.rstrip()}\n```"
-    spec = _data_spec(user)
+    spec = data_spec(user)
     family = family_of(spec)
-    strategy, params = _strategy_from(code, family)
-    failed_checks = re.findall(r'"name": "([a-z_]+)",\s*"passed": false', feedback)
+    strategy, params = strategy_from(code, family)
+    failed_checks = re.findall(r'"name": "([a-z_]+)",\s*"passed": false', evidence)
     if "values_vary" in failed_checks:
         # The program ran but learned nothing: no repair of this approach helps, so change it.
         others = [s for s in strategies_for(family) if s.key not in {strategy.key, CONSTANT_STRATEGY}]
         new = rng.choice(others)
         params = {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
-        rewritten = new.render(params, spec, _seed_of(user, rng))
+        rewritten = new.render(params, spec, seed_of(user, rng))
         return (f"Cause: the predictions do not vary ({strategy.key} learns nothing from x). Switched to "
                 f"{new.title}.\n\n```python\n{rewritten.rstrip()}\n```")
     # Not a bug it recognises: rewrite the script cleanly from the strategy it implements.
-    if "timeout" in feedback or "memory" in feedback:
+    if "timeout" in evidence or "memory" in evidence:
         params = {k: v[0] for k, v in strategy.param_grid.items()}  # the cheapest settings
-    rewritten = strategy.render(params, spec, _seed_of(user, rng))
+    rewritten = strategy.render(params, spec, seed_of(user, rng))
     return (f"Cause: {_last_error_line(stderr) or 'unclear from the evidence'}. Rewrote the script from its "
             f"strategy ({strategy.key}).\n\n```python\n{rewritten.rstrip()}\n```")
 
 
 def _evidence_field(text: str, key: str) -> str:
-    m = re.search(r"```json\n(.*?)```", text, re.S)
-    if not m:
-        return ""
-    try:
-        data = json.loads(m.group(1))
-    except json.JSONDecodeError:
-        return ""
+    data = json_block(text)
     value = data.get(key) if isinstance(data, dict) else None
     if value is None and isinstance(data, dict) and isinstance(data.get("evidence"), dict):
         value = data["evidence"].get(key)
@@ -179,9 +185,10 @@ def _last_error_line(stderr: str) -> str:
 
 def _checks(user: str) -> list[tuple[str, bool, str]]:
     return [(m.group(2), m.group(1) == "PASS", m.group(3))
-            for m in re.finditer(r"^- (PASS|FAIL) ([a-z_]+): ?(.*)$", _section(user, "Input: checks"), re.M)]
+            for m in re.finditer(r"^- (PASS|FAIL) ([a-z_]+): ?(.*)$", input_section(user, "checks"), re.M)]
 
 
+@register("verifier")
 def _verifier(system: str, user: str, rng: random.Random) -> str:
     checks = _checks(user)
     failed = [c for c in checks if not c[1]]
@@ -193,45 +200,22 @@ def _verifier(system: str, user: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
+@register("router")
 def _router(system: str, user: str, rng: random.Random) -> str:
-    exit_code = _evidence_field(_section(user, "Input: execution_evidence"), "status")
+    exit_code = _evidence_field(input_section(user, "execution_evidence"), "status")
     ok = exit_code == "ok"
     return f"STATUS: {'SUCCESS' if ok else 'RETRY'}\nExecution status was {exit_code or 'unknown'}."
 
 
+@register("finalizer")
 def _finalizer(system: str, user: str, rng: random.Random) -> str:
-    stdout = _evidence_field(_section(user, "Input: execution_evidence"), "stdout_tail")
+    stdout = _evidence_field(input_section(user, "execution_evidence"), "stdout_tail")
     scores = re.findall(r"^(validation_[a-z0-9_]+):\s*([-+0-9.eE]+)", stdout, re.M)
-    strategy = _STRATEGY_LINE.search(_section(user, "Input: code") or "")
+    strategy = extract_strategy(input_section(user, "code"))
     lines = ["# Final report", "",
-             f"**Approach.** {strategy.group(1) if strategy else 'as implemented by the coder'}.",
+             f"**Approach.** {strategy[0] if strategy else 'as implemented by the coder'}.",
              "**Validation.** " + (", ".join(f"{k} = {v}" for k, v in scores) or "no validation score was printed."),
              "**Checks.** The verified predictions file is handed on unchanged.",
              "**Open risks.** Validation used a single split of the training data."]
     return "\n".join(lines)
 
-
-RoleHandler = Callable[[str, str, random.Random], str]
-_ROLES: dict[str, RoleHandler] = {"analyzer": _analyzer, "planner": _planner, "coder": _coder, "debugger": _debugger,
-                                  "verifier": _verifier, "router": _router, "finalizer": _finalizer}
-# Modules that teach the scientist more roles (judge, editors, tree-search roles); each
-# calls register() at import. Imported on first use to keep this module's imports light.
-EXTENSIONS: tuple[str, ...] = ("engine.offline.search_roles", "engine.offline.tree_roles", "engine.offline.scimars_roles")
-_loaded = False
-
-
-def register(role: str) -> Callable[[RoleHandler], RoleHandler]:
-    def deco(fn: RoleHandler) -> RoleHandler:
-        _ROLES[role] = fn
-        return fn
-    return deco
-
-
-def _load_extensions() -> None:
-    global _loaded
-    if not _loaded:
-        import importlib
-
-        for name in EXTENSIONS:
-            importlib.import_module(name)
-        _loaded = True

@@ -10,8 +10,9 @@ import json
 import random
 import re
 
-from .scientist import _section, register
-from .search_roles import HINTS, _json_block, _planner_id
+from ..prompt_format import LESSONS, json_block, section
+from .scientist import input_section, register
+from .search_roles import HINTS, planner_id
 
 REPORT_WORDS = ("outlier", "scale", "jump", "skew", "nonlinear", "correlation", "missing", "interaction")
 
@@ -21,10 +22,10 @@ def _answer(mutation: dict) -> str:
 
 
 def _inputs(system: str, user: str) -> tuple[dict, str, str, str]:
-    wf = _json_block(_section(user, "Input: workflow")) or {}
-    report = _section(user, "Input: report").lower()
-    lessons = _section(system, "Lessons from earlier runs")
-    checks = _section(user, "Input: public_checks")
+    wf = json_block(input_section(user, "workflow")) or {}
+    report = input_section(user, "report").lower()
+    lessons = section(system, LESSONS)
+    checks = input_section(user, "public_checks")
     return wf, report, lessons, checks
 
 
@@ -32,7 +33,7 @@ def _inputs(system: str, user: str) -> tuple[dict, str, str, str]:
 def role_editor(system: str, user: str, rng: random.Random) -> str:
     wf, report, lessons, checks = _inputs(system, user)
     agents = {a["id"]: a for a in wf.get("agents", [])}
-    planner = _planner_id(agents)
+    planner = planner_id(agents)
     current = agents.get(planner, {}).get("prompt", "") if planner else ""
     # Hints that fit the report first; a hint the lessons already report as tried is skipped.
     fitting = [k for k in HINTS if any(w in report for w in k)]
@@ -103,7 +104,7 @@ def _num(x) -> str:
 
 @register("reflector")
 def reflector(system: str, user: str, rng: random.Random) -> str:
-    ev = _json_block(_section(user, "Input: round_evidence")) or {}
+    ev = json_block(input_section(user, "round_evidence")) or {}
     ref = ev.get("reference") or {}
     metric = ev.get("metric", "validation")
     n = ev.get("round", "?")

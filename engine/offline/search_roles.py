@@ -10,7 +10,8 @@ import json
 import random
 import re
 
-from .scientist import _section, register
+from ..prompt_format import json_block
+from .scientist import input_section, register
 
 # Hints a mutator can add to a planner's instructions; words are the strategy library's tags.
 HINTS: dict[tuple[str, ...], str] = {
@@ -25,18 +26,10 @@ HINTS: dict[tuple[str, ...], str] = {
 }
 
 
-def _json_block(text: str) -> object:
-    m = re.search(r"```json\n(.*?)```", text, re.S)
-    try:
-        return json.loads(m.group(1)) if m else None
-    except json.JSONDecodeError:
-        return None
-
-
 @register("judge")
 def judge(system: str, user: str, rng: random.Random) -> str:
-    checks = re.findall(r"^- (PASS|FAIL) ([a-z_]+):", _section(user, "Input: public_checks"), re.M)
-    execution = _json_block(_section(user, "Input: execution")) or {}
+    checks = re.findall(r"^- (PASS|FAIL) ([a-z_]+):", input_section(user, "public_checks"), re.M)
+    execution = json_block(input_section(user, "execution")) or {}
     validation = execution.get("validation") or {}
     agents = execution.get("agents") or {}
     passed = sum(1 for s, _ in checks if s == "PASS")
@@ -77,9 +70,9 @@ def _quality(validation: dict) -> float:
 
 @register("mutator")
 def mutator(system: str, user: str, rng: random.Random) -> str:
-    wf = _json_block(_section(user, "Input: workflow")) or {}
-    report = _section(user, "Input: report").lower()
-    history = _section(user, "Input: history")
+    wf = json_block(input_section(user, "workflow")) or {}
+    report = input_section(user, "report").lower()
+    history = input_section(user, "history")
     agents = {a["id"]: a for a in wf.get("agents", [])}
     options = [_refine_planner, _refine_procedure, _toggle_router, _memory_change, _route_cap]
     weights = [0.55, 0.15, 0.1, 0.1, 0.1]
@@ -91,7 +84,7 @@ def mutator(system: str, user: str, rng: random.Random) -> str:
     return "```json\n" + json.dumps(_memory_change(agents, wf, report, history, rng)) + "\n```"
 
 
-def _planner_id(agents: dict) -> str | None:
+def planner_id(agents: dict) -> str | None:
     return next((a for a, d in agents.items() if "planner" in d.get("roles", [])), None)
 
 
@@ -104,7 +97,7 @@ def _pick_hint(report: str, history: str, rng: random.Random) -> tuple[tuple[str
 
 
 def _refine_planner(agents, wf, report, history, rng) -> dict | None:
-    target = _planner_id(agents)
+    target = planner_id(agents)
     if not target:
         return None
     tags, hint = _pick_hint(report, history, rng)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from string import Template
 from textwrap import dedent
 
+from ..prompt_format import extract_strategy
+
 FAMILIES = ("regression_1d", "tabular_regression")
 ONE_D, TABULAR = FAMILIES
 TAG_VOCABULARY = frozenset({
@@ -710,18 +712,10 @@ def get_strategy(key: str) -> Strategy:
     return _BY_KEY[key]
 
 
-_HEADER = re.compile(r"^# strategy: (\w+) (\{.*\})\s*$")
-
-
 def parse_strategy_header(code: str) -> tuple[str, dict] | None:
-    """(key, params) from a rendered program's first line, or None if it has none."""
-    match = _HEADER.match(code.split("\n", 1)[0])
-    if not match:
-        return None
-    try:
-        return match.group(1), json.loads(match.group(2))
-    except json.JSONDecodeError:
-        return None
+    """(key, params) from a rendered program's first line (``# strategy: ...``), or None."""
+    first = code.split("\n", 1)[0]
+    return extract_strategy(first) if first.startswith("#") else None
 
 
 # --------------------------------------------------------------------------------------

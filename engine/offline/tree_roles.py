@@ -13,13 +13,13 @@ import json
 import random
 import re
 
+from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
-from .scientist import _data_spec, _section, _seed_of, _strategy_from, _words, register
+from .scientist import data_spec, input_section, register, seed_of, strategy_from, words
 from .strategies import DataSpec, Strategy, family_of, inject_bug, strategies_for
 
 EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
 UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"
-_LINE = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
 _TRIED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=", re.M)
 _REJECTED = re.compile(r"^rejected:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
 _AVOID = re.compile(r"^avoid:\s*([a-z0-9_]+)", re.M)
@@ -33,11 +33,6 @@ def _json(text: str | None) -> dict:
     except json.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _line(text: str) -> tuple[str, dict] | None:
-    m = _LINE.search(text or "")
-    return (m.group(1), _json(m.group(2))) if m else None
 
 
 def _fingerprint(strategy: Strategy, params: dict, spec: DataSpec) -> str:
@@ -54,13 +49,13 @@ def _fingerprint(strategy: Strategy, params: dict, spec: DataSpec) -> str:
 
 
 def _options(user: str) -> dict[str, Strategy]:
-    return {s.key: s for s in strategies_for(family_of(_data_spec(user)))}
+    return {s.key: s for s in strategies_for(family_of(data_spec(user)))}
 
 
 def _tried(user: str, options: dict[str, Strategy]) -> dict[str, str]:
     """program fingerprint -> node that already tried it."""
-    spec, out = _data_spec(user), {}
-    for m in _TRIED.finditer(_section(user, "Input: tried")):
+    spec, out = data_spec(user), {}
+    for m in _TRIED.finditer(input_section(user, "tried")):
         if m.group(2) in options:
             out.setdefault(_fingerprint(options[m.group(2)], _json(m.group(3)), spec), m.group(1))
     return out
@@ -69,7 +64,7 @@ def _tried(user: str, options: dict[str, Strategy]) -> dict[str, str]:
 # --- selector ---------------------------------------------------------------------------------------
 @register("selector")
 def _selector(system: str, user: str, rng: random.Random) -> str:
-    listing = _section(user, "Input: candidates")
+    listing = input_section(user, "candidates")
     higher = "higher is better" in listing
     nodes = []
     for m in _CANDIDATE.finditer(listing):
@@ -95,7 +90,7 @@ def _selector(system: str, user: str, rng: random.Random) -> str:
 # --- proposer ---------------------------------------------------------------------------------------
 def _knowledge(user: str, options: dict[str, Strategy]) -> tuple[str, set[str], list[tuple[str, dict]]]:
     """(title, tag words, strategy hints) of the retrieved entry, if any."""
-    text = _section(user, "Input: knowledge")
+    text = input_section(user, "knowledge")
     title = re.search(r"^title:\s*(.+)$", text, re.M)
     tags = re.search(r"^tags:\s*(.+)$", text, re.M)
     hints_line = re.search(r"^strategies:\s*(.+)$", text, re.M)
@@ -150,12 +145,12 @@ def _proposal_score(s: Strategy, parent_key: str | None, ktags: set[str], report
 
 @register("proposer")
 def _proposer(system: str, user: str, rng: random.Random) -> str:
-    options, spec = _options(user), _data_spec(user)
-    parent = _line(_section(user, "Input: parent"))
+    options, spec = _options(user), data_spec(user)
+    parent = extract_strategy(input_section(user, "parent"))
     parent = parent if parent and parent[0] in options else None
-    report = _words(_section(user, "Input: parent_report") + " " + _section(user, "Input: data_findings"))
+    report = words(input_section(user, "parent_report") + " " + input_section(user, "data_findings"))
     title, ktags, hints = _knowledge(user, options)
-    debate = _section(user, "Input: debate")
+    debate = input_section(user, "debate")
     rejected = {_fingerprint(options[m.group(1)], _json(m.group(2)), spec)
                 for m in _REJECTED.finditer(debate) if m.group(1) in options}
     avoid = set(_AVOID.findall(debate))
@@ -189,7 +184,7 @@ def _write_proposal(strategy: Strategy, params: dict, note: str, parent: tuple[s
         shared = sorted(strategy.tags & ktags)
         why.append(f"the knowledge entry \"{title}\" points this way" + (f" (shared tags: {', '.join(shared)})"
                                                                          if shared else ""))
-    lines = [f"strategy: {strategy.key} {json.dumps(params, sort_keys=True)}", f"change: {change}",
+    lines = [strategy_line(strategy.key, params), f"change: {change}",
              f"rationale: {'; '.join(why)}."]
     if revising:
         lines.append("revision: answers the critic's objections; no rejected configuration is repeated.")
@@ -215,13 +210,13 @@ def _contradiction(strategy: Strategy, findings: str) -> str | None:
 @register("critic")
 def _critic(system: str, user: str, rng: random.Random) -> str:
     options = _options(user)
-    proposal = _line(_section(user, "Input: proposal"))
-    parent = _line(_section(user, "Input: parent"))
-    findings = _section(user, "Input: data_findings") + "\n" + _section(user, "Input: parent_report")
+    proposal = extract_strategy(input_section(user, "proposal"))
+    parent = extract_strategy(input_section(user, "parent"))
+    findings = input_section(user, "data_findings") + "\n" + input_section(user, "parent_report")
     if proposal is None or proposal[0] not in options:
         return ("verdict: revise\nobjection: the proposal names no strategy of the library; write "
                 "`strategy: <key> <json parameters>`.")
-    strategy, params, spec = options[proposal[0]], proposal[1], _data_spec(user)
+    strategy, params, spec = options[proposal[0]], proposal[1], data_spec(user)
     program = _fingerprint(strategy, params, spec)
     objections, avoid = [], False
     if parent and parent[0] in options and program == _fingerprint(options[parent[0]], parent[1], spec):
@@ -249,14 +244,14 @@ def _critic(system: str, user: str, rng: random.Random) -> str:
 # --- engineer ---------------------------------------------------------------------------------------
 @register("engineer")
 def _engineer(system: str, user: str, rng: random.Random) -> str:
-    spec = _data_spec(user)
-    strategy, params = _strategy_from(_section(user, "Input: proposal"), family_of(spec))
+    spec = data_spec(user)
+    strategy, params = strategy_from(input_section(user, "proposal"), family_of(spec))
     params = {k: v for k, v in params.items() if k in strategy.param_grid}
     try:
-        code = strategy.render(params, spec, _seed_of(user, rng))
+        code = strategy.render(params, spec, seed_of(user, rng))
     except ValueError:  # a value outside the strategy's options: fall back to its defaults
         params = strategy.default_params()
-        code = strategy.render(params, spec, _seed_of(user, rng))
+        code = strategy.render(params, spec, seed_of(user, rng))
     note = f"Implementation of {strategy.title} with {json.dumps(params, sort_keys=True)}, as proposed."
     if rng.random() < scientist.BUG_RATE:
         code, _kind = inject_bug(code, rng)  # a realistic first draft; the debugger will meet it
@@ -269,7 +264,7 @@ _SIDE = r"^{side}: (n\d+) (\S+) score=(\S+)"
 
 @register("result_analyst")
 def _result_analyst(system: str, user: str, rng: random.Random) -> str:
-    comparison = _section(user, "Input: comparison")
+    comparison = input_section(user, "comparison")
     higher = "higher is better" in comparison
     metric = re.search(r"^metric: (\S+)", comparison, re.M)
     parent = re.search(_SIDE.format(side="parent"), comparison, re.M)
@@ -283,8 +278,8 @@ def _result_analyst(system: str, user: str, rng: random.Random) -> str:
     verdict = "unchanged" if abs(relative) <= UNCHANGED_WITHIN else ("improved" if gain > 0 else "regressed")
     options = _options(user)
     traits = sorted(options[child.group(2)].tags) if child.group(2) in options else []
-    findings = [ln for ln in _section(user, "Input: data_findings").splitlines() if ln.startswith("- ")]
-    signals = [ln for ln in _section(user, "Input: execution").splitlines() if ln.startswith("jump_location")]
+    findings = [ln for ln in input_section(user, "data_findings").splitlines() if ln.startswith("- ")]
+    signals = [ln for ln in input_section(user, "execution").splitlines() if ln.startswith("jump_location")]
     nxt = {"improved": "expand this node: tune the parameters that drove the gain",
            "regressed": f"prefer the parent's line ({parent.group(2)}) or an approach that fits the findings better",
            "unchanged": "the change made no difference; try a structurally different strategy"}[verdict]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ModelCallError
 from ..mutations import Mutation, diff
+from ..prompt_format import build_messages, fenced_json
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
@@ -238,10 +239,7 @@ def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) 
     j = incumbent.judgement
     feedback = "\n".join(f"- {c}: {j.scores.get(c)} — {j.feedback.get(c)}" for c in j.scores) if j and j.ok \
         else f"(no judgement: {j.error if j else 'not judged'})"
-    system = "\n".join(["You are the mutator of a Trellis research team working on the task below.", "",
-                        "## Procedure", MUTATOR_PROCEDURE, "", "## Answer format", MUTATOR_FORMAT])
-    user = "\n".join([runner.task.description(), "", "## Input: workflow", "```json",
-                      json.dumps(incumbent.workflow.to_dict(), indent=1), "```", "",
-                      "## Input: judge_feedback", feedback, "", "## Input: report", incumbent.report()[:3000], "",
-                      "## Input: history", "\n".join(history) or "(nothing tried yet)"])
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return build_messages("mutator", MUTATOR_PROCEDURE, MUTATOR_FORMAT, runner.task.description(), {
+        "workflow": fenced_json(incumbent.workflow.to_dict(), indent=1, sort_keys=False),
+        "judge_feedback": feedback, "report": incumbent.report()[:3000],
+        "history": "\n".join(history) or "(nothing tried yet)"})

@@ -20,7 +20,7 @@ from ..artifacts import ArtifactStore, sha256_file
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
-from ..prompts import extract_json
+from ..prompt_format import build_messages, extract_json, fenced_json
 from ..trace import Tracer
 from ..workflow import Workflow
 from ..protocol.gate import Change, Check, Decision, Evidence
@@ -69,7 +69,6 @@ REFLECTOR_PROCEDURE = (
     "(public checks at least as good, validation score better) and by how much, which was not, and "
     "what the composer chose. Quote the numbers; do not speculate beyond them.")
 REFLECTOR_FORMAT = 'Reply with one ```json block: {"lessons": ["...", "..."]}.'
-SYSTEM_HEADER = "You are the {role} of a Trellis research team working on the task below."
 
 
 # --- records --------------------------------------------------------------------------------
@@ -228,26 +227,16 @@ def _validation_text(probe: Probe, runner: ProbeRunner) -> str:
 
 def editor_messages(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[str]) -> list[dict]:
     """An editor's prompt, built only from the reference evidence and the lessons so far."""
-    system = [SYSTEM_HEADER.format(role=editor), "", "## Procedure", EDITOR_PROCEDURES[editor]]
-    if lessons:
-        system += ["", "## Lessons from earlier runs", *[f"- {x}" for x in lessons]]
-    system += ["", "## Answer format", EDITOR_FORMAT.replace("{kinds}", ", ".join(EDITOR_KINDS[editor]))]
-    user = [runner.task.description(), "", "## Input: workflow", "```json",
-            json.dumps(reference.workflow.to_dict(), indent=1), "```", "",
-            "## Input: public_checks", _checks_text(reference), "",
-            "## Input: validation", _validation_text(reference, runner), "",
-            "## Input: report", reference.report()[:3000] or "(no report)"]
-    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
+    answer_format = EDITOR_FORMAT.replace("{kinds}", ", ".join(EDITOR_KINDS[editor]))
+    return build_messages(editor, EDITOR_PROCEDURES[editor], answer_format, runner.task.description(), {
+        "workflow": fenced_json(reference.workflow.to_dict(), indent=1, sort_keys=False),
+        "public_checks": _checks_text(reference), "validation": _validation_text(reference, runner),
+        "report": reference.report()[:3000] or "(no report)"}, lessons=lessons)
 
 
 def reflector_messages(runner: ProbeRunner, evidence: dict, lessons: list[str]) -> list[dict]:
-    system = [SYSTEM_HEADER.format(role="reflector"), "", "## Procedure", REFLECTOR_PROCEDURE]
-    if lessons:
-        system += ["", "## Lessons from earlier runs", *[f"- {x}" for x in lessons]]
-    system += ["", "## Answer format", REFLECTOR_FORMAT]
-    user = [runner.task.description(), "", "## Input: round_evidence", "```json",
-            json.dumps(evidence, indent=1, sort_keys=True, default=str), "```"]
-    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
+    return build_messages("reflector", REFLECTOR_PROCEDURE, REFLECTOR_FORMAT, runner.task.description(),
+                          {"round_evidence": fenced_json(evidence, indent=1)}, lessons=lessons)
 
 
 # --- reuse receipts -------------------------------------------------------------------------

@@ -27,8 +27,11 @@ from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
-from ..offline.strategies import DataSpec, family_of, parse_strategy_header, strategies_for
-from ..prompts import _SYSTEM_HEADER, ANSWER_FORMATS, extract_code, render_artifact
+from .. import prompt_format
+from ..prompt_format import extract_code
+from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
+from ..prompt_format import extract_vote as parse_vote
+from ..prompts import ANSWER_FORMATS
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..task import Task
 from ..trace import Tracer
@@ -199,11 +202,13 @@ PROCEDURES: dict[str, str] = {
         "Favour strong nodes; a competitive node with few children is worth exploring. Never vote for a "
         "node that is not listed."),
     "proposer": (
-        "Propose one concrete change to the parent solution: a different modelling strategy from the "
-        "library, or new hyperparameters for the parent's strategy. Ground it in the parent's analyst "
-        "report, the data findings and, when one is given, the retrieved knowledge entry. Never repeat an "
-        "approach already tried. When the critic objects, revise the proposal so that it answers every "
-        "objection."),
+        "Propose one concrete change to the parent solution: a different modelling approach, or new "
+        "hyperparameters for the parent's. Name the approach in your own words as one line "
+        "`strategy: <short key> <json parameters>` (a short snake_case key of your choosing, and its "
+        "settings as a JSON object), so that the tree can tell approaches apart. Ground it in the "
+        "parent's analyst report, the data findings and, when one is given, the retrieved knowledge "
+        "entry. Never repeat an approach already tried. When the critic objects, revise the proposal so "
+        "that it answers every objection."),
     "critic": (
         "Critique the proposal before any code is written. Object when it repeats the parent's exact "
         "strategy and parameters or any approach already tried; when the strategy's assumptions "
@@ -221,7 +226,7 @@ PROCEDURES: dict[str, str] = {
 }
 ANSWERS: dict[str, str] = {
     "selector": "Reply with one line `vote: <node id>` naming one listed node, then one line `reason: ...`.",
-    "proposer": ("Reply with one line `strategy: <key> <json parameters>`, then a line `change: ...` saying "
+    "proposer": ("Reply with one line `strategy: <short key> <json parameters>`, then a line `change: ...` saying "
                  "what differs from the parent and a line `rationale: ...`."),
     "critic": ("Start with `verdict: accept` or `verdict: revise`. Write each objection as `objection: ...`; "
                "name a rejected proposal with `rejected: <key> <json parameters>` and a strategy to drop "
@@ -234,44 +239,9 @@ ANSWERS: dict[str, str] = {
 
 def build_messages(task: Task, role: str, inputs: dict[str, object], procedure: str | None = None,
                    answer_format: str | None = None, feedback: dict | None = None) -> list[dict]:
-    """A tree-search role prompt in the engine's standard layout (header, procedure, answer
-    format; task, then one ``## Input:`` section per input), so role_of() and the offline
-    scientist read it like every other prompt."""
-    system = [_SYSTEM_HEADER.format(role=role), "", "## Procedure", procedure or PROCEDURES[role],
-              "", "## Answer format", answer_format or ANSWERS[role]]
-    user = [task.description()]
-    for name, value in inputs.items():
-        user += ["", f"## Input: {name}", render_artifact(name, value)]
-    if feedback:
-        user += ["", f"## Feedback from {feedback['from']} ({feedback['status']})",
-                 render_artifact("feedback", feedback["detail"])]
-    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
-
-
-_VOTE = re.compile(r"^\s*vote:\s*`?(n\d+)`?", re.M | re.I)
-_VERDICT = re.compile(r"^\s*verdict:\s*(\w+)", re.M | re.I)
-_STRATEGY = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
-
-
-def parse_vote(text: str) -> str | None:
-    m = _VOTE.search(text)
-    return m.group(1).lower() if m else None
-
-
-def parse_verdict(text: str) -> str:
-    m = _VERDICT.search(text)
-    return m.group(1).lower() if m else ""
-
-
-def parse_strategy(text: str) -> tuple[str, dict] | None:
-    m = _STRATEGY.search(text or "")
-    if not m:
-        return None
-    try:
-        params = json.loads(m.group(2) or "{}")
-    except json.JSONDecodeError:
-        params = {}
-    return m.group(1), params if isinstance(params, dict) else {}
+    """A tree-search role prompt in the engine's one prompt format (engine.prompt_format)."""
+    return prompt_format.build_messages(role, procedure or PROCEDURES[role], answer_format or ANSWERS[role],
+                                        task.description(), inputs, feedback=feedback)
 
 
 # --- the search context -------------------------------------------------------------------------
@@ -294,14 +264,6 @@ class SearchContext:
     def ask(self, agent: str, role: str, inputs: dict, temperature: float = 0.7, **kw) -> str:
         messages = build_messages(self.task, role, inputs, **kw)
         return self.gateway.complete(agent, role, messages, temperature=temperature, purpose="tree_search").text
-
-
-def data_spec(task: Task) -> DataSpec:
-    r = task.resources
-    return DataSpec(train_path=r.files.get("train", "data/train.csv"),
-                    test_path=r.files.get("test_features", "data/test_features.csv"),
-                    target=r.target or "y", features=r.features or ("x",), id_column=r.id_column or "id",
-                    predictions_file=r.predictions_file)
 
 
 def _fmt(score: float | None) -> str:
@@ -404,14 +366,6 @@ def _findings(report: str) -> str:
     return (m.group(1).strip() if m else report.strip()[-1200:]) or "(no data findings)"
 
 
-def _library(ctx: SearchContext) -> str:
-    lines = []
-    for s in strategies_for(family_of(data_spec(ctx.task))):
-        grid = ", ".join(f"{k} in {json.dumps(list(v))}" for k, v in s.param_grid.items())
-        lines.append(f"- {s.key}: {s.title}; tags {', '.join(sorted(s.tags))}; params {grid}")
-    return "\n".join(lines)
-
-
 def _parent_block(ctx: SearchContext, parent: Node | None) -> str:
     if parent is None:
         return "none: this is the root candidate, the first solution of the tree"
@@ -446,7 +400,7 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
                         round=rnd, text=text, strategy=list(parse_strategy(text) or ()),
                         verdict=parse_verdict(text) if speaker == "critic" else None)
 
-    proposal = ctx.ask("proposer", "proposer", {**common, "strategy_library": _library(ctx)})
+    proposal = ctx.ask("proposer", "proposer", common)
     say("proposer", 0 if parent is None else 1, proposal)
     rounds = ctx.config.debate_rounds if parent is not None else 0
     for rnd in range(1, rounds + 1):
@@ -454,8 +408,7 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
         say("critic", rnd, critique)
         if parse_verdict(critique) == "accept":
             break
-        proposal = ctx.ask("proposer", "proposer", {**common, "strategy_library": _library(ctx),
-                                                    "debate": _transcript(turns)})
+        proposal = ctx.ask("proposer", "proposer", {**common, "debate": _transcript(turns)})
         say("proposer", rnd, proposal)
     return proposal, turns
 
@@ -556,7 +509,7 @@ def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: i
                proposal: str, turns: list[dict], knowledge: Match | None) -> Node:
     """Engineer, debugger, validation and result analyst, for a debated proposal."""
     code, metric, result, attempts = _build(ctx, node_id, proposal, parent)
-    header = parse_strategy_header(code) or parse_strategy(proposal)
+    header = parse_strategy(code) or parse_strategy(proposal)
     ok = bool(metric.get("ok")) and _finite(metric.get("value"))
     node = Node(id=node_id, parent=parent.id if parent else None, iteration=iteration, code=code,
                 score=float(metric["value"]) if ok else None, status="scored" if ok else "failed",

@@ -1,0 +1,202 @@
+"""The prompt format: the one layout the engine writes and every model (real or offline) reads.
+
+A prompt is two messages. The system message names the role and carries the rules:
+
+    You are the <role> of a Trellis research team working on the task below.
+
+    ## Procedure
+    ## Agent instructions          (optional)
+    ## Lessons from earlier runs   (optional, one "- " line per lesson)
+    ## Answer format
+
+The user message is the task description, then one ``## Input: <name>`` section per input
+and, on a repair loop, one ``## Feedback from <from> (<status>)`` section.
+
+Answers are free text holding a few structured blocks, each read by one function here:
+a fenced python block (extract_code), a fenced json block (extract_json), a ``STATUS:``
+line (extract_status), a ``strategy: <key> <json params>`` line (extract_strategy; also the
+``# strategy:`` header comment of a program), ``vote: <id>`` and ``verdict: <word>``.
+
+Plain markdown with fixed headings, so a person reading a trace can follow it too. Nothing
+here knows about workflows, tasks or the offline provider: builders pass text in.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+HEADER = "You are the {role} of a Trellis research team working on the task below."
+PROCEDURE = "Procedure"
+INSTRUCTIONS = "Agent instructions"
+LESSONS = "Lessons from earlier runs"
+ANSWER_FORMAT = "Answer format"
+INPUT_PREFIX = "Input: "
+FEEDBACK_PREFIX = "Feedback from "
+
+
+def input_heading(name: str) -> str:
+    return f"{INPUT_PREFIX}{name}"
+
+
+def feedback_heading(source: object, status: object) -> str:
+    return f"{FEEDBACK_PREFIX}{source} ({status})"
+
+
+# --- writing ------------------------------------------------------------------------------------
+def build_messages(role: str, procedure: str, answer_format: str, task_text: str, inputs: dict[str, object],
+                   *, instructions: str | None = None, lessons: list[str] | None = None,
+                   feedback: dict | None = None) -> list[dict]:
+    """System and user message of one role prompt. ``inputs`` are rendered in their order by
+    render_artifact; ``feedback`` is ``{"from", "status", "detail"}``."""
+    system = [HEADER.format(role=role), "", f"## {PROCEDURE}", procedure]
+    if instructions:
+        system += ["", f"## {INSTRUCTIONS}", instructions]
+    if lessons:
+        system += ["", f"## {LESSONS}", *[f"- {x}" for x in lessons]]
+    system += ["", f"## {ANSWER_FORMAT}", answer_format]
+    user = [task_text]
+    for name, value in inputs.items():
+        user += ["", f"## {input_heading(name)}", render_artifact(name, value)]
+    if feedback:
+        user += ["", f"## {feedback_heading(feedback.get('from'), feedback.get('status'))}",
+                 render_artifact("feedback", feedback.get("detail", {}))]
+    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
+
+
+def render_artifact(name: str, value: object) -> str:
+    """Text as is, code (an input named ``code``) as a python block, anything else as JSON."""
+    if name == "code" and isinstance(value, str):
+        return f"```python\n{value.rstrip()}\n```"
+    if isinstance(value, str):
+        return value
+    return fenced_json(value, indent=2, sort_keys=True)
+
+
+def fenced_json(value: object, *, indent: int = 2, sort_keys: bool = True) -> str:
+    return "```json\n" + json.dumps(value, indent=indent, sort_keys=sort_keys, default=str) + "\n```"
+
+
+def strategy_line(key: str, params: dict) -> str:
+    """The line extract_strategy reads (prefix it with ``# `` to make it a program's header)."""
+    return f"strategy: {key} {json.dumps(params, sort_keys=True)}"
+
+
+# --- reading a prompt -----------------------------------------------------------------------------
+_ROLE = re.compile(r"You are the (\w+) of a Trellis research team")
+_HEADING = re.compile(rf"^## (?:{re.escape(INPUT_PREFIX)}(.+?)|{re.escape(FEEDBACK_PREFIX)}.*)[ \t]*$", re.M)
+
+
+def role_of(prompt: str | list[dict]) -> str | None:
+    """The role a prompt addresses, from its system text or its messages; None if it is no
+    Trellis role prompt."""
+    if not isinstance(prompt, str):
+        prompt = next((m.get("content") or "" for m in prompt if m.get("role") == "system"), "")
+    m = _ROLE.match(prompt)
+    return m.group(1) if m else None
+
+
+def section(text: str, heading: str) -> str:
+    """The body under ``## <heading>`` up to the next ``## `` heading of any kind, stripped;
+    "" if absent. An input that holds its own ``## `` headings is cut at the first of them:
+    use inputs() to read such an input whole."""
+    m = re.search(rf"^## {re.escape(heading)}\s*\n(.*?)(?=^## |\Z)", text, re.M | re.S)
+    return m.group(1).strip() if m else ""
+
+
+def inputs(user_text: str) -> dict[str, str]:
+    """Every ``## Input: <name>`` section of a user message, name -> body as rendered (stripped).
+    Only the format's own headings (inputs, feedback) end an input, so markdown headings inside
+    an input (a data report's ``## Structure``) stay part of it."""
+    found = list(_HEADING.finditer(user_text))
+    out: dict[str, str] = {}
+    for i, m in enumerate(found):
+        if m.group(1) is None:
+            continue  # the feedback section
+        end = found[i + 1].start() if i + 1 < len(found) else len(user_text)
+        out[m.group(1)] = user_text[m.end():end].strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Feedback:
+    source: str
+    status: str
+    body: str
+
+
+_FEEDBACK = re.compile(rf"^## {re.escape(FEEDBACK_PREFIX)}(.*?) \(([^()\n]*)\)[ \t]*$", re.M)
+
+
+def feedback(user_text: str) -> Feedback | None:
+    """The feedback section of a repair prompt (its body up to the next ``## `` heading), or None."""
+    m = _FEEDBACK.search(user_text)
+    if not m:
+        return None
+    return Feedback(m.group(1), m.group(2), section(user_text[m.start():], feedback_heading(m.group(1), m.group(2))))
+
+
+# --- reading an answer ------------------------------------------------------------------------------
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.S)
+_STATUS = re.compile(r"^\s*STATUS:\s*(SUCCESS|RETRY|FALLBACK|FAILURE)\b", re.M | re.I)
+_STRATEGY = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
+_VOTE = re.compile(r"^\s*vote:\s*`?(n\d+)`?", re.M | re.I)
+_VERDICT = re.compile(r"^\s*verdict:\s*(\w+)", re.M | re.I)
+
+
+def extract_code(text: str) -> str | None:
+    """The last fenced python block (models often show a sketch before the final script)."""
+    blocks = [b for b in _CODE_BLOCK.findall(text) if b.strip()]
+    return blocks[-1].strip() + "\n" if blocks else None
+
+
+def extract_json(text: str) -> object:
+    """The first ```json block of an answer, else its outermost {...}; ValueError says why not."""
+    m = _JSON_BLOCK.search(text) or re.search(r"(\{.*\})", text, re.S)
+    if not m:
+        raise ValueError("the answer holds no JSON object")
+    try:
+        return json.loads(m.group(1))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the answer's JSON does not parse: {exc.msg}") from exc
+
+
+def json_block(text: str) -> object | None:
+    """The first ```json block parsed, or None when there is none or it does not parse (for
+    reading rendered inputs, where a missing block just means nothing to read)."""
+    m = _JSON_BLOCK.search(text)
+    try:
+        return json.loads(m.group(1)) if m else None
+    except json.JSONDecodeError:
+        return None
+
+
+def extract_status(text: str) -> str | None:
+    m = _STATUS.search(text)
+    return m.group(1).upper() if m else None
+
+
+def extract_strategy(text: str | None) -> tuple[str, dict] | None:
+    """(key, params) of the first ``strategy: <key> <json params>`` line, the ``# strategy:``
+    header of a program included; params are {} when absent or not a JSON object."""
+    m = _STRATEGY.search(text or "")
+    if not m:
+        return None
+    try:
+        params = json.loads(m.group(2) or "{}")
+    except json.JSONDecodeError:
+        params = {}
+    return m.group(1), params if isinstance(params, dict) else {}
+
+
+def extract_vote(text: str) -> str | None:
+    """The node id of a ``vote: <id>`` line, lower-cased; None for no vote (or ``vote: none``)."""
+    m = _VOTE.search(text)
+    return m.group(1).lower() if m else None
+
+
+def extract_verdict(text: str) -> str:
+    """The word of a ``verdict: <word>`` line, lower-cased; "" when there is none."""
+    m = _VERDICT.search(text)
+    return m.group(1).lower() if m else ""
