@@ -1,12 +1,13 @@
-"""The engine's two interfaces, implemented on the database and Channels (DESIGN.md):
+"""The engine's three interfaces, implemented on the database and Channels (DESIGN.md):
 
-- ``RunEventSink``: every engine event becomes an Event row (plus Judgement, WorkflowVersion and
-  Mutation rows where the event says so) and a message to the run's WebSocket group.
-- ``DatabaseGate``: a proposed mutation becomes a Mutation row; the run's gate policy decides
-  it, or the worker waits on the row until a person approves or vetoes it.
+- ``RunEventSink``: every engine event becomes an Event row (plus Judgement and WorkflowVersion
+  rows where the event says so) and a message to the run's WebSocket group.
+- ``DatabaseGate``: a proposal becomes a Mutation row; the run's gate policy decides it, or the
+  run is suspended ("awaiting") until a person decides, with no worker held meanwhile.
+- ``RunControl``: a person's pause or cancel (or a lease taken over by a resumed attempt),
+  read by the engine at its step boundaries, stops it with ``RunInterrupted``.
 
-Both run in the Celery worker. Between steps they look at the run's row, so a person's pause or
-cancel (or a lease taken over by a resumed attempt) stops the engine with ``RunInterrupted``.
+All three run in the Celery worker.
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from engine.errors import RunInterrupted
+from engine.errors import AwaitingDecision, RunInterrupted
+from engine.protocol.gate import Decision, Proposal
+from engine.search.base import HumanEdit
 from engine.trace import Event as EngineEvent
 from engine.workflow import Workflow
 
@@ -31,7 +34,7 @@ from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run
                      WorkflowVersion)
 
 log = logging.getLogger(__name__)
-CONTROL_CHECK_S = 0.25
+CONTROL_CHECK_S = 1.0
 BROADCAST_BACKOFF_S = 2.0
 
 
@@ -107,7 +110,6 @@ class RunEventSink:
         self.lease = lease
         self.seq = run.last_seq
         self.usage = dict(run.usage or {})
-        self._checked = 0.0
         # What a proposal left waiting by an earlier attempt is told when this one goes past it.
         self.moot_reason = moot_reason(run)
 
@@ -125,34 +127,18 @@ class RunEventSink:
         broadcast(self.run_id, {"kind": event.kind, "seq": self.seq, "agent": event.agent,
                                 "iteration": event.iteration, "source": event.run_id, "ts": event.ts,
                                 "payload": brief(payload)})
-        self.check_control()
 
     def close(self) -> None:
         pass
-
-    # --- control --------------------------------------------------------------------------
-    def check_control(self, force: bool = False) -> None:
-        """Raise RunInterrupted if a person paused or cancelled the run, or it changed hands."""
-        now = time.monotonic()
-        if not force and now - self._checked < CONTROL_CHECK_S:
-            return
-        self._checked = now
-        status, lease = Run.objects.filter(pk=self.run_id).values_list("status", "lease").get()
-        if lease != self.lease:
-            raise RunInterrupted("lease lost: the run was resumed by another worker")
-        if status == RunStatus.PAUSING:
-            raise RunInterrupted("paused")
-        if status == RunStatus.CANCELLING:
-            raise RunInterrupted("cancelled")
-
-    def heartbeat(self) -> None:
-        Run.objects.filter(pk=self.run_id, lease=self.lease).update(heartbeat=timezone.now())
 
     def save_checkpoint(self, state: dict) -> None:
         """Called by the engine after every finished iteration: the step a resume starts after."""
         Run.objects.filter(pk=self.run_id, lease=self.lease).update(
             checkpoint=state, usage=state["budget"]["used"], heartbeat=timezone.now())
         broadcast(self.run_id, {"kind": "checkpoint", "n": state["n"], "used": state["budget"]["used"]})
+
+    def heartbeat(self) -> None:
+        Run.objects.filter(pk=self.run_id, lease=self.lease).update(heartbeat=timezone.now())
 
     # --- rows derived from events ---------------------------------------------------------
     def _side_effects(self, event: EngineEvent) -> None:
@@ -183,11 +169,7 @@ class RunEventSink:
         run = Run.objects.get(pk=self.run_id)
         Run.objects.filter(pk=self.run_id).update(budget_left=p.get("budget_left") or {})
         mutation = p.get("mutation") or {}
-        if mutation.get("kind") == "human_edit":
-            pending = run.versions.filter(adopted=False, hash=p.get("workflow_hash")).order_by("number").first()
-            if pending:
-                WorkflowVersion.objects.filter(pk=pending.pk).update(adopted=True, iteration=p.get("n", 0))
-                broadcast(run, {"kind": "version_created", "version": pending.number, "author": pending.author})
+        if mutation.get("kind") == "human_edit":  # already a version: the gate marked it adopted
             return
         if p.get("accepted") and p.get("workflow"):
             _record_if_new(run, p, p.get("decided_by") or "mutator",
@@ -202,80 +184,112 @@ def _record_if_new(run: Run, payload: dict, author: str, note: str) -> None:
         record_version(run, payload["workflow"], author, note, payload.get("n", 0))
 
 
-class DatabaseGate:
-    """The human gate: policy first, then a person, through Mutation rows."""
+class RunControl:
+    """The engine's Control (engine/control.py) on the run's row: a person's pause or cancel,
+    or a lease taken over by another attempt, stops the run at its next step boundary. Read at
+    most once a second: a step is seconds long, and the database is shared with the pages."""
 
-    def __init__(self, run: Run, sink: RunEventSink, poll_s: float = 0.3):
+    def __init__(self, run: Run, lease: str, interval_s: float = CONTROL_CHECK_S):
         self.run_id = run.pk
-        self.sink = sink
-        self.poll_s = poll_s
+        self.lease = lease
+        self.interval_s = interval_s
+        self._checked = 0.0
 
-    def decide(self, proposal: dict) -> tuple[bool, str, str]:
+    def check(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < self.interval_s:
+            return
+        self._checked = now
+        status, lease = Run.objects.filter(pk=self.run_id).values_list("status", "lease").get()
+        if lease != self.lease:
+            raise RunInterrupted("lease lost: the run was resumed by another worker")
+        if status == RunStatus.PAUSING:
+            raise RunInterrupted("paused")
+        if status == RunStatus.CANCELLING:
+            raise RunInterrupted("cancelled")
+
+
+class DatabaseGate:
+    """The human gate on Mutation rows. The run's gate policy decides at once where it may;
+    otherwise the proposal waits for a person *without* a worker: the run becomes "awaiting",
+    the engine stops (AwaitingDecision, after checkpointing the proposal), and the decision
+    sends the run back to the queue, where it resumes at this proposal and finds the answer."""
+
+    def __init__(self, run: Run, lease: str, moot: str):
+        self.run_id = run.pk
+        self.lease = lease
+        # What a proposal left waiting by an earlier attempt is told when this one goes past it.
+        self.moot = moot
+
+    def decide(self, proposal: Proposal) -> Decision:
         run = Run.objects.get(pk=self.run_id)
-        mutation = proposal["mutation"]
-        checks = proposal.get("checks") or []
-        evidence = {"J": proposal.get("J"), "incumbent_J": proposal.get("incumbent_J"), "checks": checks,
-                    "validation": proposal.get("validation"),
-                    "reference_validation": proposal.get("reference_validation"), "judgement": proposal.get("judgement"),
-                    "probe_run_id": proposal.get("probe_run_id")}
         row, created = Mutation.objects.get_or_create(
-            run=run, iteration=proposal.get("n", 0), child_hash=proposal["workflow"]["hash"],
-            defaults=dict(kind=mutation["kind"], target=mutation.get("target", ""),
-                          rationale=mutation.get("rationale", ""), proposal=mutation, diff=proposal.get("diff") or {},
-                          parent_hash=proposal.get("parent_hash", ""), child=proposal["workflow"], evidence=evidence,
-                          rule_accepts=bool(proposal.get("rule_accepts"))))
+            run=run, iteration=proposal.n, child_hash=proposal.key,
+            defaults=dict(kind=proposal.change.kind, target=proposal.change.target[:200],
+                          rationale=proposal.change.rationale, proposal=proposal.model_dump(mode="json"),
+                          diff=proposal.diff, parent_hash=proposal.parent[:64], child=proposal.workflow or {},
+                          evidence=proposal.evidence.model_dump(mode="json"), rule_accepts=proposal.rule_accepts))
         if not created and row.status == MutationStatus.CLOSED:
             # Closed as moot, yet proposed again after all: it is live again and needs a decision.
             Mutation.objects.filter(pk=row.pk, status=MutationStatus.CLOSED).update(
                 status=MutationStatus.PROPOSED, decided_by="", reason="", decided_at=None)
             row.refresh_from_db()
             created = row.status == MutationStatus.PROPOSED  # the gate policy applies as to a new one
-        if not created and row.status != MutationStatus.PROPOSED:
-            # Decided before the worker was lost: the person's decision stands.
-            return row.accepted, row.decided_by, row.reason
+        if not row.pending:  # decided, perhaps while the run was suspended: the decision stands
+            return decision_of(row)
         # This attempt waits on this proposal alone: one still waiting from an earlier attempt
         # was not proposed again, and deciding it would change nothing.
-        close_moot(self.run_id, self.sink.moot_reason, keep=row.pk)
+        close_moot(self.run_id, self.moot, keep=row.pk)
         if created:
-            self._policy(run, row, checks)
-        if row.pending:
-            self._wait(row)
-        row.refresh_from_db()
-        return row.accepted, row.decided_by, row.reason
+            self._policy(run, row, proposal)
+        if not row.pending:
+            return decision_of(row)
+        return self._suspend(row)
 
-    def _policy(self, run: Run, row: Mutation, checks: list[dict]) -> None:
-        all_pass = bool(checks) and all(c.get("passed") for c in checks)
+    def _policy(self, run: Run, row: Mutation, proposal: Proposal) -> None:
+        checks = proposal.evidence.checks
+        all_pass = all(c.passed for c in checks)  # a search without public checks (the tree) has none to fail
         if run.gate_policy == GatePolicy.AUTOMATIC:
             status = MutationStatus.AUTO_APPROVED if row.rule_accepts else MutationStatus.AUTO_REJECTED
-            decide(row, status, "policy:automatic", "J improved" if row.rule_accepts else "J did not improve")
+            decide(row, status, "policy:automatic", proposal.rule)
         elif run.gate_policy == GatePolicy.AUTO_IMPROVE and row.rule_accepts and all_pass:
-            decide(row, MutationStatus.AUTO_APPROVED, "policy:auto_improve", "J improved and every public check passed")
+            decide(row, MutationStatus.AUTO_APPROVED, "policy:auto_improve", f"{proposal.rule}; every public check passed")
         else:
             broadcast(run, {"kind": "mutation_pending", "mutation": row.pk, "iteration": row.iteration})
 
-    def _wait(self, row: Mutation) -> None:
-        Run.objects.filter(pk=self.run_id, status=RunStatus.RUNNING).update(status=RunStatus.AWAITING)
-        broadcast(self.run_id, {"kind": "status", "status": RunStatus.AWAITING})
-        try:
-            while True:
-                if Mutation.objects.filter(pk=row.pk).exclude(status=MutationStatus.PROPOSED).exists():
-                    return
-                self.sink.check_control(force=True)
-                self.sink.heartbeat()
-                time.sleep(self.poll_s)
-        finally:
-            if Run.objects.filter(pk=self.run_id, status=RunStatus.AWAITING).update(status=RunStatus.RUNNING):
-                broadcast(self.run_id, {"kind": "status", "status": RunStatus.RUNNING})
+    def _suspend(self, row: Mutation) -> Decision:
+        """Mark the run awaiting; then look once more, because a person may have decided in the
+        meantime, and whichever of the two moves the run out of "awaiting" first wins."""
+        reason = f"waiting for a decision on iteration {row.iteration}"
+        if not Run.objects.filter(pk=self.run_id, lease=self.lease, status=RunStatus.RUNNING).update(
+                status=RunStatus.AWAITING, status_reason=reason):
+            raise RunInterrupted("lease lost: the run was resumed by another worker")
+        broadcast(self.run_id, {"kind": "status", "status": RunStatus.AWAITING, "reason": reason})
+        row.refresh_from_db()
+        if not row.pending and Run.objects.filter(pk=self.run_id, lease=self.lease, status=RunStatus.AWAITING).update(
+                status=RunStatus.RUNNING, status_reason=""):
+            broadcast(self.run_id, {"kind": "status", "status": RunStatus.RUNNING})
+            return decision_of(row)
+        raise AwaitingDecision(row.iteration, row.child_hash)
 
-    def human_edit(self, incumbent: Workflow) -> tuple[Workflow, str] | None:
+    def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
         version = WorkflowVersion.objects.filter(run_id=self.run_id, adopted=False).order_by("number").first()
         if version is None:
             return None
         # This iteration probes the person's edit and proposes nothing: a proposal still waiting
         # from an earlier attempt will not come back, so it is closed now, not when it settles.
-        close_moot(self.run_id, self.sink.moot_reason)
-        wf = Workflow.from_dict({**version.data, "hash": None})
-        return wf, version.author
+        close_moot(self.run_id, self.moot)
+        return HumanEdit(Workflow.from_dict({**version.data, "hash": None}), version.author, ref=version.pk)
+
+    def adopted(self, edit: HumanEdit, n: int) -> None:
+        if WorkflowVersion.objects.filter(pk=edit.ref, adopted=False).update(adopted=True, iteration=n):
+            version = WorkflowVersion.objects.get(pk=edit.ref)
+            broadcast(self.run_id, {"kind": "version_created", "version": version.number, "author": version.author})
+
+
+def decision_of(row: Mutation) -> Decision:
+    return Decision(approved=row.accepted, decided_by=row.decided_by or "studio", reason=row.reason,
+                    promote=row.status == MutationStatus.PROMOTED)
 
 
 def moot_reason(run: Run) -> str:

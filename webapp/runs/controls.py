@@ -91,7 +91,8 @@ def recover_orphans() -> list[int]:
     """When the studio starts its own (only) worker, no run can still be executing: send the
     ones that were in flight back to the queue from their checkpoints and settle the ones a
     person had asked to pause or cancel. Returns the ids sent back."""
-    sent = _requeue(Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING]))
+    # Awaiting runs have no worker to lose: they wait for a person, whose decision queues them.
+    sent = _requeue(Run.objects.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]))
     Run.objects.filter(status=RunStatus.PAUSING).update(status=RunStatus.PAUSED, status_reason="paused")
     for run in Run.objects.filter(status=RunStatus.CANCELLING):
         Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now())
@@ -145,7 +146,7 @@ def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
     elif held.filter(status=RunStatus.CANCELLING).update(status=RunStatus.CANCELLED, finished=timezone.now()):
         status = RunStatus.CANCELLED
         close_moot(run_id, "the run was cancelled before a decision on it")
-    elif held.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING]).update(
+    elif held.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).update(
             status=RunStatus.INTERRUPTED, status_reason=reason):
         status = RunStatus.INTERRUPTED
     else:
@@ -155,9 +156,29 @@ def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
 
 
 def pause_run(run: Run) -> None:
-    if run.status not in {RunStatus.RUNNING, RunStatus.AWAITING}:
+    if run.status == RunStatus.AWAITING:  # no worker holds it: paused at once, the proposal kept
+        if Run.objects.filter(pk=run.pk, status=RunStatus.AWAITING).update(status=RunStatus.PAUSED,
+                                                                           status_reason="paused", lease=""):
+            run.status = RunStatus.PAUSED
+            broadcast(run, {"kind": "status", "status": RunStatus.PAUSED})
+            return
+        run.refresh_from_db()
+    if run.status != RunStatus.RUNNING:
         raise ControlError(f"only a running run can be paused; this one is {run.get_status_display()}")
     _set(run, RunStatus.PAUSING)
+
+
+def after_decision(run: Run) -> bool:
+    """A person decided the proposal a suspended run waits on: back to the queue, where it
+    resumes at that proposal. Only from "awaiting", and atomically, so a worker that saw the
+    decision first (and went on) and this never both run it. True when it was sent."""
+    lease = uuid.uuid4().hex
+    if not Run.objects.filter(pk=run.pk, status=RunStatus.AWAITING).update(
+            lease=lease, status=RunStatus.QUEUED, heartbeat=None, status_reason=""):
+        return False
+    run.lease, run.status = lease, RunStatus.QUEUED
+    transaction.on_commit(lambda: _publish(run, lease))
+    return True
 
 
 def resume_run(run: Run) -> None:
@@ -167,9 +188,10 @@ def resume_run(run: Run) -> None:
 
 
 def cancel_run(run: Run) -> None:
-    if run.status in {RunStatus.RUNNING, RunStatus.AWAITING, RunStatus.PAUSING} and not run.worker_lost:
+    if run.status in {RunStatus.RUNNING, RunStatus.PAUSING} and not run.worker_lost:
         _set(run, RunStatus.CANCELLING)
-    elif run.status in {RunStatus.QUEUED, RunStatus.PAUSED, RunStatus.INTERRUPTED, RunStatus.FAILED} or run.worker_lost:
+    elif run.status in {RunStatus.QUEUED, RunStatus.AWAITING, RunStatus.PAUSED, RunStatus.INTERRUPTED,
+                        RunStatus.FAILED} or run.worker_lost:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now(), lease="")
         close_moot(run.pk, "the run was cancelled before a decision on it")
         broadcast(run, {"kind": "status", "status": RunStatus.CANCELLED})

@@ -9,6 +9,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engine.protocol.gate import Proposal
+from engine.search import registry
+
 
 class Project(models.Model):
     name = models.CharField(max_length=120, unique=True)
@@ -61,7 +64,7 @@ RESUMABLE_STATUSES = {RunStatus.PAUSED, RunStatus.INTERRUPTED, RunStatus.FAILED}
 
 
 class Run(models.Model):
-    SEARCHES = [("mimosa", "Mimosa local search"), ("scimars", "SciMARS rounds"), ("tree", "AgenticSciML tree")]
+    SEARCHES = registry.choices()
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -104,8 +107,9 @@ class Run(models.Model):
 
     @property
     def worker_lost(self) -> bool:
-        """Active, but its worker has gone quiet for longer than a heartbeat allows."""
-        if self.status not in {RunStatus.RUNNING, RunStatus.AWAITING, RunStatus.PAUSING, RunStatus.CANCELLING}:
+        """Active, but its worker has gone quiet for longer than a heartbeat allows. (An
+        awaiting run has no worker on purpose: it waits for a person, not for a process.)"""
+        if self.status not in {RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.CANCELLING}:
             return False
         stale = timedelta(seconds=settings.TRELLIS_HEARTBEAT_STALE_S)
         return self.heartbeat is None or timezone.now() - self.heartbeat > stale
@@ -164,6 +168,7 @@ class Event(models.Model):
 class MutationStatus(models.TextChoices):
     PROPOSED = "proposed", "waiting for a person"
     APPROVED = "approved", "approved"
+    PROMOTED = "promoted", "approved and promoted"
     VETOED = "vetoed", "vetoed"
     AUTO_APPROVED = "auto_approved", "auto-approved"
     AUTO_REJECTED = "auto_rejected", "rejected by the policy"
@@ -179,7 +184,7 @@ class Mutation(models.Model):
     kind = models.CharField(max_length=40)
     target = models.CharField(max_length=200, blank=True)
     rationale = models.TextField(blank=True)
-    proposal = models.JSONField(default=dict)        # the engine's Mutation.to_dict()
+    proposal = models.JSONField(default=dict)        # the engine's gate Proposal (engine/protocol/gate.py)
     diff = models.JSONField(default=dict)
     parent_hash = models.CharField(max_length=64, blank=True)
     child_hash = models.CharField(max_length=64)
@@ -202,7 +207,13 @@ class Mutation(models.Model):
 
     @property
     def accepted(self) -> bool:
-        return self.status in {MutationStatus.APPROVED, MutationStatus.AUTO_APPROVED, MutationStatus.ADOPTED}
+        return self.status in {MutationStatus.APPROVED, MutationStatus.PROMOTED, MutationStatus.AUTO_APPROVED,
+                               MutationStatus.ADOPTED}
+
+    @property
+    def gate(self) -> Proposal:
+        """The engine's typed proposal (engine/protocol/gate.py) this row holds."""
+        return Proposal.model_validate(self.proposal)
 
 
 class Judgement(models.Model):

@@ -12,9 +12,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.budget import Budget
-from engine.errors import ModelUnavailable, RunInterrupted
+from engine.errors import AwaitingDecision, ModelUnavailable, RunInterrupted
 
-from .bridge import DatabaseGate, RunEventSink, broadcast, close_moot
+from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,10 @@ def execute_run(run_id: int, lease: str) -> str:
     run = Run.objects.select_related("task").get(pk=run_id)
     if run.checkpoint:
         # Scores of an iteration the lost worker never finished would be duplicated by the rerun;
-        # its events stay in the trace.
-        run.judgements.filter(iteration__gt=run.checkpoint.get("n", 0)).delete()
+        # its events stay in the trace. A checkpoint taken mid-iteration (a proposal waiting for
+        # the gate) keeps that iteration's probe, and so its score.
+        in_progress = run.checkpoint.get("iteration") or {}
+        run.judgements.filter(iteration__gt=in_progress.get("n", run.checkpoint.get("n", 0))).delete()
     Run.objects.filter(pk=run_id).update(attempts=run.attempts + 1, started=run.started or timezone.now())
     broadcast(run, {"kind": "status", "status": RunStatus.RUNNING})
     sink = RunEventSink(run, lease)
@@ -41,11 +43,15 @@ def execute_run(run_id: int, lease: str) -> str:
 
         result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
                         budget=Budget(max_tokens=run.max_tokens), out=log_out,
-                        gate=DatabaseGate(run, sink), model_override=run.model or None,
-                        archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink], run_dir=run.run_dir,
-                        resume=run.checkpoint,  # only Mimosa and SciMARS write checkpoints
-                        on_checkpoint=sink.save_checkpoint)
+                        gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
+                        model_override=run.model or None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
+                        run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint)
         status, reason, extra = RunStatus.COMPLETED, result.stopped, {"result": result.to_dict()}
+    except AwaitingDecision as exc:
+        # Suspended, not finished: the gate marked the run awaiting and the proposal is in its
+        # checkpoint; this worker is free, and the decision sends the run back to the queue.
+        log.info("run %s suspended: %s", run_id, exc)
+        return "awaiting"
     except RunInterrupted as exc:
         if exc.reason.startswith("lease lost"):
             return "superseded"

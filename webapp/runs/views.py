@@ -138,17 +138,26 @@ def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_queue.html", {"run": run, "mutations": mutations, "can": access.abilities(role)})
 
 
+DECISIONS = {"approve": MutationStatus.APPROVED, "promote": MutationStatus.PROMOTED, "veto": MutationStatus.VETOED}
+
+
 @require_POST
 def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> HttpResponse:
     row, role = access.mutation_for(request.user, mutation_id, access.REVIEW)
-    if action not in ("approve", "veto"):
+    status = DECISIONS.get(action)
+    if status is None or (status == MutationStatus.PROMOTED and not row.gate.can_promote):
         raise Http404(action)
-    status = MutationStatus.APPROVED if action == "approve" else MutationStatus.VETOED
     decision = DecisionForm(request.POST)
     if not decision.is_valid():
         return HttpResponse(decision.errors.as_ul(), status=400)
-    reason = decision.cleaned_data["reason"] or ("approved in the studio" if action == "approve" else "vetoed")
-    if not decide(row, status, f"user:{request.user.get_username()}", reason):
+    reason = decision.cleaned_data["reason"] or {"approve": "approved in the studio", "promote": "promoted in the studio",
+                                                 "veto": "vetoed"}[action]
+    if decide(row, status, f"user:{request.user.get_username()}", reason):
+        try:
+            controls.after_decision(row.run)  # a run suspended on this proposal goes back to the queue
+        except controls.QueueUnavailable as exc:  # the decision stands; the run waits, interrupted
+            messages.error(request, str(exc))
+    else:
         messages.warning(request, f"mutation {row.pk} was already {row.get_status_display()}")
     row.refresh_from_db()
     return render(request, "runs/_mutation.html", {"m": row, "run": row.run, "can": access.abilities(role)})
