@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/<int:run_id>/control/<str:action>", views.run_control, name="run_control"),
     path("runs/<int:run_id>/graph.json", views.graph_json, name="graph_json"),
     path("runs/<int:run_id>/scores.json", views.scores_json, name="scores_json"),
+    path("runs/<int:run_id>/tree.json", views.tree_json, name="tree_json"),
     path("runs/<int:run_id>/queue", views.mutation_queue, name="queue"),
     path("runs/<int:run_id>/timeline", views.timeline, name="timeline"),
     path("runs/<int:run_id>/diff", views.version_diff, name="diff"),

@@ -132,6 +132,13 @@ def scores_json(request: HttpRequest, run_id: int) -> JsonResponse:
                          "higher_is_better": run.task.higher_is_better, "metric": run.task.metric_name})
 
 
+def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
+    from . import tree_view
+
+    run, _ = access.run_for(request.user, run_id)
+    return JsonResponse(tree_view.tree_state(run))
+
+
 def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
     mutations = list(run.mutations.all()[:50])
