@@ -23,6 +23,7 @@ from engine.runner import RunConfig, run_workflow
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import ListSink, Tracer, read_events, trace_attempts
+from tests.fakes import FakeExecutor
 
 ROOT = Path(__file__).resolve().parents[2]
 UNKNOWN_PROVIDER = "nosuchprovider/x"
@@ -141,6 +142,7 @@ def test_unknown_model_fails_the_run_with_the_providers_message_in_its_trace(dis
 
 
 # --- the command line: one line, non-zero exit, no traceback, nothing archived --------------------
+@pytest.mark.slow  # a whole CLI process: Django, litellm and the engine start in it
 def test_engine_cli_with_a_missing_key_prints_one_error_line_and_exits_non_zero(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "engine", "run", "examples/discontinuous-1d", "--model",
                            "openai/gpt-4o-mini", "--runs-dir", str(tmp_path / "runs")],
@@ -153,6 +155,7 @@ def test_engine_cli_with_a_missing_key_prints_one_error_line_and_exits_non_zero(
     assert [e.kind for e in read_events(trace)][-1] == "run_failed"
 
 
+@pytest.mark.slow  # a whole CLI process: Django, litellm and the engine start in it
 def test_manage_py_evolve_with_an_unknown_provider_fails_and_archives_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/discontinuous-1d", "--iterations", "1",
                            "--model", UNKNOWN_PROVIDER], cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True,
@@ -203,9 +206,10 @@ def test_a_probe_rerun_after_resume_has_its_own_trace_and_replay_counts_it_once(
     with (tmp_path / "log").open("w") as out:
         with pytest.raises(RunInterrupted):
             evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
-                   sinks=[_InterruptAtFirstModelCall()])
+                   sinks=[_InterruptAtFirstModelCall()], executor=FakeExecutor(tmp_path / "sandbox"))
         # No checkpoint was written before the interruption: resume starts again, in the same folder.
-        result = evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out)
+        result = evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
+                        executor=FakeExecutor(tmp_path / "sandbox"))
     probe_dir = run_dir / "probes" / "001-initial"
     attempts = trace_attempts(probe_dir)
     assert [n for n, _ in attempts] == [1, 2]

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -12,6 +14,7 @@ def _manage(*args, tmp_path):
                           env=env, timeout=600)
 
 
+@pytest.mark.slow
 def test_run_task_prints_live_steps_and_the_evaluate_py_metric(tmp_path):
     proc = _manage("run_task", "examples/discontinuous-1d", "--seed", "7", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -34,6 +37,7 @@ def test_run_task_on_a_broken_folder_names_the_file(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a whole CLI process: Django, litellm and the engine start in it
 def test_a_too_small_budget_is_reported_not_crashed(tmp_path):
     proc = _manage("run_task", "examples/diabetes-progression", "--max-calls", "1", tmp_path=tmp_path)
     assert proc.returncode != 0
@@ -41,6 +45,7 @@ def test_a_too_small_budget_is_reported_not_crashed(tmp_path):
     assert "status: stopped" in proc.stdout
 
 
+@pytest.mark.slow  # a whole CLI process: Django, litellm and the engine start in it
 def test_an_unreachable_real_model_fails_the_run_with_a_clear_reason(tmp_path):
     proc = _manage("run_task", "examples/discontinuous-1d", "--model", "openai/gpt-4o-mini", tmp_path=tmp_path)
     assert proc.returncode != 0
@@ -57,6 +62,7 @@ def test_the_demo_command_sets_up_its_database_on_a_fresh_checkout(tmp_path):
     assert (fresh / "trellis.sqlite3").is_file()
 
 
+@pytest.mark.slow
 def test_studio_command_starts_everything_with_a_live_demo_run_and_stops_cleanly(tmp_path):
     """The README's first command: embedded Redis, a worker, the web server, a demo run."""
     import json
