@@ -188,3 +188,17 @@ def add_member(project, user, role: str = "owner"):
         user = get_user_model().objects.get(username=user)
     row, _ = Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role[role.upper()]})
     return row
+
+
+def proposed_mutation(run, n: int = 1, key: str = "c" * 64, **fields):
+    """A Mutation row waiting for a person, holding a typed gate Proposal like the engine's."""
+    from engine.protocol.gate import Change, Evidence, Proposal
+    from webapp.runs.models import Mutation
+
+    wf = run.current_version.data if run.current_version else {}
+    proposal = Proposal(search=run.search, n=n, key=key, change=Change(kind="prompt_refinement", target="coder"),
+                        rule_accepts=True, rule="J improved", evidence=Evidence(basis="judge", J=0.8, incumbent_J=0.7),
+                        parent=wf.get("hash", ""), workflow=wf or None)
+    return Mutation.objects.create(run=run, iteration=n, kind="prompt_refinement", target="coder", child_hash=key,
+                                   child=wf, parent_hash=wf.get("hash", ""),
+                                   proposal=proposal.model_dump(mode="json"), **fields)

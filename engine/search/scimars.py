@@ -482,7 +482,7 @@ class ScimarsSearch(Search):
 
     def _print(self, r: RoundRecord) -> None:
         """One round: each editor's proposal with its probe's checks, then the composer's choice."""
-        lines = [f"round {r.n:>2}  reference validation {_num((r.reference or {}).get('validation', {}).get('value'))}"]
+        lines = [f"round {r.n:>2}  reference validation {_num(((r.reference or {}).get('validation') or {}).get('value'))}"]
         for p in r.proposals:
             m = p.mutation or {}
             if not p.valid:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from engine.synthesis import team_workflow
 from engine.task import load_task
-from tests.studio_harness import add_member
+from tests.studio_harness import add_member, proposed_mutation
 from webapp.runs.bridge import record_version
 from webapp.runs.forms import example_choices
 from webapp.runs.models import Event, Membership, Mutation, Project, Role, Run, RunStatus, Task, WorkflowVersion
@@ -62,7 +62,7 @@ def lab(examples, tmp_path) -> Lab:
     run = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa",
                              heartbeat=timezone.now(), run_dir=str(tmp_path / "run"))
     record_version(run, team_workflow(spec).to_dict(), "engine", "initial", 0)
-    mutation = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash="c" * 64)
+    mutation = proposed_mutation(run)
     Event.objects.create(run=run, seq=1, kind="model_call", agent="coder", ts=1.0, payload={"response": "secret"})
     stored = tmp_path / "run" / "probe-1" / "artifacts" / SHA[:2] / SHA
     stored.parent.mkdir(parents=True)

@@ -23,8 +23,8 @@ from engine.mutations import Mutation as EngineMutation
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.workflow import Agent, Workflow
-from tests.studio_harness import running_run
-from webapp.runs.models import Mutation, MutationStatus, Run
+from tests.studio_harness import proposed_mutation, running_run
+from webapp.runs.models import MutationStatus, Run
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_MB = "Think step by step. " * 52_429  # ~1 MB of plausible text
@@ -184,9 +184,7 @@ def test_out_of_range_run_options_are_form_errors(run, client, field, value, mes
 
 
 def test_an_oversize_decision_reason_is_refused_and_the_mutation_still_waits(run, client):
-    wf = run.current_version.data
-    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", target="coder",
-                                  child_hash="c" * 64, child=wf, parent_hash=wf["hash"])
+    row = proposed_mutation(run)
     page = client.post(f"/mutations/{row.pk}/veto", {"reason": "no " * 100_000})
     assert page.status_code == 400
     assert "at most 2000 characters" in page.content.decode()

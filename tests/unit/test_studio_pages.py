@@ -2,14 +2,13 @@
 policies, the contract/procedure editor's validation, the trace viewer's filters and paging."""
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 from django.test import Client
 
-from tests.studio_harness import add_member, running_run
-from webapp.runs.bridge import DatabaseGate, RunEventSink, decide
+from tests.studio_harness import add_member, proposed_mutation, running_run
+from engine.errors import AwaitingDecision
+from engine.protocol.gate import Change, Check, Decision, Evidence, Proposal
+from webapp.runs.bridge import DatabaseGate, RunEventSink, decide, moot_reason
 from webapp.runs.models import Event, GatePolicy, Mutation, MutationStatus, Run, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -28,77 +27,105 @@ def client(demo_user, run) -> Client:
     return c
 
 
-def _proposal(run: Run, rule: bool, checks_pass: bool = True, n: int = 1) -> dict:
+def _proposal(run: Run, rule: bool, checks_pass: bool = True, n: int = 1) -> Proposal:
     wf = run.current_version.data
     child = {**wf, "note": f"child {n}", "hash": f"{n:064x}"}
-    return {"n": n, "mutation": {"kind": "prompt_refinement", "target": "coder", "params": {}, "rationale": "r"},
-            "diff": {}, "rule_accepts": rule, "J": 0.8 if rule else 0.5, "incumbent_J": 0.7,
-            "checks": [{"name": "exit_ok", "passed": True}, {"name": "values_vary", "passed": checks_pass}],
-            "parent_hash": wf["hash"], "workflow": child}
+    return Proposal(search="mimosa", n=n, key=child["hash"],
+                    change=Change(kind="prompt_refinement", target="coder", rationale="r", author="mutator"),
+                    rule_accepts=rule, rule="J improved" if rule else "J did not improve",
+                    evidence=Evidence(basis="judge", J=0.8 if rule else 0.5, incumbent_J=0.7,
+                                      checks=[Check(name="exit_ok", passed=True),
+                                              Check(name="values_vary", passed=checks_pass)]),
+                    parent=wf["hash"], workflow=child)
 
 
 def _gate(run: Run, policy: str) -> DatabaseGate:
     Run.objects.filter(pk=run.pk).update(gate_policy=policy)
     run.refresh_from_db()
-    return DatabaseGate(run, RunEventSink(run, "L"), poll_s=0.05)
+    return DatabaseGate(run, "L", moot_reason(run))
+
+
+def _decided(d: Decision) -> tuple:
+    return d.approved, d.decided_by, d.reason
 
 
 def test_automatic_policy_follows_the_search_rule(run):
     gate = _gate(run, GatePolicy.AUTOMATIC)
-    assert gate.decide(_proposal(run, rule=True, n=1))[:2] == (True, "policy:automatic")
-    assert gate.decide(_proposal(run, rule=False, n=2))[:2] == (False, "policy:automatic")
+    assert _decided(gate.decide(_proposal(run, rule=True, n=1)))[:2] == (True, "policy:automatic")
+    assert _decided(gate.decide(_proposal(run, rule=False, n=2)))[:2] == (False, "policy:automatic")
     assert list(run.mutations.order_by("iteration").values_list("status", flat=True)) == ["auto_approved", "auto_rejected"]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING  # nothing waited
 
 
 def test_auto_improve_approves_only_an_improvement_with_every_check_passing(run):
     gate = _gate(run, GatePolicy.AUTO_IMPROVE)
-    assert gate.decide(_proposal(run, rule=True, n=1))[:2] == (True, "policy:auto_improve")
-    # J improved but a public check failed: a person decides.
-    threading.Timer(0.4, lambda: decide(Mutation.objects.get(iteration=2), MutationStatus.VETOED,
-                                        "user:ada", "values constant")).start()
-    assert gate.decide(_proposal(run, rule=True, checks_pass=False, n=2)) == (False, "user:ada", "values constant")
+    assert _decided(gate.decide(_proposal(run, rule=True, n=1)))[:2] == (True, "policy:auto_improve")
+    # J improved but a public check failed: a person decides, and the run waits without a worker.
+    with pytest.raises(AwaitingDecision):
+        gate.decide(_proposal(run, rule=True, checks_pass=False, n=2))
+    decide(Mutation.objects.get(iteration=2), MutationStatus.VETOED, "user:ada", "values constant")
+    assert _decided(gate.decide(_proposal(run, rule=True, checks_pass=False, n=2))) == (False, "user:ada",
+                                                                                        "values constant")
 
 
-def test_manual_policy_waits_for_a_person_and_only_this_run_pauses(run):
+def test_manual_policy_suspends_the_run_until_a_person_decides(run):
     gate = _gate(run, GatePolicy.MANUAL)
-    seen = {}
-
-    def person():
-        row = None
-        while row is None:
-            row = Mutation.objects.filter(run=run, status=MutationStatus.PROPOSED).first()
-            time.sleep(0.05)
-        seen["status_while_waiting"] = Run.objects.get(pk=run.pk).status
-        decide(row, MutationStatus.APPROVED, "user:ada", "looks right")
-
-    t = threading.Thread(target=person)
-    t.start()
-    # The rule rejects it, but a person has the final word.
-    assert gate.decide(_proposal(run, rule=False)) == (True, "user:ada", "looks right")
-    t.join()
-    assert seen["status_while_waiting"] == RunStatus.AWAITING
-    assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
+    with pytest.raises(AwaitingDecision) as waiting:
+        gate.decide(_proposal(run, rule=False))
+    assert waiting.value.n == 1
+    row = Mutation.objects.get(run=run, status=MutationStatus.PROPOSED)
+    assert Run.objects.get(pk=run.pk).status == RunStatus.AWAITING
+    assert row.gate.evidence.J == 0.5 and row.gate.change.kind == "prompt_refinement"
+    # The rule rejects it, but a person has the final word; the resumed search asks again.
+    decide(row, MutationStatus.APPROVED, "user:ada", "looks right")
+    resumed = DatabaseGate(run, "L2", moot_reason(run))
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease="L2")
+    assert _decided(resumed.decide(_proposal(run, rule=False))) == (True, "user:ada", "looks right")
+    assert run.mutations.count() == 1
 
 
 def test_a_decision_made_before_a_worker_was_lost_stands_on_resume(run):
     gate = _gate(run, GatePolicy.MANUAL)
-    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash=f"{1:064x}")
+    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash=f"{1:064x}",
+                                  proposal=_proposal(run, rule=True).model_dump(mode="json"))
     decide(row, MutationStatus.VETOED, "user:ada", "no")
-    assert gate.decide(_proposal(run, rule=True)) == (False, "user:ada", "no")
+    assert _decided(gate.decide(_proposal(run, rule=True))) == (False, "user:ada", "no")
     assert run.mutations.count() == 1
 
 
-def test_pausing_stops_a_waiting_gate(run):
-    from engine.errors import RunInterrupted
+def test_a_waiting_run_pauses_and_cancels_at_once(run):
+    from webapp.runs import controls
 
     gate = _gate(run, GatePolicy.MANUAL)
-    threading.Timer(0.3, lambda: Run.objects.filter(pk=run.pk).update(status=RunStatus.PAUSING)).start()
-    with pytest.raises(RunInterrupted, match="paused"):
+    with pytest.raises(AwaitingDecision):
         gate.decide(_proposal(run, rule=True))
+    controls.pause_run(Run.objects.get(pk=run.pk))
+    assert Run.objects.get(pk=run.pk).status == RunStatus.PAUSED  # no worker to wait for
+    # A decision taken while paused stands, and does not send the run back to the queue.
+    row = Mutation.objects.get(run=run)
+    decide(row, MutationStatus.APPROVED, "user:ada", "ok")
+    assert not controls.after_decision(Run.objects.get(pk=run.pk))
+    assert Run.objects.get(pk=run.pk).status == RunStatus.PAUSED
+    controls.cancel_run(Run.objects.get(pk=run.pk))
+    assert Run.objects.get(pk=run.pk).status == RunStatus.CANCELLED
+
+
+def test_a_pause_or_a_lost_lease_stops_the_engine_at_its_next_step(run):
+    from engine.errors import RunInterrupted
+    from webapp.runs.bridge import RunControl
+
+    control = RunControl(run, "L")
+    control.check()  # running, and this attempt's lease: go on
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.PAUSING)
+    with pytest.raises(RunInterrupted, match="paused"):
+        control.check(force=True)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, lease="other")
+    with pytest.raises(RunInterrupted, match="lease lost"):
+        control.check(force=True)
 
 
 def test_approve_and_veto_buttons_record_who_and_why(run, client):
-    row = Mutation.objects.create(run=run, iteration=1, kind="prompt_refinement", child_hash="a" * 64)
+    row = proposed_mutation(run, key="a" * 64)
     page = client.post(f"/mutations/{row.pk}/veto", {"reason": "changes the evaluator's input"})
     assert page.status_code == 200 and b"vetoed by user:ada" in page.content
     row.refresh_from_db()
@@ -137,8 +164,8 @@ def test_a_valid_procedure_edit_becomes_a_version_by_that_person(run, client):
     assert v2.author == "user:ada" and v2.parent.number == 1
     assert v2.data["harness"]["procedures"]["planner"] == "Prefer gradient boosting."
     assert not v2.adopted  # the running Mimosa search adopts it at its next iteration
-    wf, author = DatabaseGate(run, RunEventSink(run, "L")).human_edit(None)
-    assert wf.hash == v2.hash and author == "user:ada"
+    edit = DatabaseGate(run, "L", moot_reason(run)).human_edit(None)
+    assert edit.workflow.hash == v2.hash and edit.author == "user:ada"
 
 
 def _event(run: Run, seq: int, kind: str, agent: str, iteration: int, payload: dict) -> Event:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
@@ -20,12 +19,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from engine.errors import TaskSpecError
 
-from . import access, controls, members
+from . import access, controls, fragments, members
 from .bridge import decide
 from .editing import EditRejected, apply_edit
 from .forms import DecisionForm, NewRunForm
-from .models import Event, Membership, MutationStatus, Project, Role, Run
-from .presenters import cytoscape_elements, graph_state, paged_payload, score_series, side_by_side
+from .models import Event, Membership, MutationStatus, Project, Role
+from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
 
 
 def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResponse:
@@ -81,24 +80,15 @@ def new_run(request: HttpRequest) -> HttpResponse:
     return redirect("run", run_id=run.pk)
 
 
-def _run_context(run: Run, role: Role) -> dict:
-    versions = list(run.versions.all())
-    by_hash = {v.hash: v.number for v in versions}
-    official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
-                for label, d in (run.result or {}).items() if label in ("initial", "final")]
-    return {"versions": versions, "official": official, "role": role, "can": access.abilities(role),
-            "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
-
-
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
     recent = run.events.order_by("-seq").only("kind", "agent", "iteration", "payload")[:14]
-    return render(request, "runs/run.html", {"run": run, "recent": recent, **_run_context(run, role)})
+    return render(request, "runs/run.html", {"recent": recent, **fragments.run_context(run, role)})
 
 
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
-    return render(request, "runs/_header.html", {"run": run, **_run_context(run, role)})
+    return HttpResponse(fragments.header(run, role))
 
 
 @require_POST
@@ -113,9 +103,7 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
     except controls.ControlError as exc:
         error, status = str(exc), exc.http_status  # 409 for the run's state, 503 for a queue that is down
     run.refresh_from_db()
-    response = render(request, "runs/_header.html", {"run": run, "error": error, **_run_context(run, role)},
-                      status=status)
-    return response
+    return HttpResponse(fragments.header(run, role, error=error), status=status)
 
 
 def graph_json(request: HttpRequest, run_id: int) -> JsonResponse:
@@ -141,8 +129,7 @@ def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
 def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
-    mutations = list(run.mutations.all()[:50])
-    return render(request, "runs/_queue.html", {"run": run, "mutations": mutations, "can": access.abilities(role)})
+    return HttpResponse(fragments.queue(run, role))
 
 
 DECISIONS = {"approve": MutationStatus.APPROVED, "promote": MutationStatus.PROMOTED, "veto": MutationStatus.VETOED}
@@ -167,49 +154,38 @@ def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> Http
     else:
         messages.warning(request, f"mutation {row.pk} was already {row.get_status_display()}")
     row.refresh_from_db()
-    return render(request, "runs/_mutation.html", {"m": row, "run": row.run, "can": access.abilities(role)})
+    return HttpResponse(fragments.mutation(row, role))
 
 
 def timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     run, _ = access.run_for(request.user, run_id)
-    return render(request, "runs/_timeline.html", {"run": run, "versions": list(run.versions.all())})
+    return HttpResponse(fragments.timeline(run))
 
 
 def version_diff(request: HttpRequest, run_id: int) -> HttpResponse:
     run, _ = access.run_for(request.user, run_id)
-    versions = {v.number: v for v in run.versions.all()}
-    if not versions:
-        return HttpResponse('<p class="muted">No versions yet.</p>')
-    latest = max(versions)
     try:
-        a = versions[int(request.GET.get("a", max(1, latest - 1)))]
-        b = versions[int(request.GET.get("b", latest))]
+        a, b = (int(request.GET[k]) if request.GET.get(k) else None for k in ("a", "b"))
+        context = fragments.diff_context(run, a, b)
     except (KeyError, ValueError):
         return HttpResponse('<p class="error">Choose two versions of this run.</p>', status=400)
-    return render(request, "runs/_diff.html", {"run": run, "a": a, "b": b, "rows": side_by_side(a.data, b.data),
-                                               "versions": sorted(versions.values(), key=lambda v: v.number)})
+    if context is None:
+        return HttpResponse('<p class="muted">No versions yet.</p>')
+    return render(request, "runs/_diff.html", context)
 
 
 def editor(request: HttpRequest, run_id: int) -> HttpResponse:
     # Anyone who sees the run may read the editor; saving an edit needs the reviewer role.
     run, role = access.run_for(request.user, run_id, access.REVIEW if request.method == "POST" else access.VIEW)
-    version = run.current_version
-    context = {"run": run, "version": version, "errors": [], "saved": None, "kind": request.POST.get("kind", "contract"),
-               "role": role, "can": access.abilities(role)}
+    saved, errors = None, []
     if request.method == "POST":
         try:
-            context["saved"] = apply_edit(run, request.POST.get("kind", ""), request.POST.dict(),
-                                          request.user.get_username())
-            context["version"] = context["saved"]
+            saved = apply_edit(run, request.POST.get("kind", ""), request.POST.dict(), request.user.get_username())
         except EditRejected as exc:
-            context["errors"] = exc.problems
-    if context["version"]:
-        data = context["version"].data
-        context["edges"] = [f"{e['source']}->{e['target']}:{e['artifact']}" for e in data.get("edges", [])]
-        context["edge_list"] = data.get("edges", [])
-        context["agents"] = data.get("agents", [])
-        context["procedures"] = sorted((data.get("harness", {}).get("procedures") or {}).items())
-    return render(request, "runs/_editor.html", context, status=422 if context["errors"] else 200)
+            errors = exc.problems
+    context = {**fragments.editor_context(run, role, saved), "saved": saved, "errors": errors,
+               "kind": request.POST.get("kind", "contract")}
+    return render(request, "runs/_editor.html", context, status=422 if errors else 200)
 
 
 def trace(request: HttpRequest, run_id: int) -> HttpResponse:

@@ -1,0 +1,83 @@
+"""The run page's fragments, rendered for one viewer: by the views on page load (and when the
+browser reconnects), and by the WebSocket consumer when a message says one changed. One place
+builds each fragment's context, so a pushed fragment is the same as a fetched one."""
+from __future__ import annotations
+
+from django.template.loader import render_to_string
+
+from . import access
+from .models import Mutation, MutationStatus, Role, Run
+from .presenters import side_by_side
+
+# What a pushed message may name; "mutation:<pk>" is one entry of the queue.
+NAMES = ("header", "queue", "timeline", "diff", "editor")
+
+
+def run_context(run: Run, role: Role | None) -> dict:
+    versions = list(run.versions.all())
+    by_hash = {v.hash: v.number for v in versions}
+    official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
+                for label, d in (run.result or {}).items() if label in ("initial", "final")]
+    return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
+            "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
+
+
+def header(run: Run, role: Role | None, **extra) -> str:
+    return render_to_string("runs/_header.html", {**run_context(run, role), **extra})
+
+
+def queue(run: Run, role: Role | None) -> str:
+    return render_to_string("runs/_queue.html", {"run": run, "mutations": list(run.mutations.all()[:50]),
+                                                 "can": access.abilities(role)})
+
+
+def mutation(row: Mutation, role: Role | None) -> str:
+    return render_to_string("runs/_mutation.html", {"m": row, "run": row.run, "can": access.abilities(role)})
+
+
+def timeline(run: Run, role: Role | None = None) -> str:
+    return render_to_string("runs/_timeline.html", {"run": run, "versions": list(run.versions.all())})
+
+
+def diff_context(run: Run, a: int | None = None, b: int | None = None) -> dict | None:
+    """The side-by-side diff of versions ``a`` and ``b`` (default: the latest two); None when
+    there is no version yet. KeyError for a version the run does not have."""
+    versions = {v.number: v for v in run.versions.all()}
+    if not versions:
+        return None
+    latest = max(versions)
+    va, vb = versions[a if a is not None else max(1, latest - 1)], versions[b if b is not None else latest]
+    return {"run": run, "a": va, "b": vb, "rows": side_by_side(va.data, vb.data),
+            "versions": sorted(versions.values(), key=lambda v: v.number)}
+
+
+def diff(run: Run, role: Role | None = None) -> str:
+    context = diff_context(run)
+    return render_to_string("runs/_diff.html", context) if context else '<p class="muted">No versions yet.</p>'
+
+
+def editor_context(run: Run, role: Role | None, version=None) -> dict:
+    version = version or run.current_version
+    context = {"run": run, "version": version, "errors": [], "saved": None, "kind": "contract", "role": role,
+               "can": access.abilities(role)}
+    if version:
+        data = version.data
+        context["edges"] = [f"{e['source']}->{e['target']}:{e['artifact']}" for e in data.get("edges", [])]
+        context["edge_list"] = data.get("edges", [])
+        context["agents"] = data.get("agents", [])
+        context["procedures"] = sorted((data.get("harness", {}).get("procedures") or {}).items())
+    return context
+
+
+def editor(run: Run, role: Role | None) -> str:
+    return render_to_string("runs/_editor.html", editor_context(run, role))
+
+
+def render(name: str, run: Run, role: Role | None) -> str | None:
+    """One named fragment for a viewer with ``role``; None for a name it does not know, or a
+    mutation that is not this run's."""
+    if name.startswith("mutation:"):
+        row = Mutation.objects.filter(pk=int(name.split(":", 1)[1]), run=run).select_related("run").first()
+        return mutation(row, role) if row else None
+    builder = {"header": header, "queue": queue, "timeline": timeline, "diff": diff, "editor": editor}.get(name)
+    return builder(run, role) if builder else None
