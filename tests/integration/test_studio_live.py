@@ -7,7 +7,7 @@ from django.test import Client
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Mutation, MutationStatus, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStatus
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
