@@ -1,0 +1,315 @@
+// The tree card of a tree-search run: the tree of candidate programs (cytoscape), why each
+// iteration expanded the parents it did, and every node's score by iteration (plotly).
+// It loads tree.json once, then follows the events run.js re-dispatches from its WebSocket
+// ("trellis:message"); the rules for reading events mirror webapp/runs/tree_view.py.
+(function () {
+  "use strict";
+  const card = document.getElementById("tree-card");
+  if (!card) return;
+  const $ = (id) => document.getElementById(id);
+  const TREE_KINDS = new Set(["tree_node", "node_retired", "search_iteration"]);
+
+  let state = null;        // tree.json, kept up to date by pushed events
+  let buffer = [];         // events pushed while tree.json is being fetched
+  let loading = null;
+  let cy = null;
+
+  // --- reading events (as tree_view.py does) --------------------------------------------------
+  const better = (a, b) => (state.higher_is_better ? a > b : a < b);
+  const fmt = (v) => (v == null ? "no score" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : (+v.toPrecision(4)).toString());
+
+  function champion() {
+    let best = null;
+    for (const n of state.nodes) {
+      if (n.status !== "scored" || n.vetoed || n.score == null) continue;
+      if (!best || better(n.score, best.score)) best = n;
+    }
+    return best ? best.id : null;
+  }
+
+  function nodeById(id) { return state.nodes.find((n) => n.id === id); }
+
+  function parentReason(id, started, votes) {
+    if (id === started.best) return { id, reason: "best", label: "best node" };
+    const vote = votes.find((v) => v.winner === id);
+    if (vote) {
+      if (vote.fallback) return { id, reason: "fallback", label: "no valid vote: best remaining" };
+      return { id, reason: "vote", label: "vote " + ((vote.tally || {})[id] || 0) + "/" + (vote.votes || []).length };
+    }
+    const who = (nodeById(id) || {}).decided_by || "a person";
+    return { id, reason: "promoted", label: "promoted by " + who };
+  }
+
+  // Applies one pushed event; false when it lacks what is needed (then tree.json is refetched).
+  function apply(msg) {
+    const d = msg.data || msg.payload || {};
+    if (msg.kind === "tree_node") {
+      if (!d.node) return false;
+      const old = nodeById(d.node);
+      const node = { id: d.node, parent: d.parent ?? null, iteration: d.iteration ?? msg.iteration, strategy: d.strategy ?? null,
+                     params: d.params || {}, score: Number.isFinite(d.score) ? d.score : null, status: d.status,
+                     vetoed: !!d.vetoed, promoted: !!d.promoted, decided_by: d.decided_by || "", verdict: d.verdict || "",
+                     knowledge: d.knowledge || [], debug_attempts: d.debug_attempts || 0, debate_turns: d.debate_turns || 0,
+                     retired: old ? old.retired : false, retired_at: old ? old.retired_at : null, seq: msg.seq };
+      if (old) Object.assign(old, node); else state.nodes.push(node);
+    } else if (msg.kind === "node_retired") {
+      const node = nodeById(d.node);
+      if (!node) return false;
+      node.retired = true; node.retired_at = d.iteration ?? msg.iteration;
+      if (d.max_children != null) state.max_children = d.max_children;
+    } else if (d.phase === "vote") {
+      if (!("winner" in d)) return false;
+      state.pending_votes.push(d);
+    } else if (d.phase === "started") {
+      if (!Array.isArray(d.parents)) return false;
+      const started = { best: d.best };
+      state.iterations = state.iterations.filter((it) => it.n !== msg.iteration);
+      state.iterations.push({ n: msg.iteration, nodes_before: d.nodes, abandoned: [],
+                              parents: d.parents.map((id) => parentReason(id, started, state.pending_votes)) });
+      state.iterations.sort((a, b) => a.n - b.n);
+      state.pending_votes = [];
+    } else if (d.phase === "child_abandoned") {
+      const it = state.iterations.find((i) => i.n === msg.iteration);
+      if (it) it.abandoned.push({ parent: d.parent, error: d.error || "" });
+    } else if (d.phase === "finished") {
+      state.finished = { stopped: d.stopped, iterations: d.iterations, champion: d.champion, champion_score: d.champion_score };
+    }
+    return true;
+  }
+
+  // --- words --------------------------------------------------------------------------------
+  function decision(n) {
+    if (n.parent == null) return "root, written from the data analyst's report";
+    if (n.vetoed) return "vetoed by " + (n.decided_by || "a person");
+    if (n.status !== "scored") return "never ran cleanly: nothing to decide";
+    if (!n.decided_by) return "not decided yet";
+    return (n.promoted ? "approved and promoted by " : "approved by ") + n.decided_by;
+  }
+
+  function marks(n, champ) {
+    const out = [];
+    if (n.id === champ) out.push("★ champion");
+    if (n.status === "failed") out.push("failed");
+    if (n.vetoed) out.push("✕ vetoed");
+    if (n.promoted) out.push("▲ promoted");
+    if (n.retired) out.push("retired");
+    return out;
+  }
+
+  function describe(n, champ) {
+    const params = Object.keys(n.params || {}).length ? " " + JSON.stringify(n.params) : "";
+    const parts = [n.id + ": " + (n.strategy || "unknown strategy") + params, state.metric_label + " " + fmt(n.score),
+                   n.parent ? "child of " + n.parent + " in iteration " + n.iteration : "root", decision(n)];
+    const kids = state.nodes.filter((c) => c.parent === n.id).length;
+    if (kids) parts.push(kids + (state.max_children ? "/" + state.max_children : "") + " children");
+    if (n.retired) parts.push("retired in iteration " + n.retired_at);
+    if (n.id === champ) parts.push("the champion");
+    return parts.join(" · ");
+  }
+
+  // --- drawing ------------------------------------------------------------------------------
+  function label(n, champ) {
+    const m = marks(n, champ).filter((w) => w !== "failed");
+    return n.id + " · " + (n.strategy || "?") + "\n" + (n.status === "failed" ? "failed" : fmt(n.score)) + (m.length ? "\n" + m.join(" ") : "");
+  }
+
+  function classesOf(n, champ) {
+    return [n.status === "scored" ? "scored" : "failed", n.vetoed && "vetoed", n.retired && "retired",
+            n.promoted && "promoted", n.id === champ && "champion"].filter(Boolean).join(" ");
+  }
+
+  const STYLE = [
+    { selector: "node", style: {
+        "shape": "round-rectangle", "width": 150, "height": 56, "label": "data(label)", "text-wrap": "wrap",
+        "text-max-width": 144, "text-valign": "center", "font-size": 11, "line-height": 1.25, "color": "#13202e",
+        "background-color": "#dcf2e3", "border-width": 2, "border-color": "#2f8f5b" } },
+    { selector: "node.failed", style: { "background-color": "#fbdcd9", "border-color": "#c8423b", "color": "#6e1d18" } },
+    { selector: "node.retired", style: { "background-opacity": 0, "color": "#5b6575", "border-opacity": 0.7 } },
+    { selector: "node.promoted", style: { "border-color": "#2b5fb3", "border-width": 4 } },
+    { selector: "node.vetoed", style: { "background-color": "#ececec", "background-opacity": 1, "border-color": "#7a7f87",
+        "border-style": "dashed", "border-width": 2, "color": "#5f646b" } },
+    { selector: "node.champion", style: { "border-color": "#b07d00", "border-width": 5, "underlay-color": "#f2c14e",
+        "underlay-opacity": 0.6, "underlay-padding": 7, "underlay-shape": "round-rectangle", "font-weight": "bold" } },
+    { selector: "edge", style: { "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.6,
+        "line-color": "#8793a4", "target-arrow-color": "#8793a4" } },
+    { selector: "edge.to-vetoed", style: { "line-style": "dashed", "line-color": "#b4b9c0", "target-arrow-color": "#b4b9c0" } },
+  ];
+
+  function depth(n, seen = 0) {
+    const p = n.parent && nodeById(n.parent);
+    return p && seen < 500 ? 1 + depth(p, seen + 1) : 0;
+  }
+
+  function drawTree(champ) {
+    const box = $("tree-graph");
+    const ids = new Set(state.nodes.map((n) => n.id));
+    const levels = state.nodes.reduce((m, n) => Math.max(m, depth(n)), 0) + 1;
+    box.style.height = Math.min(620, Math.max(240, levels * 96 + 40)) + "px";
+    if (!cy) {
+      cy = cytoscape({ container: box, style: STYLE, elements: [], userZoomingEnabled: true, boxSelectionEnabled: false,
+                       autoungrabify: true, minZoom: 0.2, maxZoom: 2 });
+      cy.on("mouseover tap", "node", (e) => showTip(e.target));
+      cy.on("mouseout", "node", hideTip);
+      cy.on("tap", (e) => { if (e.target === cy) hideTip(); });
+    }
+    let added = false;
+    cy.batch(() => {
+      for (const n of state.nodes) {
+        const data = { id: n.id, label: label(n, champ) };
+        let el = cy.getElementById(n.id);
+        if (!el.length) { el = cy.add({ group: "nodes", data }); added = true; } else el.data(data);
+        el.classes(classesOf(n, champ));
+      }
+      for (const n of state.nodes) {
+        if (!n.parent || !ids.has(n.parent)) continue;
+        const id = n.parent + ">" + n.id;
+        let e = cy.getElementById(id);
+        if (!e.length) { e = cy.add({ group: "edges", data: { id, source: n.parent, target: n.id } }); added = true; }
+        e.classes(n.vetoed ? "to-vetoed" : "");
+      }
+    });
+    if (added) {
+      cy.resize();
+      const roots = state.nodes.filter((n) => !n.parent || !ids.has(n.parent)).map((n) => "#" + CSS.escape(n.id));
+      cy.layout({ name: "breadthfirst", directed: true, roots: roots.join(","), spacingFactor: 1.05, padding: 16,
+                  fit: true, animate: false, avoidOverlap: true }).run();
+      if (cy.zoom() > 1.2) { cy.zoom(1.2); cy.center(); }
+    }
+  }
+
+  function showTip(el) {
+    const n = nodeById(el.id());
+    if (!n) return;
+    const tip = $("tree-tip");
+    tip.textContent = describe(n, champion());
+    const p = el.renderedPosition();
+    tip.style.left = Math.max(4, p.x + 20) + "px";
+    tip.style.top = Math.max(4, p.y + 24) + "px";
+    tip.hidden = false;
+  }
+  function hideTip() { $("tree-tip").hidden = true; }
+
+  function listIterations() {
+    const ol = $("tree-iterations");
+    ol.replaceChildren();
+    if (!state.iterations.length) {
+      const li = document.createElement("li"); li.className = "muted"; li.textContent = "No iteration has started yet.";
+      ol.appendChild(li); return;
+    }
+    for (const it of state.iterations) {
+      const li = document.createElement("li");
+      const head = document.createElement("strong"); head.textContent = "Iteration " + it.n;
+      li.append(head, " · expanded ");
+      it.parents.forEach((p, i) => {
+        if (i) li.append(", ");
+        const b = document.createElement("b"); b.textContent = p.id;
+        const why = document.createElement("span"); why.className = "why why-" + p.reason; why.textContent = p.label;
+        li.append(b, " (", why, ")");
+      });
+      const kids = state.nodes.filter((n) => n.iteration === it.n && n.parent);
+      li.append(kids.length ? " → " + kids.map((n) => n.id + (n.status === "failed" ? " failed" : " " + fmt(n.score)) + (n.vetoed ? " vetoed" : "")).join(", ")
+                            : " → no child yet");
+      for (const a of it.abandoned) li.append(" · a child of " + a.parent + " was abandoned: " + a.error);
+      ol.appendChild(li);
+    }
+  }
+
+  function listNodes(champ) {
+    const ol = $("tree-nodes");
+    ol.replaceChildren(...state.nodes.map((n) => {
+      const li = document.createElement("li"); li.textContent = describe(n, champ); li.className = classesOf(n, champ); return li;
+    }));
+  }
+
+  function summary(champ) {
+    const c = champ && nodeById(champ);
+    const parts = [state.nodes.length + (state.nodes.length === 1 ? " node" : " nodes")];
+    parts.push(c ? "champion " + c.id + " (" + (c.strategy || "?") + ", " + fmt(c.score) + ")" : "no champion yet");
+    parts.push(state.metric_label + ", " + state.direction);
+    if (state.finished) parts.push("finished: " + state.finished.stopped);
+    $("tree-summary").textContent = parts.join(" · ");
+  }
+
+  function drawChart(champ) {
+    const byIt = {};
+    for (const n of state.nodes) (byIt[n.iteration] ||= []).push(n);
+    const x = (n) => { const g = byIt[n.iteration]; const k = g.indexOf(n); return n.iteration + (g.length > 1 ? Math.max(-0.3, Math.min(0.3, (k - (g.length - 1) / 2) * 0.12)) : 0); };
+    const hover = (n) => n.id + " · " + (n.strategy || "?") + "<br>" + fmt(n.score) + " · " + decision(n);
+    const trace = (nodes, name, marker, extra = {}) => ({ x: nodes.map(x), y: nodes.map((n) => n.score), text: nodes.map(hover),
+      hoverinfo: "text", mode: "markers", type: "scatter", name, marker, ...extra });
+    const scored = state.nodes.filter((n) => n.status === "scored" && n.score != null);
+    const plain = scored.filter((n) => !n.vetoed && n.id !== champ);
+    const vetoed = scored.filter((n) => n.vetoed);
+    const failed = state.nodes.filter((n) => n.status !== "scored" || n.score == null);
+    const last = state.nodes.reduce((m, n) => Math.max(m, n.iteration), 0);
+    const bx = [], by = [];
+    let best = null;
+    for (let i = 0; i <= last; i++) {
+      for (const n of byIt[i] || []) if (n.status === "scored" && !n.vetoed && n.score != null && (best == null || better(n.score, best))) best = n.score;
+      if (best != null) { bx.push(i); by.push(best); }
+    }
+    const traces = [
+      { x: bx, y: by, name: "best so far", mode: "lines", line: { shape: "hv", width: 2.5, color: "#1d2430" }, hoverinfo: "skip" },
+      trace(plain, "node", { size: 9, color: "#2f8f5b", line: { width: 1, color: "#fff" } }),
+      trace(vetoed, "vetoed", { size: 11, symbol: "circle-x-open", color: "#7a7f87", line: { width: 2 } }),
+      trace(failed, "failed (no score)", { size: 10, symbol: "x", color: "#c8423b" }, { y: failed.map(() => 0.04), yaxis: "y2" }),
+    ];
+    const c = champ && nodeById(champ);
+    if (c) traces.push(trace([c], "champion", { size: 17, symbol: "star", color: "#f2c14e", line: { width: 1.5, color: "#8a6200" } }));
+    const ytitle = state.metric_label + " (" + state.direction + ")";
+    const layout = { title: { text: "Node scores by iteration (in-loop validation)", font: { size: 13 }, x: 0.02 },
+      margin: { l: 56, r: 16, t: 34, b: 70 }, height: 300, hovermode: "closest",
+      xaxis: { title: { text: "iteration", standoff: 4 }, dtick: 1, range: [-0.5, Math.max(last, 1) + 0.5], zeroline: false },
+      yaxis: { title: { text: ytitle }, zeroline: false },
+      yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+      legend: { orientation: "h", x: 0, y: -0.25, yanchor: "top", font: { size: 11 } },
+      paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff" };
+    if (!scored.length) layout.annotations = [{ text: "no node scored yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#5b6575" } }];
+    Plotly.react("tree-chart", traces, layout, { displayModeBar: false, responsive: true });
+  }
+
+  let queued = false;
+  function render() {  // at most once a frame, however many events arrive together
+    if (queued) return;
+    queued = true;
+    requestAnimationFrame(() => {
+      queued = false;
+      const champ = champion();
+      state.metric_label = state.metric || "score";
+      state.direction = state.higher_is_better ? "higher is better" : "lower is better";
+      summary(champ); listIterations(); listNodes(champ);
+      if (window.cytoscape) drawTree(champ);
+      if (window.Plotly) drawChart(champ);
+    });
+  }
+
+  // --- loading and live updates ---------------------------------------------------------------
+  function load() {
+    if (loading) return loading;
+    loading = fetch(card.dataset.tree, { headers: { Accept: "application/json" } })
+      .then((r) => { if (!r.ok) throw new Error("tree.json " + r.status); return r.json(); })
+      .then((s) => {
+        state = { ...s, pending_votes: s.pending_votes || [] };
+        const later = buffer.filter((m) => m.seq > state.seq).sort((a, b) => a.seq - b.seq);
+        buffer = [];
+        loading = null;
+        for (const m of later) if (!apply(m)) return load();
+        if (later.length) state.seq = later[later.length - 1].seq;
+        render();
+      })
+      .catch((err) => { loading = null; $("tree-summary").textContent = "could not load the tree (" + err.message + ")"; });
+    return loading;
+  }
+
+  document.addEventListener("trellis:message", (e) => {
+    const msg = e.detail || {};
+    if (!TREE_KINDS.has(msg.kind)) return;
+    if (!state || loading) { buffer.push(msg); return; }
+    if (msg.seq != null && msg.seq <= state.seq) return;  // already in tree.json
+    if (!apply(msg)) { load(); return; }
+    if (msg.seq != null) state.seq = msg.seq;
+    render();
+  });
+  document.addEventListener("trellis:reconnected", () => { load(); });
+  load();
+})();
