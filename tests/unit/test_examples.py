@@ -2,8 +2,11 @@
 and make_data.py reproduces the committed files byte for byte."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -34,9 +37,25 @@ def metric_section(task: str) -> tuple[str, str]:
     return name_line[len("name: "):], direction_line[len("direction: "):]
 
 
-def evaluate(task: str, predictions: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / task / "evaluate.py"), str(predictions)],
-                          capture_output=True, text=True, timeout=60)
+def evaluate(task: str, predictions: Path, in_process: bool = True) -> subprocess.CompletedProcess:
+    """``python evaluate.py PREDICTIONS``: its exit code, stdout and stderr. By default the script
+    runs as ``__main__`` in this interpreter (the same code, without a new Python and pandas per
+    case); ``in_process=False`` runs the real command, as the engine does."""
+    script = EXAMPLES / task / "evaluate.py"
+    args = [str(script), str(predictions)]
+    if not in_process:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60)
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, sys.argv = sys.argv, args
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(script), run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    finally:
+        sys.argv = saved_argv
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def perfect_predictions(task: str) -> pd.DataFrame:
@@ -96,7 +115,7 @@ def test_example_sizes():
 def test_perfect_predictions_score_perfectly(task, tmp_path):
     path = tmp_path / "predictions.csv"
     perfect_predictions(task).sample(frac=1.0, random_state=0).to_csv(path, index=False)  # order is free
-    proc = evaluate(task, path)
+    proc = evaluate(task, path, in_process=False)  # the real command, as the engine runs it
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().split("\n")
     assert len(lines) == 1
