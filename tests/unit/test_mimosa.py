@@ -45,8 +45,14 @@ def test_no_search_module_can_import_the_official_evaluator():
             assert "official_metric" not in names and "evaluate_predictions" not in names, path.name
 
 
+def stand_in_official(task, run_dir, predictions_sha256):
+    """What evolve's official scoring returns, without starting evaluate.py."""
+    return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
+
+
 def _evolve(tmp_path, iterations, seed=1, **kw):
     sink = ListSink()
+    kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
     result = evolve(DIABETES, "mimosa", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
                     executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw)
     return result, sink.events
@@ -69,7 +75,7 @@ def no_official_evaluator(monkeypatch):
 
     def official(task, run_dir, sha):
         calls.append(sha)
-        return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
+        return stand_in_official(task, run_dir, sha)
 
     return official, calls
 

@@ -36,8 +36,14 @@ def diabetes():
     return load_task(DIABETES)
 
 
+def stand_in_official(task, run_dir, predictions_sha256):
+    """What evolve's official scoring returns, without starting evaluate.py."""
+    return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
+
+
 def _evolve(tmp_path, iterations, seed=ADOPTING_SEED, **kw):
     sink = ListSink()
+    kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
     result = evolve(DIABETES, "scimars", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
                     executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw)
     return result, sink.events
@@ -53,18 +59,15 @@ def _calls(events, role):
 
 @pytest.fixture(scope="module")
 def one_round(tmp_path_factory):
-    """One SciMARS round on the diabetes example, with the official evaluator forbidden while it
-    searches (the final official scoring goes to a stand-in)."""
+    """One SciMARS round on the diabetes example, with the official evaluator forbidden (the final
+    official scoring goes to a stand-in)."""
     def forbidden(*a, **k):
         raise AssertionError("the search loop called the official evaluator")
-
-    def official(task, run_dir, sha):
-        return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine.evaluation, "evaluate_predictions", forbidden)
         mp.setattr(engine.runner, "evaluate_predictions", forbidden, raising=False)
-        return _evolve(tmp_path_factory.mktemp("scimars"), iterations=1, official=official)
+        return _evolve(tmp_path_factory.mktemp("scimars"), iterations=1)
 
 
 # --- a full round ---------------------------------------------------------------------------------
