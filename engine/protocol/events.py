@@ -291,7 +291,7 @@ class SearchFailed(Payload, ModelFailure):
 # --- searches (engine/evolve.py, engine/search/) -------------------------------------------------
 class SearchStarted(Payload):
     kind: ClassVar[str] = "search_started"
-    search: Literal["mimosa", "scimars", "tree"]
+    search: str                      # a name in engine/search/registry.py
     task: str
     iterations: int
     seed: int
@@ -351,7 +351,7 @@ class SearchIteration(Payload):
     """One step of a search. Mimosa and SciMARS send ``search``; the tree search sends ``phase``."""
 
     kind: ClassVar[str] = "search_iteration"
-    search: Literal["mimosa", "scimars"] | None = None
+    search: str | None = None        # a workflow search (engine/search/registry.py)
     phase: Literal["vote", "started", "child_abandoned", "finished"] | None = None
     # mimosa and scimars
     n: int | None = None
@@ -451,7 +451,7 @@ class SearchFinished(Payload):
 
     kind: ClassVar[str] = "search_finished"
     task: str
-    search: Literal["mimosa", "scimars", "tree"]
+    search: str                      # a name in engine/search/registry.py
     iterations: int
     stopped: str
     initial: SearchEnd

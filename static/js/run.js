@@ -1,5 +1,7 @@
-// The run page: one WebSocket per page; events colour the DAG's nodes as agents run, and
-// tell the HTMX fragments (queue, versions, header) and the plotly charts when to refresh.
+// The run page: one WebSocket per page. Each message carries its data (webapp/runs/live.py):
+// an agent's state, a new probe's graph, a score point, or fragments rendered for this viewer
+// (header, queue entry, versions, editor). The page applies them as they come; it fetches only
+// on load and after a reconnect. Other panels (tree.js) get every message as "trellis:message".
 (function () {
   "use strict";
   const root = document.getElementById("run");
@@ -42,7 +44,6 @@
 
   function drawGraph(data) {
     document.getElementById("dag-label").textContent = graphLabel(data);
-    if (data.version > editorVersion()) refreshEditor();
     const key = JSON.stringify(data.elements.map((e) => [e.data.id, e.data.label]));
     graphSource = data.source;
     if (!cy || key !== graphKey) {
@@ -102,7 +103,6 @@
   }
 
   function loadGraph() { return fetch(root.dataset.graph).then((r) => r.json()).then(drawGraph); }
-  const refreshGraph = debounce(loadGraph, 150);
 
   const CRITERIA = { goal_alignment: "g goal", collaboration_efficiency: "c collaboration", output_quality: "q quality", answer_plausibility: "a plausibility" };
   function drawScores(s) {
@@ -124,22 +124,59 @@
     ], { ...layout("Public checks and budget spent", { title: { text: "checks" }, rangemode: "tozero" }), ...none, barmode: "stack",
          yaxis2: { overlaying: "y", side: "right", title: { text: "tokens" }, rangemode: "tozero" } }, { displayModeBar: false, responsive: true });
   }
-  function loadScores() { return fetch(root.dataset.scores).then((r) => r.json()).then(drawScores); }
-  const refreshScores = debounce(loadScores, 300);
-  const refreshQueue = debounce(() => trigger("queue-changed"), 200);
-  const refreshVersions = debounce(() => trigger("versions-changed"), 200);
-  const refreshStatus = debounce(() => trigger("status-changed"), 200);
+  let series = null;  // the score charts' data: loaded once, then extended point by point
+  function loadScores() { return fetch(root.dataset.scores).then((r) => r.json()).then((s) => { series = s; drawScores(s); }); }
+  // Plotly.react redraws only data it sees as new, so it gets a copy, never the mutated arrays.
+  const redrawScores = debounce(() => series && drawScores(structuredClone(series)), 150);
+  function addPoint(p) {
+    if (!series) return;
+    series.iteration.push(p.iteration); series.J.push(p.J); series.best_J.push(p.best_J);
+    for (const k of Object.keys(series.criteria)) series.criteria[k].push(p.criteria[k]);
+    series.checks_passed.push(p.checks_passed); series.checks_total.push(p.checks_total);
+    series.validation.push(p.validation); series.tokens.push(p.tokens); series.calls.push(p.calls);
+    redrawScores();
+  }
+
+  function showBudget(used) {
+    const el = document.getElementById("budget");
+    if (el && used) el.textContent = used.tokens + " / " + el.dataset.max + " tokens · " + used.calls + " calls";
+  }
+
+  // Fragments rendered for this viewer arrive inside messages; each replaces its part of the page.
+  const TARGETS = { header: "run-header", queue: "queue", timeline: "timeline", diff: "diff" };
+  function swap(el, markup) { el.innerHTML = markup; htmx.process(el); }
+  function upsertMutation(pk, markup) {
+    const box = document.createElement("div");
+    box.innerHTML = markup.trim();
+    const entry = box.firstElementChild;
+    const old = document.getElementById("mutation-" + pk);
+    if (old) old.replaceWith(entry);
+    else {
+      const queue = document.getElementById("queue");
+      queue.querySelector(":scope > p.muted")?.remove();  // "No mutation proposed yet"
+      queue.prepend(entry);
+    }
+    htmx.process(entry);
+  }
+  function applyFragments(html) {
+    for (const [name, markup] of Object.entries(html)) {
+      if (name.startsWith("mutation:")) upsertMutation(name.slice("mutation:".length), markup);
+      else if (name === "editor") setEditor(markup);
+      else if (TARGETS[name]) swap(document.getElementById(TARGETS[name]), markup);
+    }
+  }
 
   function activity(msg) {
     const ol = document.getElementById("activity");
     const li = document.createElement("li");
-    const p = msg.payload || {};
+    const d = msg.data || {};
     let text = msg.kind.replace(/_/g, " ");
     if (msg.agent) text += " · " + msg.agent;
-    if (p.status) text += " · " + p.status;
-    if (msg.kind === "judgement" && p.J != null) text += " · J " + p.J.toFixed(3);
-    if (msg.kind === "search_iteration") text += p.accepted ? " · accepted" : " · not accepted";
-    if (msg.status) text += " · " + msg.status;
+    if (msg.kind === "agent_finished") text += " · " + d.status;
+    if (msg.kind === "judgement" && d.point && d.point.J != null) text += " · J " + d.point.J.toFixed(3);
+    if (msg.kind === "search_iteration" && d.accepted != null) text += d.accepted ? " · accepted" : " · not accepted";
+    if (msg.kind === "tree_node") text += " · " + d.node + (d.score != null ? " " + d.score.toPrecision(4) : " failed");
+    if (msg.kind === "status") text += " · " + msg.status;
     li.textContent = (msg.iteration != null ? "it " + msg.iteration + " · " : "") + text;
     li.className = "a-" + msg.kind;
     ol.prepend(li);
@@ -148,30 +185,31 @@
 
   function onMessage(msg) {
     activity(msg);
+    if (msg.html) applyFragments(msg.html);
+    const d = msg.data || {};
     switch (msg.kind) {
-      case "agent_started": if (msg.source === graphSource) setState(msg.agent, "running"); else refreshGraph(); break;
-      case "agent_finished":
-        if (msg.source === graphSource) setState(msg.agent, { SUCCESS: "done", FAILURE: "failed", STOPPED: "failed", SKIPPED: "skipped" }[msg.payload.status] || "waiting");
-        else refreshGraph();
-        break;
-      case "run_started": case "run_finished": refreshGraph(); break;
-      case "judgement": refreshScores(); break;
-      case "mutation_proposed": case "mutation_pending": case "mutation_decided": refreshQueue(); refreshStatus(); break;
-      case "search_iteration": refreshQueue(); refreshVersions(); refreshGraph(); refreshScores(); break;
-      case "version_created": refreshVersions(); refreshGraph(); break;
-      case "status": case "checkpoint": case "search_finished": case "official_evaluation": refreshStatus(); break;
+      case "agent_started": case "agent_finished": if (msg.source === graphSource) setState(msg.agent, d.state); break;
+      case "run_started": drawGraph(d.graph); break;
+      case "judgement": addPoint(d.point); break;
+      case "model_call": showBudget(d.used); break;
+      case "checkpoint": showBudget(msg.used); break;
     }
+    document.dispatchEvent(new CustomEvent("trellis:message", { detail: msg }));
   }
 
-  let backoff = 500;
+  let backoff = 500, connectedBefore = false;
   function connect() {
     const proto = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(proto + location.host + root.dataset.ws);
     const state = document.getElementById("ws-state");
-    // Whatever happened before this connection (page load, a restart) was not pushed to it.
+    // What happened while the connection was down was not pushed: fetch it all once more.
     ws.onopen = () => {
       state.textContent = "live"; state.dataset.live = "1"; backoff = 500;
-      loadGraph(); loadScores(); refreshQueue(); refreshVersions(); refreshStatus();
+      if (connectedBefore) {
+        loadGraph(); loadScores(); trigger("reconnected");
+        document.dispatchEvent(new CustomEvent("trellis:reconnected"));
+      }
+      connectedBefore = true;
     };
     ws.onmessage = (e) => onMessage(JSON.parse(e.data));
     ws.onclose = () => {
@@ -181,18 +219,17 @@
   }
 
   // The editor follows new versions, but never wipes what a person is typing, nor the message
-  // about their last edit while they read it: such a refresh waits until they are done.
-  const editorVersion = () => {  // the version the editor shows; Infinity while it has not loaded
-    const editor = document.getElementById("editor");
-    return editor.childElementCount ? +(document.getElementById("editor-version")?.dataset.version || 0) : Infinity;
-  };
-  let editorHoldUntil = 0, editorWaiting = false, lastEdit = null;
-  function refreshEditor() {
-    if (document.querySelector("#editor :focus") || Date.now() < editorHoldUntil) {
-      if (!editorWaiting) { editorWaiting = true; setTimeout(() => { editorWaiting = false; refreshEditor(); }, 2000); }
-      return;
-    }
-    trigger("editor-stale");
+  // about their last edit while they read it: a new editor waits until they are done.
+  let editorHoldUntil = 0, editorNext = null, lastEdit = null;
+  function setEditor(markup) {
+    const waiting = editorNext !== null;
+    editorNext = markup;
+    if (waiting) return;
+    (function apply() {
+      if (document.querySelector("#editor :focus") || Date.now() < editorHoldUntil) { setTimeout(apply, 2000); return; }
+      swap(document.getElementById("editor"), editorNext);
+      editorNext = null;
+    })();
   }
   document.body.addEventListener("htmx:beforeRequest", (e) => {
     const form = e.detail.elt;
@@ -223,5 +260,7 @@
     if (t.id === "procedure-role") document.getElementById("procedure-text").value = t.selectedOptions[0].dataset.text || "";
   });
 
+  const recent = document.getElementById("recent-messages");
+  if (recent) for (const msg of JSON.parse(recent.textContent)) activity(msg);
   loadGraph(); loadScores(); connect();
 })();

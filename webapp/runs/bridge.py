@@ -17,38 +17,26 @@ import logging
 import os
 import threading
 import time
-from typing import Any
 
 from channels.layers import get_channel_layer
 from django.db import transaction
-from django.db.models import Max
 from django.utils import timezone
 
 from engine.errors import AwaitingDecision, RunInterrupted
+from engine.protocol import events
+from engine.protocol.events import parse_payload
 from engine.protocol.gate import Decision, Proposal
 from engine.search.base import HumanEdit
 from engine.trace import Event as EngineEvent
 from engine.workflow import Workflow
 
+from . import live
 from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run, RunStatus,
                      WorkflowVersion)
 
 log = logging.getLogger(__name__)
 CONTROL_CHECK_S = 1.0
 BROADCAST_BACKOFF_S = 2.0
-
-
-def brief(payload: dict, limit: int = 160) -> dict:
-    """The part of a payload worth pushing to every browser: scalars, short strings, scores."""
-    out: dict[str, Any] = {}
-    for k, v in payload.items():
-        if isinstance(v, (bool, int, float)) or v is None:
-            out[k] = v
-        elif isinstance(v, str):
-            out[k] = v if len(v) <= limit else v[:limit] + "…"
-        elif k in ("scores", "budget_left", "used", "budget_used") and isinstance(v, dict):
-            out[k] = v
-    return out
 
 
 class _Loop:
@@ -78,15 +66,18 @@ _LOOP = _Loop()
 
 
 def broadcast(run: Run | int, message: dict, timeout_s: float = 5.0) -> None:
-    """Send to everyone watching a run. A missing channel layer never stops the engine."""
+    """Send to everyone watching a run (webapp/runs/live.py says what), the fragments it names
+    apart, for the consumer to render per viewer. A missing channel layer never stops the engine."""
     group = run.group if isinstance(run, Run) else f"run-{run}"
+    fragments = list(message.pop("fragments", ()))
     if time.monotonic() < _LOOP.quiet_until:
         return
     try:
         layer = get_channel_layer()
         future = asyncio.run_coroutine_threadsafe(
             # Encoded once here, not once per connected browser in the web server.
-            layer.group_send(group, {"type": "run.message", "text": json.dumps(message, default=str)}), _LOOP.get())
+            layer.group_send(group, {"type": "run.message", "text": json.dumps(message, default=str),
+                                     "fragments": fragments}), _LOOP.get())
         future.result(timeout_s)
     except Exception:  # noqa: BLE001 - live updates are best effort; the database has everything
         _LOOP.quiet_until = time.monotonic() + BROADCAST_BACKOFF_S
@@ -100,7 +91,7 @@ def record_version(run: Run, data: dict, author: str, note: str, iteration: int,
         version = WorkflowVersion.objects.create(
             run=run, number=number, hash=data.get("hash") or Workflow.from_dict(data).hash, parent=current,
             data=data, author=author, note=note, iteration=iteration, adopted=adopted)
-    broadcast(run, {"kind": "version_created", "version": number, "author": author})
+    broadcast(run, live.version_message(number, author))
     return version
 
 
@@ -124,9 +115,7 @@ class RunEventSink:
             self.usage = payload["budget_used"]  # the run's one budget, as of this call
         Run.objects.filter(pk=self.run_id).update(last_seq=self.seq, heartbeat=timezone.now(), usage=self.usage)
         self._side_effects(event)
-        broadcast(self.run_id, {"kind": event.kind, "seq": self.seq, "agent": event.agent,
-                                "iteration": event.iteration, "source": event.run_id, "ts": event.ts,
-                                "payload": brief(payload)})
+        broadcast(self.run_id, live.event_message(self.run_id, self.seq, event))
 
     def close(self) -> None:
         pass
@@ -135,53 +124,52 @@ class RunEventSink:
         """Called by the engine after every finished iteration: the step a resume starts after."""
         Run.objects.filter(pk=self.run_id, lease=self.lease).update(
             checkpoint=state, usage=state["budget"]["used"], heartbeat=timezone.now())
-        broadcast(self.run_id, {"kind": "checkpoint", "n": state["n"], "used": state["budget"]["used"]})
+        broadcast(self.run_id, live.studio_message("checkpoint", n=state["n"], used=state["budget"]["used"]))
 
     def heartbeat(self) -> None:
         Run.objects.filter(pk=self.run_id, lease=self.lease).update(heartbeat=timezone.now())
 
     # --- rows derived from events ---------------------------------------------------------
     def _side_effects(self, event: EngineEvent) -> None:
-        p = event.payload
-        if event.kind == "search_started":
+        p = parse_payload(event.kind, event.payload)
+        if isinstance(p, events.SearchStarted):
             run = Run.objects.get(pk=self.run_id)
-            if not run.versions.exists() and p.get("workflow"):
-                record_version(run, p["workflow"], "engine", f"initial workflow ({p.get('start', {}).get('path')})", 0)
-        elif event.kind == "judgement":
+            if not run.versions.exists():
+                record_version(run, p.workflow, "engine", f"initial workflow ({p.start.path})", 0)
+        elif isinstance(p, events.Judgement):
             Judgement.objects.create(
-                run_id=self.run_id, iteration=p.get("iteration_n", event.iteration), workflow_hash=p.get("workflow_hash", ""),
-                ok=bool(p.get("ok")), J=p.get("J"), scores=p.get("scores", {}), feedback=p.get("feedback", {}),
-                error=p.get("error", ""), checks=p.get("checks", []), validation=p.get("validation"),
+                run_id=self.run_id, iteration=p.iteration_n, workflow_hash=p.workflow_hash, ok=p.ok, J=p.J,
+                scores=p.scores or {}, feedback=p.feedback or {}, error=p.error,
+                checks=[c.model_dump(mode="json") for c in p.checks],
+                validation=p.validation.model_dump(mode="json") if p.validation else None,
                 budget_used=dict(self.usage))
-        elif event.kind == "search_iteration":
-            self._iteration_settled(event)
-        elif event.kind == "composition" and "gate" in p and isinstance(p.get("n"), int):
-            close_moot(self.run_id, self.moot_reason, up_to_iteration=p["n"])  # the round's decision is made
-        if event.kind == "composition" and p.get("approved") and p.get("workflow"):
-            # A SciMARS round adopted its composer's choice.
-            _record_if_new(Run.objects.get(pk=self.run_id), p, p.get("gate") or "composer",
-                           f"round {p.get('n')}: {p.get('decision')}")
+        elif isinstance(p, events.SearchIteration) and p.search is not None:
+            self._iteration_settled(p)
+        elif isinstance(p, events.Composition) and p.gate is not None:
+            close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)  # the round's decision is made
+            if p.approved and p.workflow:  # a SciMARS round adopted its composer's choice
+                _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.gate,
+                               f"round {p.n}: {p.decision}", p.n)
 
-    def _iteration_settled(self, event: EngineEvent) -> None:
-        p = event.payload
-        if p.get("search") == "mimosa" and isinstance(p.get("n"), int):
-            close_moot(self.run_id, self.moot_reason, up_to_iteration=p["n"])
-        run = Run.objects.get(pk=self.run_id)
-        Run.objects.filter(pk=self.run_id).update(budget_left=p.get("budget_left") or {})
-        mutation = p.get("mutation") or {}
-        if mutation.get("kind") == "human_edit":  # already a version: the gate marked it adopted
+    def _iteration_settled(self, p: events.SearchIteration) -> None:
+        """A workflow search finished an iteration (or one SciMARS editor's probe)."""
+        if p.search == "mimosa" and p.n is not None:
+            close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)
+        Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump() if p.budget_left else {})
+        mutation = p.mutation
+        if mutation is None or mutation.kind == "human_edit":  # a person's edit is a version already
             return
-        if p.get("accepted") and p.get("workflow"):
-            _record_if_new(run, p, p.get("decided_by") or "mutator",
-                           f"{mutation.get('kind')} on {mutation.get('target')}: {mutation.get('rationale', '')}")
+        if p.accepted and p.workflow:
+            _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.decided_by or "mutator",
+                           f"{mutation.kind} on {mutation.target}: {mutation.rationale}", p.n or 0)
 
 
-def _record_if_new(run: Run, payload: dict, author: str, note: str) -> None:
+def _record_if_new(run: Run, workflow: dict, workflow_hash: str | None, author: str, note: str, n: int) -> None:
     """An adopted workflow becomes the next version, unless it already is the current one (a
     resumed attempt re-adopting what its lost predecessor had recorded)."""
     current = run.current_version
-    if current is None or current.hash != payload["workflow_hash"]:
-        record_version(run, payload["workflow"], author, note, payload.get("n", 0))
+    if current is None or current.hash != workflow_hash:
+        record_version(run, workflow, author, note, n)
 
 
 class RunControl:
@@ -255,7 +243,7 @@ class DatabaseGate:
         elif run.gate_policy == GatePolicy.AUTO_IMPROVE and row.rule_accepts and all_pass:
             decide(row, MutationStatus.AUTO_APPROVED, "policy:auto_improve", f"{proposal.rule}; every public check passed")
         else:
-            broadcast(run, {"kind": "mutation_pending", "mutation": row.pk, "iteration": row.iteration})
+            broadcast(run, live.mutation_message("mutation_pending", row.pk, iteration=row.iteration))
 
     def _suspend(self, row: Mutation) -> Decision:
         """Mark the run awaiting; then look once more, because a person may have decided in the
@@ -264,11 +252,11 @@ class DatabaseGate:
         if not Run.objects.filter(pk=self.run_id, lease=self.lease, status=RunStatus.RUNNING).update(
                 status=RunStatus.AWAITING, status_reason=reason):
             raise RunInterrupted("lease lost: the run was resumed by another worker")
-        broadcast(self.run_id, {"kind": "status", "status": RunStatus.AWAITING, "reason": reason})
+        broadcast(self.run_id, live.status_message(RunStatus.AWAITING, reason))
         row.refresh_from_db()
         if not row.pending and Run.objects.filter(pk=self.run_id, lease=self.lease, status=RunStatus.AWAITING).update(
                 status=RunStatus.RUNNING, status_reason=""):
-            broadcast(self.run_id, {"kind": "status", "status": RunStatus.RUNNING})
+            broadcast(self.run_id, live.status_message(RunStatus.RUNNING))
             return decision_of(row)
         raise AwaitingDecision(row.iteration, row.child_hash)
 
@@ -284,7 +272,7 @@ class DatabaseGate:
     def adopted(self, edit: HumanEdit, n: int) -> None:
         if WorkflowVersion.objects.filter(pk=edit.ref, adopted=False).update(adopted=True, iteration=n):
             version = WorkflowVersion.objects.get(pk=edit.ref)
-            broadcast(self.run_id, {"kind": "version_created", "version": version.number, "author": version.author})
+            broadcast(self.run_id, live.version_message(version.number, version.author))
 
 
 def decision_of(row: Mutation) -> Decision:
@@ -315,8 +303,7 @@ def close_moot(run_id: int, reason: str, up_to_iteration: int | None = None, kee
         if Mutation.objects.filter(pk=pk, status=MutationStatus.PROPOSED).update(
                 status=MutationStatus.CLOSED, decided_by="studio", reason=reason, decided_at=timezone.now()):
             closed += 1
-            broadcast(run_id, {"kind": "mutation_decided", "mutation": pk, "status": MutationStatus.CLOSED,
-                               "by": "studio"})
+            broadcast(run_id, live.mutation_message("mutation_decided", pk, status=MutationStatus.CLOSED, by="studio"))
     return closed
 
 
@@ -326,5 +313,5 @@ def decide(row: Mutation, status: str, by: str, reason: str) -> bool:
         status=status, decided_by=by, reason=reason, decided_at=timezone.now())
     if changed:
         row.refresh_from_db()
-        broadcast(row.run_id, {"kind": "mutation_decided", "mutation": row.pk, "status": status, "by": by})
+        broadcast(row.run_id, live.mutation_message("mutation_decided", row.pk, status=status, by=by))
     return bool(changed)

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from engine.task import load_task
 
+from . import live
 from .bridge import broadcast, close_moot
 from .models import Project, Run, RunStatus, Task
 
@@ -76,7 +77,7 @@ def _publish(run: Run, lease: str) -> None:
         run.status, run.status_reason, run.lease = RunStatus.INTERRUPTED, reason, ""
         raise QueueUnavailable(run, f"Run {run.pk} could not be queued: the task queue (Redis) did not answer. "
                                     "It is kept, interrupted: resume it once the studio is healthy.") from exc
-    broadcast(run, {"kind": "status", "status": RunStatus.QUEUED})
+    broadcast(run, live.status_message(RunStatus.QUEUED))
 
 
 def start_run(task: Task, user=None, **options) -> Run:
@@ -151,7 +152,7 @@ def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
         status = RunStatus.INTERRUPTED
     else:
         return None
-    broadcast(run_id, {"kind": "status", "status": status, "reason": reason[:300]})
+    broadcast(run_id, live.status_message(status, reason))
     return status
 
 
@@ -160,7 +161,7 @@ def pause_run(run: Run) -> None:
         if Run.objects.filter(pk=run.pk, status=RunStatus.AWAITING).update(status=RunStatus.PAUSED,
                                                                            status_reason="paused", lease=""):
             run.status = RunStatus.PAUSED
-            broadcast(run, {"kind": "status", "status": RunStatus.PAUSED})
+            broadcast(run, live.status_message(RunStatus.PAUSED))
             return
         run.refresh_from_db()
     if run.status != RunStatus.RUNNING:
@@ -194,7 +195,7 @@ def cancel_run(run: Run) -> None:
                         RunStatus.FAILED} or run.worker_lost:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now(), lease="")
         close_moot(run.pk, "the run was cancelled before a decision on it")
-        broadcast(run, {"kind": "status", "status": RunStatus.CANCELLED})
+        broadcast(run, live.status_message(RunStatus.CANCELLED))
     else:
         raise ControlError(f"this run is already {run.get_status_display()}")
 
@@ -202,4 +203,4 @@ def cancel_run(run: Run) -> None:
 def _set(run: Run, status: str) -> None:
     Run.objects.filter(pk=run.pk).update(status=status)
     run.status = status
-    broadcast(run, {"kind": "status", "status": status})
+    broadcast(run, live.status_message(status))

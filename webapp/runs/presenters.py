@@ -8,10 +8,9 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from .live import agent_state
 from .models import Event, Run
 
-NODE_STATE = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
-              "RETRY": "waiting", "FALLBACK": "waiting"}
 
 
 def graph_state(run: Run) -> dict:
@@ -33,12 +32,23 @@ def graph_state(run: Run) -> dict:
     workflow = started.payload["workflow"]
     states: dict[str, str] = {}
     for ev in run.events.filter(source=started.source, kind__in=("agent_started", "agent_finished")).order_by("seq"):
-        states[ev.agent] = "running" if ev.kind == "agent_started" else NODE_STATE.get(ev.payload.get("status"), "done")
-    is_version = version is not None and version.hash == workflow.get("hash")
-    label = (f"v{version.number}" if is_version else "initial workflow" if started.iteration == 0 else "candidate")
-    label = f"iteration {started.iteration}: {label}" if run.is_active else f"{label} (final)"
+        states[ev.agent] = agent_state(ev.kind, ev.payload.get("status"))
+    label = _label(version, workflow.get("hash"), started.iteration, run.is_active)
     finished = run.events.filter(source=started.source, kind="run_finished").exists()
     return _state(workflow, states, label, finished, started.source, version)
+
+
+def _label(version, workflow_hash: str | None, iteration: int, active: bool) -> str:
+    is_version = version is not None and version.hash == workflow_hash
+    label = (f"v{version.number}" if is_version else "initial workflow" if iteration == 0 else "candidate")
+    return f"iteration {iteration}: {label}" if active else f"{label} (final)"
+
+
+def probe_label(run: Run, workflow_hash: str, iteration: int) -> dict:
+    """What the DAG panel says about a probe that has just started (the run is going)."""
+    version = run.current_version
+    return {"label": _label(version, workflow_hash, iteration, True), "version": version.number if version else None,
+            "version_hash": version.hash if version else None, "finished": False}
 
 
 def _state(workflow: dict, states: dict, label: str, finished: bool, source: str | None, version) -> dict:

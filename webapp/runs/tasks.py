@@ -14,6 +14,7 @@ from django.utils import timezone
 from engine.budget import Budget
 from engine.errors import AwaitingDecision, ModelUnavailable, RunInterrupted
 
+from . import live
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 
@@ -35,7 +36,7 @@ def execute_run(run_id: int, lease: str) -> str:
         in_progress = run.checkpoint.get("iteration") or {}
         run.judgements.filter(iteration__gt=in_progress.get("n", run.checkpoint.get("n", 0))).delete()
     Run.objects.filter(pk=run_id).update(attempts=run.attempts + 1, started=run.started or timezone.now())
-    broadcast(run, {"kind": "status", "status": RunStatus.RUNNING})
+    broadcast(run, live.status_message(RunStatus.RUNNING))
     sink = RunEventSink(run, lease)
     log_out = io.StringIO()
     try:
@@ -69,7 +70,7 @@ def execute_run(run_id: int, lease: str) -> str:
         {RunStatus.COMPLETED, RunStatus.CANCELLED} else None, **extra)
     if settled and status in {RunStatus.COMPLETED, RunStatus.CANCELLED}:  # nothing waits for a person any more
         close_moot(run_id, f"the run was {status} before a decision on it")
-    broadcast(run, {"kind": "status", "status": status, "reason": reason[:300]})
+    broadcast(run, live.status_message(status, reason))
     return status
 
 

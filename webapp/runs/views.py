@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from engine.errors import TaskSpecError
 
-from . import access, controls, fragments, members
+from . import access, controls, fragments, live, members
 from .bridge import decide
 from .editing import EditRejected, apply_edit
 from .forms import DecisionForm, NewRunForm
@@ -82,7 +82,8 @@ def new_run(request: HttpRequest) -> HttpResponse:
 
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
-    recent = run.events.order_by("-seq").only("kind", "agent", "iteration", "payload")[:14]
+    # The latest events as the live messages they were, for run.js to list like the ones to come.
+    recent = [live.stored_message(e) for e in reversed(run.events.order_by("-seq")[:14])]
     return render(request, "runs/run.html", {"recent": recent, **fragments.run_context(run, role)})
 
 

@@ -1,0 +1,128 @@
+"""What a browser watching a run receives: each engine event's typed payload (engine/protocol/
+events.py) as the page needs it, and the studio's own messages.
+
+An engine event becomes ``{"kind", "seq", "agent", "iteration", "source", "ts", "data"}``:
+``data`` is the payload without what no page shows live (prompts, responses, programs, outputs),
+plus what the page would otherwise have to fetch: an agent's new state, a new probe's graph, a
+score point. The page applies it as it comes (static/js/run.js); nothing is re-fetched.
+
+Studio messages (a status change, a decision, a new version) change what differs per viewer
+(which buttons a role may press), so they name the ``fragments`` they change and the WebSocket
+consumer renders those for its viewer (webapp/runs/fragments.py) before sending.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from engine.protocol.events import (AgentFinished, Judgement, ModelCall, Payload, PayloadError, RunStarted,
+                                    parse_payload)
+from engine.trace import Event as EngineEvent
+
+from .models import Judgement as JudgementRow
+from .models import Run
+
+# The one agent-state machine: the DAG's colours, from the engine's agent statuses.
+AGENT_STATES = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
+                "RETRY": "waiting", "FALLBACK": "waiting"}
+CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
+SHORT = 300          # characters of a string field that go live
+SMALL = 2000         # serialized characters of a list or object field that go live
+
+
+def agent_state(kind: str, status: str | None = None) -> str:
+    """``agent_started`` -> running; ``agent_finished`` -> its status's state."""
+    return "running" if kind == "agent_started" else AGENT_STATES.get(status or "", "done")
+
+
+def _small(payload: Payload) -> dict[str, Any]:
+    """The payload's fields a page can show: scalars, short strings, small structures."""
+    out: dict[str, Any] = {}
+    for key, value in payload.to_payload().items():
+        if isinstance(value, str):
+            out[key] = value if len(value) <= SHORT else value[:SHORT] + "…"
+        elif isinstance(value, (list, dict)):
+            if len(json.dumps(value, default=str)) <= SMALL:
+                out[key] = value
+        else:
+            out[key] = value
+    return out
+
+
+def _agent_finished(run_id: int, p: AgentFinished, event: EngineEvent) -> dict:
+    return {"status": p.status, "state": agent_state(event.kind, p.status)}
+
+
+def _run_started(run_id: int, p: RunStarted, event: EngineEvent) -> dict:
+    from .presenters import cytoscape_elements, probe_label
+
+    run = Run.objects.get(pk=run_id)
+    return {"workflow_hash": p.workflow_hash, "attempt": p.attempt,
+            "graph": {"elements": cytoscape_elements(p.workflow, {}), "states": {},
+                      "source": event.run_id, **probe_label(run, p.workflow_hash, event.iteration)}}
+
+
+def _judgement(run_id: int, p: Judgement, event: EngineEvent) -> dict:
+    """One point of the score charts (presenters.score_series has the whole series)."""
+    best = max((j for j in JudgementRow.objects.filter(run_id=run_id, ok=True).values_list("J", flat=True)
+                if j is not None), default=None)
+    used = Run.objects.filter(pk=run_id).values_list("usage", flat=True).first() or {}
+    return {"ok": p.ok, "point": {
+        "iteration": p.iteration_n, "J": p.J, "best_J": best,
+        "criteria": {c: (p.scores or {}).get(c) for c in CRITERIA},
+        "checks_passed": sum(1 for c in p.checks if c.passed), "checks_total": len(p.checks),
+        "validation": p.validation.value if p.validation and p.validation.ok else None,
+        "tokens": used.get("tokens"), "calls": used.get("calls")}}
+
+
+def _model_call(run_id: int, p: ModelCall, event: EngineEvent) -> dict:
+    return {"role": p.role, "model": p.model, "cached": p.cached, "tokens": p.prompt_tokens + p.completion_tokens,
+            "used": p.budget_used.model_dump()}
+
+
+SHAPERS: dict[str, Callable[[int, Any, EngineEvent], dict]] = {
+    "agent_started": lambda run_id, p, event: {"state": agent_state(event.kind)},
+    "agent_finished": _agent_finished,
+    "run_started": _run_started,
+    "judgement": _judgement,
+    "model_call": _model_call,
+}
+
+
+def event_message(run_id: int, seq: int, event: EngineEvent) -> dict:
+    """The browser's message for one stored engine event (of run ``run_id``, studio seq ``seq``)."""
+    payload = parse_payload(event.kind, event.payload)
+    shaper = SHAPERS.get(event.kind)
+    data = shaper(run_id, payload, event) if shaper else _small(payload)
+    return {"kind": event.kind, "seq": seq, "agent": event.agent, "iteration": event.iteration,
+            "source": event.run_id, "ts": event.ts, "data": data}
+
+
+def stored_message(row) -> dict:
+    """The message a stored Event row was sent as (for a page's first view of recent events).
+    A row from before payloads were typed, which its model refuses, is listed without data."""
+    event = EngineEvent(run_id=row.source, seq=row.source_seq, ts=row.ts, kind=row.kind, agent=row.agent or None,
+                        iteration=row.iteration, payload=row.payload)
+    try:
+        return event_message(row.run_id, row.seq, event)
+    except PayloadError:
+        return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
+                "source": row.source, "ts": row.ts, "data": {}}
+
+
+def studio_message(kind: str, fragments: list[str] = (), **fields: Any) -> dict:
+    """A studio message (status, checkpoint, version_created, mutation_pending/decided); the
+    consumer renders ``fragments`` for each viewer."""
+    return {"kind": kind, **fields, "fragments": list(fragments)}
+
+
+def status_message(status: str, reason: str = "") -> dict:
+    return studio_message("status", ["header"], status=status, reason=reason[:300])
+
+
+def mutation_message(kind: str, mutation_id: int, **fields: Any) -> dict:
+    return studio_message(kind, [f"mutation:{mutation_id}", "header"], mutation=mutation_id, **fields)
+
+
+def version_message(number: int, author: str) -> dict:
+    return studio_message("version_created", ["timeline", "diff", "editor", "header"], version=number, author=author)
