@@ -76,7 +76,8 @@ def _judgement(run_id: int, p: Judgement, event: EngineEvent) -> dict:
 
 
 def _model_call(run_id: int, p: ModelCall, event: EngineEvent) -> dict:
-    return {"role": p.role, "model": p.model, "cached": p.cached, "tokens": p.prompt_tokens + p.completion_tokens,
+    return {"role": p.role, "purpose": p.purpose[:SHORT], "model": p.model, "cached": p.cached,
+            "tokens": p.prompt_tokens + p.completion_tokens,
             "used": p.budget_used.model_dump()}
 
 
