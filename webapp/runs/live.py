@@ -21,18 +21,11 @@ from engine.trace import Event as EngineEvent
 
 from .models import Judgement as JudgementRow
 from .models import Run
+from .presenters import agent_state, cytoscape_elements, probe_label
 
-# The one agent-state machine: the DAG's colours, from the engine's agent statuses.
-AGENT_STATES = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
-                "RETRY": "waiting", "FALLBACK": "waiting"}
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
 SMALL = 2000         # serialized characters of a list or object field that go live
-
-
-def agent_state(kind: str, status: str | None = None) -> str:
-    """``agent_started`` -> running; ``agent_finished`` -> its status's state."""
-    return "running" if kind == "agent_started" else AGENT_STATES.get(status or "", "done")
 
 
 def _small(payload: Payload) -> dict[str, Any]:
@@ -54,8 +47,6 @@ def _agent_finished(run_id: int, p: AgentFinished, event: EngineEvent) -> dict:
 
 
 def _run_started(run_id: int, p: RunStarted, event: EngineEvent) -> dict:
-    from .presenters import cytoscape_elements, probe_label
-
     run = Run.objects.get(pk=run_id)
     return {"workflow_hash": p.workflow_hash, "attempt": p.attempt,
             "graph": {"elements": cytoscape_elements(p.workflow, {}), "states": {},

@@ -8,8 +8,17 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from .live import agent_state
 from .models import Event, Run
+
+# The one agent-state machine: the DAG's colours, from the engine's agent statuses (the page
+# gets the state in each message, webapp/runs/live.py, and never maps statuses itself).
+AGENT_STATES = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
+                "RETRY": "waiting", "FALLBACK": "waiting"}
+
+
+def agent_state(kind: str, status: str | None = None) -> str:
+    """``agent_started`` -> running; ``agent_finished`` -> its status's state."""
+    return "running" if kind == "agent_started" else AGENT_STATES.get(status or "", "done")
 
 
 
