@@ -79,7 +79,7 @@
 
   // --- words --------------------------------------------------------------------------------
   function decision(n) {
-    if (n.parent == null) return "root, written from the data analyst's report";
+    if (n.parent == null) return "written from the data analyst's report";
     if (n.vetoed) return "vetoed by " + (n.decided_by || "a person");
     if (n.status !== "scored") return "never ran cleanly: nothing to decide";
     if (!n.decided_by) return "not decided yet";
@@ -98,7 +98,7 @@
 
   function describe(n, champ) {
     const params = Object.keys(n.params || {}).length ? " " + JSON.stringify(n.params) : "";
-    const parts = [n.id + ": " + (n.strategy || "unknown strategy") + params, state.metric_label + " " + fmt(n.score),
+    const parts = [n.id + ": " + (n.strategy || "unknown strategy") + params, n.score == null ? "no score" : state.metric_label + " " + fmt(n.score),
                    n.parent ? "child of " + n.parent + " in iteration " + n.iteration : "root", decision(n)];
     const kids = state.nodes.filter((c) => c.parent === n.id).length;
     if (kids) parts.push(kids + (state.max_children ? "/" + state.max_children : "") + " children");
@@ -110,7 +110,8 @@
   // --- drawing ------------------------------------------------------------------------------
   function label(n, champ) {
     const m = marks(n, champ).filter((w) => w !== "failed");
-    return n.id + " · " + (n.strategy || "?") + "\n" + (n.status === "failed" ? "failed" : fmt(n.score)) + (m.length ? "\n" + m.join(" ") : "");
+    // Three short lines rather than one long one: a narrow node leaves the tree room to stay legible.
+    return n.id + " · " + (n.status === "failed" ? "failed" : fmt(n.score)) + "\n" + (n.strategy || "?") + (m.length ? "\n" + m.join(" ") : "");
   }
 
   function classesOf(n, champ) {
@@ -120,8 +121,8 @@
 
   const STYLE = [
     { selector: "node", style: {
-        "shape": "round-rectangle", "width": 150, "height": 56, "label": "data(label)", "text-wrap": "wrap",
-        "text-max-width": 144, "text-valign": "center", "font-size": 11, "line-height": 1.25, "color": "#13202e",
+        "shape": "round-rectangle", "width": "data(w)", "height": 58, "label": "data(label)", "text-wrap": "wrap",
+        "text-max-width": 400, "text-valign": "center", "font-size": 13, "line-height": 1.25, "color": "#13202e",
         "background-color": "#dcf2e3", "border-width": 2, "border-color": "#2f8f5b" } },
     { selector: "node.failed", style: { "background-color": "#fbdcd9", "border-color": "#c8423b", "color": "#6e1d18" } },
     { selector: "node.retired", style: { "background-opacity": 0, "color": "#5b6575", "border-opacity": 0.7 } },
@@ -140,11 +141,21 @@
     return p && seen < 500 ? 1 + depth(p, seen + 1) : 0;
   }
 
+  // Preorder rank of every node (children in arrival order): sorting each layer by it keeps
+  // siblings together under their parent, so no two edges cross.
+  function preorder(ids) {
+    const kids = {}, rank = {};
+    for (const n of state.nodes) if (n.parent && ids.has(n.parent)) (kids[n.parent] ||= []).push(n.id);
+    const visit = (id) => { if (id in rank) return; rank[id] = Object.keys(rank).length; for (const k of kids[id] || []) visit(k); };
+    for (const n of state.nodes) if (!n.parent || !ids.has(n.parent)) visit(n.id);
+    return rank;
+  }
+
   function drawTree(champ) {
     const box = $("tree-graph");
     const ids = new Set(state.nodes.map((n) => n.id));
     const levels = state.nodes.reduce((m, n) => Math.max(m, depth(n)), 0) + 1;
-    box.style.height = Math.min(620, Math.max(240, levels * 96 + 40)) + "px";
+    box.style.height = Math.min(620, Math.max(220, levels * 90 + 30)) + "px";
     if (!cy) {
       cy = cytoscape({ container: box, style: STYLE, elements: [], userZoomingEnabled: true, boxSelectionEnabled: false,
                        autoungrabify: true, minZoom: 0.2, maxZoom: 2 });
@@ -152,10 +163,15 @@
       cy.on("mouseout", "node", hideTip);
       cy.on("tap", (e) => { if (e.target === cy) hideTip(); });
     }
-    let added = false;
+    let added = false;  // a changed set of nodes is laid out again
     cy.batch(() => {
+      // A reload after a reconnect may know fewer nodes (a run restarted from its checkpoint).
+      const gone = cy.elements().filter((el) => (el.isNode() ? !ids.has(el.id()) : !ids.has(el.data("target"))));
+      if (gone.length) { gone.remove(); added = true; }
       for (const n of state.nodes) {
-        const data = { id: n.id, label: label(n, champ) };
+        const text = label(n, champ);
+        // Wide enough for its longest line (about 7.3 px a character at 13 px), so no label wraps.
+        const data = { id: n.id, label: text, w: Math.max(90, 14 + 7.3 * Math.max(...text.split("\n").map((l) => l.length))) };
         let el = cy.getElementById(n.id);
         if (!el.length) { el = cy.add({ group: "nodes", data }); added = true; } else el.data(data);
         el.classes(classesOf(n, champ));
@@ -169,9 +185,12 @@
       }
     });
     if (added) {
+      hideTip();  // the nodes move: a tip would point at the wrong one
       cy.resize();
       const roots = state.nodes.filter((n) => !n.parent || !ids.has(n.parent)).map((n) => "#" + CSS.escape(n.id));
-      cy.layout({ name: "breadthfirst", directed: true, roots: roots.join(","), spacingFactor: 1.05, padding: 16,
+      const rank = preorder(ids);
+      cy.layout({ name: "breadthfirst", directed: true, roots: roots.join(","), spacingFactor: 1.0, padding: 16,
+                  depthSort: (a, b) => rank[a.id()] - rank[b.id()],
                   fit: true, animate: false, avoidOverlap: true }).run();
       if (cy.zoom() > 1.2) { cy.zoom(1.2); cy.center(); }
     }
@@ -181,11 +200,13 @@
     const n = nodeById(el.id());
     if (!n) return;
     const tip = $("tree-tip");
-    tip.textContent = describe(n, champion());
-    const p = el.renderedPosition();
-    tip.style.left = Math.max(4, p.x + 20) + "px";
-    tip.style.top = Math.max(4, p.y + 24) + "px";
+    tip.textContent = describe(n, champion()).split(" · ").join("\n");
     tip.hidden = false;
+    // Beside the node, on whichever side keeps the tip inside the drawing.
+    const p = el.renderedPosition(), box = $("tree-graph"), half = el.renderedOuterWidth() / 2 + 8;
+    const left = p.x + half + tip.offsetWidth < box.clientWidth ? p.x + half : p.x - half - tip.offsetWidth;
+    tip.style.left = Math.max(4, left) + "px";
+    tip.style.top = Math.max(4, Math.min(p.y - 20, box.clientHeight - tip.offsetHeight - 4)) + "px";
   }
   function hideTip() { $("tree-tip").hidden = true; }
 
@@ -252,16 +273,19 @@
       { x: bx, y: by, name: "best so far", mode: "lines", line: { shape: "hv", width: 2.5, color: "#1d2430" }, hoverinfo: "skip" },
       trace(plain, "node", { size: 9, color: "#2f8f5b", line: { width: 1, color: "#fff" } }),
       trace(vetoed, "vetoed", { size: 11, symbol: "circle-x-open", color: "#7a7f87", line: { width: 2 } }),
-      trace(failed, "failed (no score)", { size: 10, symbol: "x", color: "#c8423b" }, { y: failed.map(() => 0.04), yaxis: "y2" }),
+      // Failed nodes have no score: they sit on a strip of their own under the scores.
+      trace(failed, "failed (no score)", { size: 10, symbol: "x", color: "#c8423b" }, { y: failed.map(() => 0.5), yaxis: "y2" }),
     ];
     const c = champ && nodeById(champ);
     if (c) traces.push(trace([c], "champion", { size: 17, symbol: "star", color: "#f2c14e", line: { width: 1.5, color: "#8a6200" } }));
     const ytitle = state.metric_label + " (" + state.direction + ")";
     const layout = { title: { text: "Node scores by iteration (in-loop validation)", font: { size: 13 }, x: 0.02 },
       margin: { l: 56, r: 16, t: 34, b: 70 }, height: 300, hovermode: "closest",
-      xaxis: { title: { text: "iteration", standoff: 4 }, dtick: 1, range: [-0.5, Math.max(last, 1) + 0.5], zeroline: false },
-      yaxis: { title: { text: ytitle }, zeroline: false },
-      yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+      xaxis: { title: { text: "iteration", standoff: 4 }, dtick: 1, range: [-0.5, Math.max(last, 1) + 0.5], zeroline: false,
+               anchor: failed.length ? "y2" : "y" },
+      yaxis: { title: { text: ytitle }, zeroline: false, domain: failed.length ? [0.2, 1] : [0, 1] },
+      yaxis2: { domain: [0, 0.1], range: [0, 1], fixedrange: true, visible: failed.length > 0, showgrid: false, zeroline: false,
+                tickvals: [0.5], ticktext: ["failed"], tickfont: { color: "#c8423b" } },
       legend: { orientation: "h", x: 0, y: -0.25, yanchor: "top", font: { size: 11 } },
       paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff" };
     if (!scored.length) layout.annotations = [{ text: "no node scored yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#5b6575" } }];
