@@ -42,7 +42,7 @@
 
   // Applies one pushed event; false when it lacks what is needed (then tree.json is refetched).
   function apply(msg) {
-    const d = msg.data || msg.payload || {};
+    const d = msg.data || {};
     if (msg.kind === "tree_node") {
       if (!d.node) return false;
       const old = nodeById(d.node);
