@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from ..errors import ModelCallError
 from ..mutations import Mutation, diff
 from ..prompt_format import build_messages, fenced_json
+from ..protocol.events import Judgement, MutationProposed, SearchIteration
+from ..protocol.checkpoints import MimosaState
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
@@ -63,6 +65,7 @@ class Candidate:
 class MimosaSearch(Search):
     name = "mimosa"
     title = "Mimosa local search"
+    State = MimosaState
 
     def __init__(self, ctx, stop_j: float = STOP_J):
         super().__init__(ctx)
@@ -83,14 +86,14 @@ class MimosaSearch(Search):
         self.incumbent = self.first = self.runner.run(self.ctx.initial, "initial", 0, judge_with=self.ctx.gateway)
         emit_judgement(self.ctx.tracer, self.incumbent, 0)
 
-    def snapshot(self) -> dict:
-        return {"first": self.first.checkpoint(), "incumbent": self.incumbent.checkpoint(),
-                "incumbent_workflow": self.incumbent.workflow.to_dict(), "history": self.history}
+    def snapshot(self) -> MimosaState:
+        return MimosaState(first=self.first.checkpoint(), incumbent=self.incumbent.checkpoint(),
+                           incumbent_workflow=self.incumbent.workflow.to_dict(), history=self.history)
 
-    def restore(self, state: dict) -> None:
-        self.first = Probe.from_checkpoint(state["first"])
-        self.incumbent = Probe.from_checkpoint(state["incumbent"])
-        self.history = list(state.get("history", []))
+    def restore(self, state: MimosaState) -> None:
+        self.first = Probe.from_checkpoint(state.first.model_dump())
+        self.incumbent = Probe.from_checkpoint(state.incumbent.model_dump())
+        self.history = list(state.history)
 
     def current_workflow(self) -> Workflow:
         return self.incumbent.workflow
@@ -109,16 +112,17 @@ class MimosaSearch(Search):
         j_old = self._j(self.incumbent)
         mutation = edit_change(edit)
         change = diff(self.incumbent.workflow, workflow)
-        tracer.emit("mutation_proposed", edit.author, valid=True, mutation=mutation, diff=change,
-                    parent_hash=self.incumbent.workflow.hash, child_hash=workflow.hash)
+        tracer.emit(MutationProposed(valid=True, mutation=mutation, diff=change,
+                                     parent_hash=self.incumbent.workflow.hash, child_hash=workflow.hash), edit.author)
         probe = self.runner.run(workflow, f"iter{n}-edit", n, judge_with=self.ctx.gateway)
         emit_judgement(tracer, probe, n)
         j_new = self._j(probe)
         self.history.append(f"a person edited the workflow ({workflow.note}) -> J {fmt(j_new)} vs {fmt(j_old)}: adopted")
         left = self.ctx.budget.remaining()
-        tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
-                    accepted=True, decided_by=edit.author, reason="edited by a person", checks=probe.checks,
-                    budget_left=left, workflow_hash=workflow.hash, workflow=workflow.to_dict())
+        tracer.emit(SearchIteration(search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
+                                    accepted=True, decided_by=edit.author, reason="edited by a person",
+                                    checks=probe.checks, budget_left=left, workflow_hash=workflow.hash,
+                                    workflow=workflow.to_dict()))
         self._record(IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
                                      accepted=True, decided_by=edit.author, budget_left=left, diff=change,
                                      probe_run=probe))
@@ -140,13 +144,13 @@ class MimosaSearch(Search):
         except ValueError as exc:
             problems = problems_of(exc)
             self.history.append(f"invalid proposal: {text[:300]}")
-            tracer.emit("mutation_proposed", "mutator", valid=False, problems=problems, raw=text[:2000])
+            tracer.emit(MutationProposed(valid=False, problems=problems, raw=text[:2000]), "mutator")
             self._record(IterationRecord(n, None, False, problems, incumbent_J=j_old,
                                          budget_left=self.ctx.budget.remaining()))
             return None
         change = diff(self.incumbent.workflow, child)
-        tracer.emit("mutation_proposed", "mutator", valid=True, mutation=mutation.to_dict(), diff=change,
-                    parent_hash=self.incumbent.workflow.hash, child_hash=child.hash)
+        tracer.emit(MutationProposed(valid=True, mutation=mutation.to_dict(), diff=change,
+                                     parent_hash=self.incumbent.workflow.hash, child_hash=child.hash), "mutator")
         return Candidate(mutation, child, change)
 
     def probe(self, n: int, candidate: Candidate) -> None:
@@ -177,11 +181,11 @@ class MimosaSearch(Search):
         self.history.append(f"{json.dumps(proposal, sort_keys=True)} -> J {fmt(j_new)} vs {fmt(j_old)}: "
                             f"{'accepted' if accepted else 'rejected'}")
         left = self.ctx.budget.remaining()
-        self.ctx.tracer.emit("search_iteration", None, search="mimosa", n=n, mutation=mutation, J=j_new,
-                             incumbent_J=j_old, accepted=accepted, decided_by=decision.decided_by if decision else "",
-                             reason=decision.reason if decision else "", checks=probe.checks, budget_left=left,
-                             workflow_hash=candidate.child.hash,
-                             workflow=candidate.child.to_dict() if accepted else None)
+        self.ctx.tracer.emit(SearchIteration(
+            search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old, accepted=accepted,
+            decided_by=decision.decided_by if decision else "", reason=decision.reason if decision else "",
+            checks=probe.checks, budget_left=left, workflow_hash=candidate.child.hash,
+            workflow=candidate.child.to_dict() if accepted else None))
         self._record(IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
                                      accepted=accepted, decided_by=decision.decided_by if decision else "",
                                      budget_left=left, diff=candidate.change, probe_run=probe))
@@ -230,9 +234,9 @@ def check_fields(check: dict) -> dict:
 
 def emit_judgement(tracer, probe: Probe, n: int) -> None:
     j = probe.judgement
-    tracer.emit("judgement", "judge", iteration_n=n, workflow_hash=probe.workflow.hash,
-                **(j.to_dict() if j else {"ok": False, "error": "not judged (run stopped)"}),
-                checks=probe.checks, validation=probe.result.metric)
+    tracer.emit(Judgement(iteration_n=n, workflow_hash=probe.workflow.hash,
+                          **(j.to_dict() if j else {"ok": False, "error": "not judged (run stopped)"}),
+                          checks=probe.checks, validation=probe.result.metric), "judge")
 
 
 def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:

@@ -23,6 +23,8 @@ from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, extract_json, fenced_json
 from ..trace import Tracer
 from ..workflow import Workflow
+from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
+from ..protocol.checkpoints import ScimarsState
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change
@@ -285,14 +287,14 @@ class ReuseCache:
                            "program_sha256": saved["code_sha256"], "predictions_sha256": saved["predictions_sha256"],
                            "label": label, "verified": True}
                 self.receipts.append(receipt)
-                self.tracer.emit("reuse_receipt", None, **receipt)
+                self.tracer.emit(ReuseReceipt(**receipt))
                 return replace(earlier, workflow=workflow), receipt
             probe = self.runner.run(workflow, label, iteration)
             receipt = {"workflow_hash": key, "reused_run_id": None, "rerun_id": probe.result.run_id,
                        "earlier_run_id": earlier.result.run_id, "program_sha256": saved["code_sha256"],
                        "label": label, "verified": False, "reason": f"rerun: {why}"}
             self.receipts.append(receipt)
-            self.tracer.emit("reuse_receipt", None, **receipt)
+            self.tracer.emit(ReuseReceipt(**receipt))
         else:
             probe, receipt = self.runner.run(workflow, label, iteration), None
         if probe.result.status != "stopped":
@@ -307,6 +309,7 @@ class ScimarsSearch(Search):
 
     name = "scimars"
     title = "SciMARS rounds"
+    State = ScimarsState
     unit = "round"
 
     def __init__(self, ctx):
@@ -325,16 +328,16 @@ class ScimarsSearch(Search):
     def begin(self) -> None:
         self.current = self.ctx.initial
 
-    def snapshot(self) -> dict:
-        return {"current": self.current.to_dict(), "lessons": self.lessons,
-                "first": self.first.checkpoint() if self.first else None,
-                "best": self.best.checkpoint() if self.best else None}
+    def snapshot(self) -> ScimarsState:
+        return ScimarsState(current=self.current.to_dict(), lessons=self.lessons,
+                            first=self.first.checkpoint() if self.first else None,
+                            best=self.best.checkpoint() if self.best else None)
 
-    def restore(self, state: dict) -> None:
-        self.current = Workflow.from_dict({**state["current"], "hash": None})
-        self.first = Probe.from_checkpoint(state["first"]) if state.get("first") else None
-        self.best = Probe.from_checkpoint(state["best"]) if state.get("best") else None
-        self.lessons = list(state.get("lessons", []))
+    def restore(self, state: ScimarsState) -> None:
+        self.current = Workflow.from_dict({**state.current, "hash": None})
+        self.first = Probe.from_checkpoint(state.first.model_dump()) if state.first else None
+        self.best = Probe.from_checkpoint(state.best.model_dump()) if state.best else None
+        self.lessons = list(state.lessons)
 
     def current_workflow(self) -> Workflow:
         return self.current
@@ -342,12 +345,12 @@ class ScimarsSearch(Search):
     def adopt_edit(self, n: int, edit: HumanEdit) -> bool:
         """A person's edit replaces the harness; this round's reference run probes it."""
         tracer, mutation = self.ctx.tracer, edit_change(edit)
-        tracer.emit("mutation_proposed", edit.author, valid=True, mutation=mutation,
-                    diff=diff(self.current, edit.workflow), parent_hash=self.current.hash,
-                    child_hash=edit.workflow.hash)
-        tracer.emit("search_iteration", None, search="scimars", n=n, mutation=mutation, accepted=True,
-                    decided_by=edit.author, reason="edited by a person", workflow_hash=edit.workflow.hash,
-                    workflow=edit.workflow.to_dict(), budget_left=self.ctx.budget.remaining())
+        tracer.emit(MutationProposed(valid=True, mutation=mutation, diff=diff(self.current, edit.workflow),
+                                     parent_hash=self.current.hash, child_hash=edit.workflow.hash), edit.author)
+        tracer.emit(SearchIteration(search="scimars", n=n, mutation=mutation, accepted=True,
+                                    decided_by=edit.author, reason="edited by a person",
+                                    workflow_hash=edit.workflow.hash, workflow=edit.workflow.to_dict(),
+                                    budget_left=self.ctx.budget.remaining()))
         self.current = edit.workflow
         return False
 
@@ -384,10 +387,11 @@ class ScimarsSearch(Search):
                 record.stopped = "budget exhausted during a probe"
                 return
             p.supported = is_supported(probe, reference, self.hib)
-            tracer.emit("search_iteration", None, search="scimars", n=n, editor=p.editor, mutation=p.mutation,
-                        supported=p.supported, checks=probe.checks, validation=probe.validation,
-                        reference_validation=reference.validation, workflow_hash=probe.workflow.hash,
-                        receipt=p.receipt, budget_left=self.ctx.budget.remaining())
+            tracer.emit(SearchIteration(search="scimars", n=n, editor=p.editor, mutation=p.mutation,
+                                        supported=p.supported, checks=probe.checks, validation=probe.validation,
+                                        reference_validation=reference.validation,
+                                        workflow_hash=probe.workflow.hash, receipt=p.receipt,
+                                        budget_left=self.ctx.budget.remaining()))
         supported = [p for p in record.proposals if p.supported]
         candidates: list[tuple[str, list[str], Probe]] = [("keep", [], reference)]
         candidates += [("adopt", [p.editor], p.probe_run) for p in supported]
@@ -398,7 +402,7 @@ class ScimarsSearch(Search):
                     combo_wf = Mutation.from_dict(p.mutation).apply(combo_wf)
                     used.append(p.editor)
                 except (MutationError, WorkflowValidationError) as exc:
-                    tracer.emit("composition", None, n=n, note=f"{p.editor}'s change does not combine: {exc}")
+                    tracer.emit(Composition(n=n, note=f"{p.editor}'s change does not combine: {exc}"))
             if len(used) >= 2:
                 combo, receipt = cache.probe(combo_wf, f"r{n}-combined", n)
                 record.combination = {"editors": used, "probe": combo.summary(), "receipt": receipt,
@@ -411,10 +415,11 @@ class ScimarsSearch(Search):
         best_i = max(range(len(candidates)), key=lambda i: (selection_key(candidates[i][2], self.hib), -i))
         record.decision, record.chosen, record.selected_run = candidates[best_i]
         record.selected = record.selected_run.summary()
-        tracer.emit("composition", None, n=n, decision=record.decision, editors=record.chosen,
-                    workflow_hash=record.selected_run.workflow.hash, checks_passed=record.selected_run.checks_passed,
-                    validation=record.selected_run.validation, reference_validation=reference.validation,
-                    supported=[p.editor for p in supported])
+        tracer.emit(Composition(n=n, decision=record.decision, editors=record.chosen,
+                                workflow_hash=record.selected_run.workflow.hash,
+                                checks_passed=record.selected_run.checks_passed,
+                                validation=record.selected_run.validation, reference_validation=reference.validation,
+                                supported=[p.editor for p in supported]))
 
     def proposal(self, n: int, record: RoundRecord) -> GateProposal | None:
         """The composer chose a change (selected by public checks): the gate may veto it."""
@@ -442,10 +447,10 @@ class ScimarsSearch(Search):
             if not decision.approved:
                 record.decision, record.chosen, record.selected_run = "keep", [], reference
                 record.selected = reference.summary()
-            self.ctx.tracer.emit("composition", None, n=n, gate=decision.decided_by, approved=decision.approved,
-                                 reason=decision.reason, decision=record.decision,
-                                 workflow_hash=record.selected_run.workflow.hash,
-                                 workflow=record.selected_run.workflow.to_dict() if decision.approved else None)
+            self.ctx.tracer.emit(Composition(
+                n=n, gate=decision.decided_by, approved=decision.approved, reason=decision.reason,
+                decision=record.decision, workflow_hash=record.selected_run.workflow.hash,
+                workflow=record.selected_run.workflow.to_dict() if decision.approved else None))
         if not record.stopped:  # grounded lessons for the next round's editors
             try:
                 record.lessons = _reflect(n, self.runner, self.ctx.gateway, self.ctx.tracer, record, reference,
@@ -509,7 +514,7 @@ def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[s
     try:
         text = gateway.complete(editor, editor, messages, temperature=0.8, purpose="mutation").text
     except ModelCallError as exc:
-        tracer.emit("mutation_proposed", editor, editor=editor, valid=False, problems=[str(exc)])
+        tracer.emit(MutationProposed(editor=editor, valid=False, problems=[str(exc)]), editor)
         return EditorProposal(editor, None, False, [f"{editor} failed: {exc}"])
     try:
         mutation = Mutation.from_dict(extract_json(text))
@@ -517,7 +522,7 @@ def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[s
         child = mutation.apply(reference.workflow)
     except (MutationError, WorkflowValidationError, ValueError) as exc:
         problems = getattr(exc, "problems", None) or [str(exc)]
-        tracer.emit("mutation_proposed", editor, editor=editor, valid=False, problems=problems, raw=text[:2000])
+        tracer.emit(MutationProposed(editor=editor, valid=False, problems=problems, raw=text[:2000]), editor)
         return EditorProposal(editor, None, False, problems)
     return check_proposal(editor, mutation, reference.workflow, child, tracer)
 
@@ -528,8 +533,9 @@ def check_proposal(editor: str, mutation: Mutation, parent: Workflow, child: Wor
     problems = surface_problems(editor, mutation, parent, child)
     change = diff(parent, child)
     if tracer is not None:
-        tracer.emit("mutation_proposed", editor, editor=editor, valid=not problems, problems=problems,
-                    mutation=mutation.to_dict(), diff=change, parent_hash=parent.hash, child_hash=child.hash)
+        tracer.emit(MutationProposed(editor=editor, valid=not problems, problems=problems,
+                                     mutation=mutation.to_dict(), diff=change, parent_hash=parent.hash,
+                                     child_hash=child.hash), editor)
     if problems:
         return EditorProposal(editor, mutation.to_dict(), False, problems, diff=change)
     return EditorProposal(editor, mutation.to_dict(), True, diff=change, workflow=child)
@@ -592,8 +598,8 @@ def _reflect(n: int, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
         new = []
     if not new:
         new, source = _fallback_lessons(n, evidence), "engine"
-    tracer.emit("reflection", "reflector", n=n, lessons=new, source=source,
-                evidence_sha256=hashlib.sha256(json.dumps(evidence, sort_keys=True, default=str).encode()).hexdigest())
+    evidence_sha256 = hashlib.sha256(json.dumps(evidence, sort_keys=True, default=str).encode()).hexdigest()
+    tracer.emit(Reflection(n=n, lessons=new, source=source, evidence_sha256=evidence_sha256), "reflector")
     return new
 
 

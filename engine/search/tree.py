@@ -36,6 +36,10 @@ from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..task import Task
 from ..trace import Tracer
 from ..validation import validate_program
+from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
+from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
+                               SelectorVote, ToolCall, TreeNode)
+from ..protocol.checkpoints import TreeState
 from ..protocol.gate import Change, Decision, Evidence, Proposal
 from . import base
 
@@ -82,7 +86,7 @@ class Node:
     def strategy_line(self) -> str:
         if not self.strategy:
             return "strategy: unknown"
-        return f"strategy: {self.strategy} {json.dumps(self.params, sort_keys=True)}"
+        return prompt_format.strategy_line(self.strategy, self.params)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -328,14 +332,14 @@ def _ensemble_vote(ctx: SearchContext, tree: Tree, candidates: list[Node], chose
         vote = parse_vote(answer)
         valid = vote in {n.id for n in candidates}
         votes.append(vote if valid else None)
-        ctx.tracer.emit("selector_vote", agent, slot=slot, voter=voter, vote=vote, valid=valid,
-                        candidates=[n.id for n in candidates], answer=answer)
+        ctx.tracer.emit(SelectorVote(slot=slot, voter=voter, vote=vote, valid=valid,
+                                     candidates=[n.id for n in candidates], answer=answer), agent)
     winner = majority_vote(votes, candidates, tree.higher_is_better)
     fallback = winner is None
     if fallback:  # no valid vote: the ensemble abstained, take the best remaining node
         winner = candidates[0].id
-    ctx.tracer.emit("search_iteration", None, phase="vote", slot=slot, votes=votes,
-                    tally=dict(Counter(v for v in votes if v)), winner=winner, fallback=fallback)
+    ctx.tracer.emit(SearchIteration(phase="vote", slot=slot, votes=votes, tally=dict(Counter(v for v in votes if v)),
+                                    winner=winner, fallback=fallback))
     return winner
 
 
@@ -351,11 +355,11 @@ def _retrieve(ctx: SearchContext, tree: Tree, parent: Node | None, node_id: str)
             used.update(n.knowledge)
     ranking = rank(query, ctx.knowledge)
     chosen = next((m for m in ranking if m.entry.id not in used and m.score >= kb.MIN_OVERLAP), None)
-    ctx.tracer.emit("knowledge_retrieval", None, node=node_id, parent=parent.id if parent else None,
-                    query_chars=len(query), excluded=sorted(used),
-                    top=[{"id": m.entry.id, "matched": list(m.matched)} for m in ranking[:3]],
-                    retrieved=chosen.entry.id if chosen else None,
-                    matched=list(chosen.matched) if chosen else [])
+    ctx.tracer.emit(KnowledgeRetrieval(node=node_id, parent=parent.id if parent else None,
+                                       query_chars=len(query), excluded=sorted(used),
+                                       top=[{"id": m.entry.id, "matched": list(m.matched)} for m in ranking[:3]],
+                                       retrieved=chosen.entry.id if chosen else None,
+                                       matched=list(chosen.matched) if chosen else []))
     return chosen
 
 
@@ -396,9 +400,9 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
 
     def say(speaker: str, rnd: int, text: str) -> None:
         turns.append({"round": rnd, "speaker": speaker, "text": text})
-        ctx.tracer.emit("debate_turn", speaker, node=node_id, parent=parent.id if parent else None,
-                        round=rnd, text=text, strategy=list(parse_strategy(text) or ()),
-                        verdict=parse_verdict(text) if speaker == "critic" else None)
+        ctx.tracer.emit(DebateTurn(node=node_id, parent=parent.id if parent else None,
+                                   round=rnd, text=text, strategy=list(parse_strategy(text) or ()),
+                                   verdict=parse_verdict(text) if speaker == "critic" else None), speaker)
 
     proposal = ctx.ask("proposer", "proposer", common)
     say("proposer", 0 if parent is None else 1, proposal)
@@ -417,14 +421,14 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
 def _validate(ctx: SearchContext, agent: str, node_id: str, code: str, attempt: int) -> tuple[dict, ExecutionResult]:
     """In-loop validation: run on a seeded split of the training rows, traced like any tool."""
     train = ctx.task.resources.files.get("train", "")
-    ctx.tracer.emit("tool_call", agent, tool="sandbox.python", executor=ctx.executor.name,
-                    purpose="in-loop validation", node=node_id, attempt=attempt, code=code,
-                    data=f"validation split of {train} (seed {ctx.config.seed})",
-                    limits=asdict(ctx.task.resources.limits))
+    ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name,
+                             purpose="in-loop validation", node=node_id, attempt=attempt, code=code,
+                             data=f"validation split of {train} (seed {ctx.config.seed})",
+                             limits=asdict(ctx.task.resources.limits)), agent)
     metric, result = validate_program(ctx.task, code, ctx.executor, seed=ctx.config.seed)
-    ctx.tracer.emit("code_execution", agent, purpose="in-loop validation", node=node_id, attempt=attempt,
-                    **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
-                    workdir=str(result.workdir), validation=metric)
+    ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
+                                  **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
+                                  workdir=str(result.workdir), validation=metric), agent)
     return metric, result
 
 
@@ -480,12 +484,12 @@ def _analyse_data(ctx: SearchContext) -> str:
     if code is None:
         return "(the data analyst wrote no script; the search works without a data report)"
     request = ExecutionRequest(code=code, input_files=ctx.task.input_files(), limits=ctx.task.resources.limits)
-    ctx.tracer.emit("tool_call", "data_analyst", tool="sandbox.python", executor=ctx.executor.name,
-                    purpose="exploratory analysis", code=code, data=sorted(request.input_files),
-                    limits=asdict(request.limits))
+    ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose="exploratory analysis",
+                             code=code, data=sorted(request.input_files), limits=asdict(request.limits)),
+                    "data_analyst")
     result = ctx.executor.run(request)
-    ctx.tracer.emit("code_execution", "data_analyst", purpose="exploratory analysis", **result.evidence(),
-                    stdout=result.stdout[-20000:], stderr=result.stderr[-20000:], workdir=str(result.workdir))
+    ctx.tracer.emit(CodeExecution(purpose="exploratory analysis", **result.evidence(), stdout=result.stdout[-20000:],
+                                  stderr=result.stderr[-20000:], workdir=str(result.workdir)), "data_analyst")
     if result.ok and result.stdout.strip():
         return result.stdout.strip()
     return f"The exploratory script failed ({result.status}); the team works without it.\n\n{result.stderr[-1500:]}"
@@ -531,14 +535,14 @@ def _record(ctx: SearchContext, tree: Tree, node: Node) -> None:
     retired = tree.add(node)
     (ctx.run_dir / "nodes").mkdir(parents=True, exist_ok=True)
     (ctx.run_dir / "nodes" / f"{node.id}.py").write_text(node.code)
-    ctx.tracer.emit("tree_node", None, node=node.id, parent=node.parent, iteration=node.iteration,
-                    strategy=node.strategy, params=node.params, score=node.score, status=node.status,
-                    knowledge=node.knowledge, debug_attempts=node.debug_attempts, verdict=node.verdict,
-                    debate_turns=len(node.debate), report=node.report[:2000], vetoed=node.vetoed,
-                    promoted=node.promoted, decided_by=node.decided_by)
+    ctx.tracer.emit(TreeNode(node=node.id, parent=node.parent, iteration=node.iteration,
+                             strategy=node.strategy, params=node.params, score=node.score, status=node.status,
+                             knowledge=node.knowledge, debug_attempts=node.debug_attempts, verdict=node.verdict,
+                             debate_turns=len(node.debate), report=node.report[:2000], vetoed=node.vetoed,
+                             promoted=node.promoted, decided_by=node.decided_by))
     if retired is not None:
-        ctx.tracer.emit("node_retired", None, node=retired.id, children=retired.children,
-                        max_children=tree.max_children, iteration=retired.retired_at)
+        ctx.tracer.emit(NodeRetired(node=retired.id, children=retired.children,
+                                    max_children=tree.max_children, iteration=retired.retired_at))
     tree.save(ctx.run_dir / "tree.json")
 
 
@@ -549,6 +553,7 @@ class TreeSearch(base.Search):
 
     name = "tree"
     title = "AgenticSciML tree"
+    State = TreeState
     evolves = "program"
 
     def __init__(self, ctx: base.SearchContext, config: TreeConfig | None = None):
@@ -577,12 +582,12 @@ class TreeSearch(base.Search):
         if root.status != "scored":
             self.failed = "failed: the root candidate never ran cleanly"
 
-    def snapshot(self) -> dict:
-        return {"tree": self.tree.to_dict(), "failed": self.failed}
+    def snapshot(self) -> TreeState:
+        return TreeState(tree=self.tree.to_dict(), failed=self.failed)
 
-    def restore(self, state: dict) -> None:
-        self.tree = Tree.from_dict(state["tree"])
-        self.failed = state.get("failed", "")
+    def restore(self, state: TreeState) -> None:
+        self.tree = Tree.from_dict(state.tree)
+        self.failed = state.failed
 
     def stop_reason(self) -> str | None:
         if self.failed:
@@ -595,8 +600,8 @@ class TreeSearch(base.Search):
     def plan(self, n: int) -> list:
         parents = select_parents(self.tools, self.tree)
         if parents:
-            self.ctx.tracer.emit("search_iteration", None, phase="started", parents=[p.id for p in parents],
-                                 best=parents[0].id, nodes=len(self.tree.nodes))
+            self.ctx.tracer.emit(SearchIteration(phase="started", parents=[p.id for p in parents],
+                                                 best=parents[0].id, nodes=len(self.tree.nodes)))
         return [p.id for p in parents]
 
     def propose(self, n: int, parent_id: str) -> Child | None:
@@ -619,8 +624,7 @@ class TreeSearch(base.Search):
 
     def _abandon(self, child: Child, exc: Exception) -> None:
         child.abandoned = str(exc)
-        self.ctx.tracer.emit("search_iteration", None, phase="child_abandoned", parent=child.parent.id,
-                             error=str(exc))
+        self.ctx.tracer.emit(SearchIteration(phase="child_abandoned", parent=child.parent.id, error=str(exc)))
 
     def proposal(self, n: int, child: Child) -> Proposal | None:
         node = child.node
@@ -660,15 +664,15 @@ class TreeSearch(base.Search):
     def outcome(self) -> base.SearchOutcome:
         tree, ctx = self.tree, self.ctx
         if self.stopped.startswith("budget exhausted"):
-            ctx.tracer.emit("budget_exhausted", None, reason=self.stopped, used=ctx.budget.used.to_dict(),
-                            limits=ctx.budget.limits(), nodes=len(tree.nodes))
+            ctx.tracer.emit(BudgetExhaustedEvent(reason=self.stopped, used=ctx.budget.used.to_dict(),
+                                                 limits=ctx.budget.limits(), nodes=len(tree.nodes)))
         champion = tree.champion()
         path = self.tools.run_dir / "tree.json"
         tree.save(path)
         if champion is not None:
             (self.tools.run_dir / "champion.py").write_text(champion.code)
         result = TreeResult(tree, champion, champion.code if champion else None, self.done, self.stopped, "", path)
-        ctx.tracer.emit("search_iteration", None, phase="finished", **result.summary())
+        ctx.tracer.emit(SearchIteration(phase="finished", **result.summary()))
         for row in tree.table():
             ctx.say("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
         root = next((nd for nd in tree.nodes.values() if nd.parent is None), None)

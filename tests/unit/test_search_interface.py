@@ -1,0 +1,110 @@
+"""The one search interface (engine/search/base.py): every registered search checkpoints
+after each step, resumes from any checkpoint exactly there, and suspends at a proposal when
+the gate has no decision yet, resuming at that proposal without probing it again."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from engine.errors import AwaitingDecision
+from engine.evolve import evolve
+from engine.protocol.checkpoints import Checkpoint
+from engine.protocol.gate import Decision, Proposal
+from engine.search.base import AutoGate
+from engine.search.registry import SEARCHES, choices, search_class
+from engine.trace import ListSink
+from tests.fakes import FakeExecutor
+
+
+def _official(task, run_dir, predictions_sha256):
+    return {"ok": True, "metric": task.metric.name, "value": 0.0, "higher_is_better": task.metric.higher_is_better}
+
+
+def _evolve(tmp_path, examples, search, **kw):
+    sink = ListSink()
+    result = evolve(examples / "discontinuous-1d", search=search, runs_dir=tmp_path / "runs", out=io.StringIO(),
+                    executor=FakeExecutor(tmp_path / "sandbox"), official=_official, sinks=[sink], **kw)
+    return result, sink.events
+
+
+class WaitOnce(AutoGate):
+    """A person who has not decided the first proposal yet; once they have, they approve it."""
+
+    def __init__(self, decided: dict):
+        self.decided = decided
+        self.asked: list[Proposal] = []
+
+    def decide(self, proposal: Proposal) -> Decision:
+        self.asked.append(proposal)
+        if proposal.key not in self.decided:
+            if self.decided:  # only the first proposal waits for the person
+                return Decision.by_rule(proposal)
+            self.decided[proposal.key] = None
+            raise AwaitingDecision(proposal.n, proposal.key)
+        return Decision(approved=True, decided_by="user:ada", reason="after a night's sleep", promote=True)
+
+
+def test_the_registry_is_the_one_list_of_searches():
+    assert SEARCHES == ("mimosa", "scimars", "tree")
+    assert [name for name, _ in choices()] == list(SEARCHES)
+    with pytest.raises(ValueError, match="unknown search 'annealing'"):
+        search_class("annealing")
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_every_search_resumes_from_a_mid_run_checkpoint_without_redoing_a_step(tmp_path, examples, search):
+    checkpoints: list[dict] = []
+    whole, _ = _evolve(tmp_path / "whole", examples, search, iterations=2, seed=3, on_checkpoint=checkpoints.append)
+    for cp in checkpoints:
+        Checkpoint.model_validate(cp)  # every checkpoint is the typed model
+    after_one = next(cp for cp in checkpoints if cp["n"] == 1 and "iteration" not in cp)
+    resumed, events = _evolve(tmp_path / "whole", examples, search, iterations=2, seed=3, resume=after_one,
+                              run_dir=whole.run_dir)
+    started = [e for e in events if e.kind == "search_started"]
+    assert [e.payload["resumed_after"] for e in started] == [1]
+    assert resumed.iterations == whole.iterations == 2
+    # Nothing of iteration 1 ran again: the resumed attempt's probes and nodes are all iteration 2's.
+    assert {e.iteration for e in events if e.kind in ("run_started", "tree_node")} == {2}
+
+
+@pytest.mark.parametrize("search", SEARCHES)
+def test_a_proposal_without_a_decision_suspends_and_the_decision_resumes_right_there(tmp_path, examples, search):
+    # A SciMARS round asks the gate only when its composer chose a change; some seeds keep all.
+    for seed in range(8):
+        checkpoints: list[dict] = []
+        decided: dict = {}
+        gate = WaitOnce(decided)
+        try:
+            _evolve(tmp_path / str(seed), examples, search, iterations=2, seed=seed, gate=gate,
+                    on_checkpoint=checkpoints.append)
+        except AwaitingDecision as exc:
+            waiting = exc
+            break
+    else:
+        pytest.fail(f"no {search} run of 8 seeds brought a proposal to the gate")
+    tmp_path = tmp_path / str(seed)
+    pending = checkpoints[-1]
+    assert pending["iteration"]["pending"] is not None and pending["iteration"]["n"] == waiting.n
+    first_question = gate.asked[-1]
+
+    decided[waiting.key] = "approved"
+    run_dir = next((tmp_path / "runs").iterdir())
+    result, events = _evolve(tmp_path, examples, search, iterations=2, seed=seed, gate=gate, resume=pending,
+                             run_dir=run_dir)
+    # The same question was asked again, answered from the stored decision, and not probed again.
+    again = [p for p in gate.asked if p.key == first_question.key]
+    assert len(again) == 2 and again[1] == first_question
+    probed_again = [e for e in events if e.kind in ("run_started", "tree_node") and e.iteration == waiting.n
+                    and e.payload.get("node", e.payload.get("workflow_hash")) == first_question.key]
+    assert probed_again == [] or search == "tree"  # a tree node is recorded (not rebuilt) once decided
+    assert result.iterations == 2
+    if search == "tree":
+        node = next(e for e in events if e.kind == "tree_node" and e.payload["node"] == first_question.key)
+        assert node.payload["promoted"] and node.payload["decided_by"] == "user:ada"
+        started = [e.payload for e in events if e.kind == "search_iteration" and e.payload.get("phase") == "started"]
+        assert first_question.key in started[-1]["parents"]  # the promoted child is expanded next
+    else:
+        accepted = [e.payload for e in events if e.kind in ("search_iteration", "composition")
+                    and e.payload.get("decided_by", e.payload.get("gate")) == "user:ada"]
+        assert accepted, "the person's decision was applied"
