@@ -29,6 +29,9 @@ from ..errors import BudgetExhausted, WorkflowValidationError
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError
 from ..prompt_format import extract_json
+from pydantic import BaseModel
+
+from ..protocol.checkpoints import Checkpoint, InProgress, from_legacy
 from ..protocol.gate import Decision, Proposal
 from ..sandbox import Executor
 from ..task import Task
@@ -173,6 +176,7 @@ class Search(ABC):
 
     name: ClassVar[str]
     title: ClassVar[str]
+    State: ClassVar[type[BaseModel]]      # the search's own checkpoint state (engine/protocol/checkpoints.py)
     unit: ClassVar[str] = "iteration"     # what one step is called on pages ("round" for SciMARS)
     evolves: ClassVar[str] = "workflow"   # what it changes: the team's "workflow", or a "program"
 
@@ -221,10 +225,11 @@ class Search(ABC):
         return None
 
     @abstractmethod
-    def snapshot(self) -> dict: ...
+    def snapshot(self) -> BaseModel:
+        """The search's state, as its ``State`` model."""
 
     @abstractmethod
-    def restore(self, state: dict) -> None: ...
+    def restore(self, state: BaseModel) -> None: ...
 
     @abstractmethod
     def pending_state(self, candidate: Any) -> dict:
@@ -241,11 +246,14 @@ class Search(ABC):
         ctx = self.ctx
         in_progress: dict | None = None
         if resume and resume.get("n") is not None:
-            self.restore(resume["search"])
-            self.done = int(resume["n"])
-            ctx.runner.count = int(resume.get("probes", ctx.runner.count))
-            ctx.budget.restore(**resume["budget"])
-            in_progress = resume.get("iteration")
+            saved = Checkpoint.model_validate(from_legacy(resume, self.name))
+            if saved.name != self.name:
+                raise ValueError(f"a {saved.name} checkpoint cannot resume a {self.name} search")
+            self.restore(self.State.model_validate(saved.search))
+            self.done = saved.n
+            ctx.runner.count = saved.probes
+            ctx.budget.restore(**saved.budget.model_dump())
+            in_progress = saved.iteration.model_dump() if saved.iteration else None
         else:
             ctx.tracer.iteration = 0
             self.begin()
@@ -321,9 +329,11 @@ class Search(ABC):
         the moves left and a candidate waiting for the gate."""
         if self.ctx.on_checkpoint is None:
             return
-        state: dict = {"n": self.done, "search": self.snapshot(), "probes": self.ctx.runner.count,
-                       "budget": self.ctx.budget.usage_state(), "name": self.name}
-        if n is not None:  # mid-iteration (moves may be empty: only finish_iteration is left)
-            state["iteration"] = {"n": n, "moves": list(moves or []), "pending": pending}
-        json.dumps(state)  # a checkpoint that cannot be stored must fail here, not in the studio
-        self.ctx.on_checkpoint(state)
+        state = Checkpoint(name=self.name, n=self.done, search=self.snapshot().model_dump(mode="json"),
+                           probes=self.ctx.runner.count, budget=self.ctx.budget.usage_state(),
+                           # mid-iteration (moves may be empty: only finish_iteration is left)
+                           iteration=InProgress(n=n, moves=list(moves or []), pending=pending) if n is not None
+                           else None)
+        data = state.model_dump(mode="json", exclude_none=True)
+        json.dumps(data)  # a checkpoint that cannot be stored must fail here, not in the studio
+        self.ctx.on_checkpoint(data)

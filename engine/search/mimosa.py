@@ -13,6 +13,7 @@ from ..errors import ModelCallError
 from ..mutations import Mutation, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.events import Judgement, MutationProposed, SearchIteration
+from ..protocol.checkpoints import MimosaState
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
@@ -64,6 +65,7 @@ class Candidate:
 class MimosaSearch(Search):
     name = "mimosa"
     title = "Mimosa local search"
+    State = MimosaState
 
     def __init__(self, ctx, stop_j: float = STOP_J):
         super().__init__(ctx)
@@ -84,14 +86,14 @@ class MimosaSearch(Search):
         self.incumbent = self.first = self.runner.run(self.ctx.initial, "initial", 0, judge_with=self.ctx.gateway)
         emit_judgement(self.ctx.tracer, self.incumbent, 0)
 
-    def snapshot(self) -> dict:
-        return {"first": self.first.checkpoint(), "incumbent": self.incumbent.checkpoint(),
-                "incumbent_workflow": self.incumbent.workflow.to_dict(), "history": self.history}
+    def snapshot(self) -> MimosaState:
+        return MimosaState(first=self.first.checkpoint(), incumbent=self.incumbent.checkpoint(),
+                           incumbent_workflow=self.incumbent.workflow.to_dict(), history=self.history)
 
-    def restore(self, state: dict) -> None:
-        self.first = Probe.from_checkpoint(state["first"])
-        self.incumbent = Probe.from_checkpoint(state["incumbent"])
-        self.history = list(state.get("history", []))
+    def restore(self, state: MimosaState) -> None:
+        self.first = Probe.from_checkpoint(state.first.model_dump())
+        self.incumbent = Probe.from_checkpoint(state.incumbent.model_dump())
+        self.history = list(state.history)
 
     def current_workflow(self) -> Workflow:
         return self.incumbent.workflow

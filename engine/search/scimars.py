@@ -24,6 +24,7 @@ from ..prompt_format import build_messages, extract_json, fenced_json
 from ..trace import Tracer
 from ..workflow import Workflow
 from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
+from ..protocol.checkpoints import ScimarsState
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change
@@ -308,6 +309,7 @@ class ScimarsSearch(Search):
 
     name = "scimars"
     title = "SciMARS rounds"
+    State = ScimarsState
     unit = "round"
 
     def __init__(self, ctx):
@@ -326,16 +328,16 @@ class ScimarsSearch(Search):
     def begin(self) -> None:
         self.current = self.ctx.initial
 
-    def snapshot(self) -> dict:
-        return {"current": self.current.to_dict(), "lessons": self.lessons,
-                "first": self.first.checkpoint() if self.first else None,
-                "best": self.best.checkpoint() if self.best else None}
+    def snapshot(self) -> ScimarsState:
+        return ScimarsState(current=self.current.to_dict(), lessons=self.lessons,
+                            first=self.first.checkpoint() if self.first else None,
+                            best=self.best.checkpoint() if self.best else None)
 
-    def restore(self, state: dict) -> None:
-        self.current = Workflow.from_dict({**state["current"], "hash": None})
-        self.first = Probe.from_checkpoint(state["first"]) if state.get("first") else None
-        self.best = Probe.from_checkpoint(state["best"]) if state.get("best") else None
-        self.lessons = list(state.get("lessons", []))
+    def restore(self, state: ScimarsState) -> None:
+        self.current = Workflow.from_dict({**state.current, "hash": None})
+        self.first = Probe.from_checkpoint(state.first.model_dump()) if state.first else None
+        self.best = Probe.from_checkpoint(state.best.model_dump()) if state.best else None
+        self.lessons = list(state.lessons)
 
     def current_workflow(self) -> Workflow:
         return self.current

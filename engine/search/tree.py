@@ -39,6 +39,7 @@ from ..validation import validate_program
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
 from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
                                SelectorVote, ToolCall, TreeNode)
+from ..protocol.checkpoints import TreeState
 from ..protocol.gate import Change, Decision, Evidence, Proposal
 from . import base
 
@@ -552,6 +553,7 @@ class TreeSearch(base.Search):
 
     name = "tree"
     title = "AgenticSciML tree"
+    State = TreeState
     evolves = "program"
 
     def __init__(self, ctx: base.SearchContext, config: TreeConfig | None = None):
@@ -580,12 +582,12 @@ class TreeSearch(base.Search):
         if root.status != "scored":
             self.failed = "failed: the root candidate never ran cleanly"
 
-    def snapshot(self) -> dict:
-        return {"tree": self.tree.to_dict(), "failed": self.failed}
+    def snapshot(self) -> TreeState:
+        return TreeState(tree=self.tree.to_dict(), failed=self.failed)
 
-    def restore(self, state: dict) -> None:
-        self.tree = Tree.from_dict(state["tree"])
-        self.failed = state.get("failed", "")
+    def restore(self, state: TreeState) -> None:
+        self.tree = Tree.from_dict(state.tree)
+        self.failed = state.failed
 
     def stop_reason(self) -> str | None:
         if self.failed:
