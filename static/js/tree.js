@@ -1,81 +1,20 @@
 // The tree card of a tree-search run: the tree of candidate programs (cytoscape), why each
 // iteration expanded the parents it did, and every node's score by iteration (plotly).
 // It loads tree.json once, then follows the events run.js re-dispatches from its WebSocket
-// ("trellis:message"); the rules for reading events mirror webapp/runs/tree_view.py.
+// ("trellis:message"), each of which carries the tree as webapp/runs/tree_view.py reads it.
 (function () {
   "use strict";
   const card = document.getElementById("tree-card");
   if (!card) return;
   const $ = (id) => document.getElementById(id);
-  const TREE_KINDS = new Set(["tree_node", "node_retired", "search_iteration"]);
 
   let state = null;        // tree.json, kept up to date by pushed events
-  let buffer = [];         // events pushed while tree.json is being fetched
-  let loading = null;
   let cy = null;
 
-  // --- reading events (as tree_view.py does) --------------------------------------------------
-  const better = (a, b) => (state.higher_is_better ? a > b : a < b);
   const fmt = (v) => (v == null ? "no score" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : (+v.toPrecision(4)).toString());
-
-  function champion() {
-    let best = null;
-    for (const n of state.nodes) {
-      if (n.status !== "scored" || n.vetoed || n.score == null) continue;
-      if (!best || better(n.score, best.score)) best = n;
-    }
-    return best ? best.id : null;
-  }
-
+  const champion = () => state.champion;
+  const better = (a, b) => (state.higher_is_better ? a > b : a < b);
   function nodeById(id) { return state.nodes.find((n) => n.id === id); }
-
-  function parentReason(id, started, votes) {
-    if (id === started.best) return { id, reason: "best", label: "best node" };
-    const vote = votes.find((v) => v.winner === id);
-    if (vote) {
-      if (vote.fallback) return { id, reason: "fallback", label: "no valid vote: best remaining" };
-      return { id, reason: "vote", label: "vote " + ((vote.tally || {})[id] || 0) + "/" + (vote.votes || []).length };
-    }
-    const who = (nodeById(id) || {}).decided_by || "a person";
-    return { id, reason: "promoted", label: "promoted by " + who };
-  }
-
-  // Applies one pushed event; false when it lacks what is needed (then tree.json is refetched).
-  function apply(msg) {
-    const d = msg.data || {};
-    if (msg.kind === "tree_node") {
-      if (!d.node) return false;
-      const old = nodeById(d.node);
-      const node = { id: d.node, parent: d.parent ?? null, iteration: d.iteration ?? msg.iteration, strategy: d.strategy ?? null,
-                     params: d.params || {}, score: Number.isFinite(d.score) ? d.score : null, status: d.status,
-                     vetoed: !!d.vetoed, promoted: !!d.promoted, decided_by: d.decided_by || "", verdict: d.verdict || "",
-                     knowledge: d.knowledge || [], debug_attempts: d.debug_attempts || 0, debate_turns: d.debate_turns || 0,
-                     retired: old ? old.retired : false, retired_at: old ? old.retired_at : null, seq: msg.seq };
-      if (old) Object.assign(old, node); else state.nodes.push(node);
-    } else if (msg.kind === "node_retired") {
-      const node = nodeById(d.node);
-      if (!node) return false;
-      node.retired = true; node.retired_at = d.iteration ?? msg.iteration;
-      if (d.max_children != null) state.max_children = d.max_children;
-    } else if (d.phase === "vote") {
-      if (!("winner" in d)) return false;
-      state.pending_votes.push(d);
-    } else if (d.phase === "started") {
-      if (!Array.isArray(d.parents)) return false;
-      const started = { best: d.best };
-      state.iterations = state.iterations.filter((it) => it.n !== msg.iteration);
-      state.iterations.push({ n: msg.iteration, nodes_before: d.nodes, abandoned: [],
-                              parents: d.parents.map((id) => parentReason(id, started, state.pending_votes)) });
-      state.iterations.sort((a, b) => a.n - b.n);
-      state.pending_votes = [];
-    } else if (d.phase === "child_abandoned") {
-      const it = state.iterations.find((i) => i.n === msg.iteration);
-      if (it) it.abandoned.push({ parent: d.parent, error: d.error || "" });
-    } else if (d.phase === "finished") {
-      state.finished = { stopped: d.stopped, iterations: d.iterations, champion: d.champion, champion_score: d.champion_score };
-    }
-    return true;
-  }
 
   // --- words --------------------------------------------------------------------------------
   function decision(n) {
@@ -308,31 +247,24 @@
   }
 
   // --- loading and live updates ---------------------------------------------------------------
+  // Every tree event's message carries the whole tree as the server reads it (webapp/runs/live.py,
+  // tree_view.py): the page only draws it, so no rule for reading events lives here.
+  function show(tree) {
+    if (state && tree.seq < state.seq) return;  // an older picture than the one drawn
+    state = tree;
+    render();
+  }
+
   function load() {
-    if (loading) return loading;
-    loading = fetch(card.dataset.tree, { headers: { Accept: "application/json" } })
+    return fetch(card.dataset.tree, { headers: { Accept: "application/json" } })
       .then((r) => { if (!r.ok) throw new Error("tree.json " + r.status); return r.json(); })
-      .then((s) => {
-        state = { ...s, pending_votes: s.pending_votes || [] };
-        const later = buffer.filter((m) => m.seq > state.seq).sort((a, b) => a.seq - b.seq);
-        buffer = [];
-        loading = null;
-        for (const m of later) if (!apply(m)) return load();
-        if (later.length) state.seq = later[later.length - 1].seq;
-        render();
-      })
-      .catch((err) => { loading = null; $("tree-summary").textContent = "could not load the tree (" + err.message + ")"; });
-    return loading;
+      .then(show)
+      .catch((err) => { $("tree-summary").textContent = "could not load the tree (" + err.message + ")"; });
   }
 
   document.addEventListener("trellis:message", (e) => {
-    const msg = e.detail || {};
-    if (!TREE_KINDS.has(msg.kind)) return;
-    if (!state || loading) { buffer.push(msg); return; }
-    if (msg.seq != null && msg.seq <= state.seq) return;  // already in tree.json
-    if (!apply(msg)) { load(); return; }
-    if (msg.seq != null) state.seq = msg.seq;
-    render();
+    const tree = ((e.detail || {}).data || {}).tree;
+    if (tree) show(tree);
   });
   document.addEventListener("trellis:reconnected", () => { load(); });
   load();

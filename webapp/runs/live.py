@@ -72,7 +72,21 @@ def _model_call(run_id: int, p: ModelCall, event: EngineEvent) -> dict:
             "used": p.budget_used.model_dump()}
 
 
+def _tree(run_id: int, p: Payload, event: EngineEvent) -> dict:
+    """A tree search's step carries the whole tree as the page draws it (webapp/runs/tree_view.py,
+    the one reading of tree events): a few dozen nodes, and no rules to repeat in the browser."""
+    from .tree_view import tree_state
+
+    data = _small(p)
+    if event.kind != "search_iteration" or getattr(p, "phase", None) is not None:
+        data["tree"] = tree_state(Run.objects.select_related("task").get(pk=run_id))
+    return data
+
+
 SHAPERS: dict[str, Callable[[int, Any, EngineEvent], dict]] = {
+    "tree_node": _tree,
+    "node_retired": _tree,
+    "search_iteration": _tree,
     "agent_started": lambda run_id, p, event: {"state": agent_state(event.kind)},
     "agent_finished": _agent_finished,
     "run_started": _run_started,

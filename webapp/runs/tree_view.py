@@ -2,8 +2,8 @@
 
 The engine keeps its tree in the run folder, but the studio's record of a run is its Event rows:
 they survive a resumed or moved run folder and are what the browser is pushed live, so the
-card's first drawing and its live updates read the same thing. ``static/js/tree.js`` applies
-the same rules to each pushed event; keep the two in step.
+card's first drawing and its live updates read the same thing: every tree event's message
+carries this state (webapp/runs/live.py), and ``static/js/tree.js`` only draws it.
 """
 from __future__ import annotations
 
