@@ -6,7 +6,9 @@ it sends engine events through the worker's own sink (webapp.runs.bridge.RunEven
 row and a Run update in SQLite, then a group_send to ``run-<pk>`` through channels_redis). N
 aiohttp WebSocket clients, one asyncio process, logged in with a real session cookie, watch the
 run at /ws/runs/<pk>/. Every event carries its send time (time.time(), taken just before
-sink.emit; same machine) and each client notes its arrival time: latency = arrival - send.
+sink.emit; same machine) and each client notes its arrival time: latency = arrival - send. The
+marks (phase, event number, send time) ride in the model call's ``purpose``, the one free-text
+field its live message keeps (``"bench " + JSON``): the protocol refuses fields it does not know.
 
 For each client count, two phases of --events events each:
 - steady: events at --rate per second; latency p50/p95/p99/max over every (event, client) pair;
@@ -47,6 +49,15 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 PROMPT = "You are the coder of a scientific workflow. " * 40   # ~1.8 kB, like a real prompt
 RESPONSE = "def solve(data):\n    return fit(data)\n" * 25      # ~1 kB, like a real answer
+BENCH = "bench "   # a model_call's purpose that starts so carries this benchmark's marks
+
+
+def bench_mark(message: dict) -> dict | None:
+    """{phase, i, sent} of a benchmark event's live message; None for any other message."""
+    purpose = (message.get("data") or {}).get("purpose") or ""
+    if message.get("kind") != "model_call" or not purpose.startswith(BENCH):
+        return None
+    return json.loads(purpose[len(BENCH):])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -109,13 +120,14 @@ def emitter_main(conn, run_pk: int, lease: str) -> None:
                 if delay > 0:
                     time.sleep(delay)
             source_seq += 1
-            used = {"tokens": 1000 * source_seq, "calls": source_seq, "cost_usd": 0.0}
+            used = {"calls": source_seq, "prompt_tokens": 900 * source_seq, "completion_tokens": 100 * source_seq,
+                    "tokens": 1000 * source_seq, "cost_usd": 0.0}
             t0 = time.perf_counter()
             now = time.time()
             first_ts = first_ts or now
             sink.emit(EngineEvent(
                 "bench-probe", source_seq, now, "model_call", "coder", 1,
-                {"bench": phase, "i": i, "sent": now, "role": "coder", "purpose": "write the solution",
+                {"role": "coder", "purpose": BENCH + json.dumps({"phase": phase, "i": i, "sent": now}),
                  "model": "offline", "provider": "offline",
                  "messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": PROMPT}],
                  "response": RESPONSE, "prompt_tokens": 900, "completion_tokens": 250, "cost_usd": 0.0,
@@ -137,7 +149,8 @@ def group_send_costs(n: int) -> dict:
     layer = get_channel_layer()
     group = "bench-diag"
     async_to_sync(layer.group_add)(group, "specific.benchdiag!x")  # nobody reads it; expires in 30 s
-    message = {"type": "run.message", "message": {"kind": "model_call", "seq": 0, "payload": {"i": 0}}}
+    message = {"type": "run.message", "fragments": [],
+               "text": json.dumps({"kind": "model_call", "seq": 0, "data": {"purpose": BENCH + "{}"}})}
 
     async def awaited():
         for _ in range(n):
@@ -211,13 +224,12 @@ class Watchers:
             arrived = time.time()
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
-            data = json.loads(msg.data)
-            payload = data.get("payload") or {}
-            phase = payload.get("bench")
-            if phase is None:
+            mark = bench_mark(json.loads(msg.data))
+            if mark is None:
                 continue
-            self.arrivals.setdefault(phase, {}).setdefault(payload["i"], []).append(arrived)
-            self.latency.setdefault(phase, []).append(arrived - payload["sent"])
+            phase = mark["phase"]
+            self.arrivals.setdefault(phase, {}).setdefault(mark["i"], []).append(arrived)
+            self.latency.setdefault(phase, []).append(arrived - mark["sent"])
             self.received[phase] = self.received.get(phase, 0) + 1
             self.progress.set()
         if not self.closing:
