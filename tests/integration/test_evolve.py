@@ -16,11 +16,11 @@ pytestmark = pytest.mark.slow
 def test_evolve_command_prints_each_iteration(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/diabetes-progression", "--search",
-                           "mimosa", "--iterations", "2", "--seed", "1"], cwd=ROOT, capture_output=True, text=True,
+                           "mimosa", "--iterations", "1", "--seed", "1"], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.count("iter ") >= 2 and "budget left" in out and "checks 5/5" in out
+    assert out.count("iter ") >= 1 and "budget left" in out and "checks 5/5" in out
     assert ("ACCEPTED" in out) or ("rejected" in out)
     assert "initial " in out and "final " in out and "official r2" in out
 
