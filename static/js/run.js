@@ -102,7 +102,9 @@
     li.textContent = agent + ": " + state;
   }
 
-  function loadGraph() { return fetch(root.dataset.graph).then((r) => r.json()).then(drawGraph); }
+  // A search that evolves programs (the tree) has no workflow panels: its tree card (tree.js) is all.
+  const hasWorkflow = !!document.getElementById("dag");
+  function loadGraph() { return hasWorkflow && fetch(root.dataset.graph).then((r) => r.json()).then(drawGraph); }
 
   const CRITERIA = { goal_alignment: "g goal", collaboration_efficiency: "c collaboration", output_quality: "q quality", answer_plausibility: "a plausibility" };
   function drawScores(s) {
@@ -125,7 +127,7 @@
          yaxis2: { overlaying: "y", side: "right", title: { text: "tokens" }, rangemode: "tozero" } }, { displayModeBar: false, responsive: true });
   }
   let series = null;  // the score charts' data: loaded once, then extended point by point
-  function loadScores() { return fetch(root.dataset.scores).then((r) => r.json()).then((s) => { series = s; drawScores(s); }); }
+  function loadScores() { return hasWorkflow && fetch(root.dataset.scores).then((r) => r.json()).then((s) => { series = s; drawScores(s); }); }
   // Plotly.react redraws only data it sees as new, so it gets a copy, never the mutated arrays.
   const redrawScores = debounce(() => series && drawScores(structuredClone(series)), 150);
   function addPoint(p) {
@@ -161,8 +163,8 @@
   function applyFragments(html) {
     for (const [name, markup] of Object.entries(html)) {
       if (name.startsWith("mutation:")) upsertMutation(name.slice("mutation:".length), markup);
-      else if (name === "editor") setEditor(markup);
-      else if (TARGETS[name]) swap(document.getElementById(TARGETS[name]), markup);
+      else if (name === "editor") { if (document.getElementById("editor")) setEditor(markup); }
+      else if (document.getElementById(TARGETS[name] || "")) swap(document.getElementById(TARGETS[name]), markup);
     }
   }
 
@@ -189,7 +191,7 @@
     const d = msg.data || {};
     switch (msg.kind) {
       case "agent_started": case "agent_finished": if (msg.source === graphSource) setState(msg.agent, d.state); break;
-      case "run_started": drawGraph(d.graph); break;
+      case "run_started": if (hasWorkflow) drawGraph(d.graph); break;
       case "judgement": addPoint(d.point); break;
       case "model_call": showBudget(d.used); break;
       case "checkpoint": showBudget(msg.used); break;

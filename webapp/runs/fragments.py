@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
+from engine.search import registry
+
 from . import access
 from .models import Mutation, MutationStatus, Role, Run
 from .presenters import side_by_side
@@ -19,7 +21,9 @@ def run_context(run: Run, role: Role | None) -> dict:
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
-            "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count()}
+            "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
+            # a search that evolves programs (the tree) leaves the team's workflow as it is
+            "evolves_workflow": registry.search_class(run.search).evolves == "workflow"}
 
 
 def header(run: Run, role: Role | None, **extra) -> str:
