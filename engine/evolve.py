@@ -53,8 +53,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
     them). ``executor`` runs every program (tests pass a fake; default: the sandbox).
-    ``on_checkpoint``/``resume`` make a Mimosa or SciMARS search continue after its last
-    finished iteration or round in the same ``run_dir``; the tree search starts over on resume.
+    ``on_checkpoint`` receives a typed checkpoint (engine/protocol/checkpoints.py) after every
+    step; passing one back as ``resume`` continues the search there, in the same ``run_dir``.
+    ``gate`` decides proposals (it may raise AwaitingDecision: the last checkpoint holds the
+    proposal, and resuming from it asks again); ``control`` is read at every step boundary.
 
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
