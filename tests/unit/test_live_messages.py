@@ -121,9 +121,6 @@ def test_other_kinds_carry_their_small_fields_with_long_strings_cut():
     assert "value_preview" not in data   # too big to go live; the trace viewer has it
 
 
-@pytest.mark.xfail(strict=True, reason="live._small cuts every long string to 300 characters but keeps it: "
-                                       "a program (tool_call code) and outputs (code_execution stdout/stderr) "
-                                       "still go live, which live.py's docstring says they do not")
 def test_programs_and_outputs_do_not_go_live():
     code = ToolCall(tool="sandbox.python", executor="local", purpose="fit", code="import numpy\n" * 400, limits={})
     assert "code" not in live.event_message(5, 1, engine_event(code))["data"]

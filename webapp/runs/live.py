@@ -26,12 +26,18 @@ from .presenters import agent_state, cytoscape_elements, probe_label
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
 SMALL = 2000         # serialized characters of a list or object field that go live
+# Fields that hold prompts, answers, programs, outputs or whole workflows: read in the trace
+# viewer, never pushed to every page.
+HEAVY = frozenset({"code", "stdout", "stderr", "stdout_tail", "stderr_tail", "messages", "response", "raw", "report", "text", "answer",
+                   "workflow", "outputs", "provider_message"})
 
 
 def _small(payload: Payload) -> dict[str, Any]:
     """The payload's fields a page can show: scalars, short strings, small structures."""
     out: dict[str, Any] = {}
     for key, value in payload.to_payload().items():
+        if key in HEAVY:
+            continue
         if isinstance(value, str):
             out[key] = value if len(value) <= SHORT else value[:SHORT] + "…"
         elif isinstance(value, (list, dict)):
