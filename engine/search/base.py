@@ -265,6 +265,16 @@ class Search(ABC):
                 if in_progress is not None:
                     moves, pending = list(in_progress["moves"]), in_progress.get("pending")
                     in_progress = None
+                    if pending is not None:
+                        # A person who edited the workflow instead of deciding meant their version
+                        # to go on: it replaces the question left pending (the gate closes it).
+                        used = self._edit(n)
+                        if used:
+                            self.done = n
+                            self._checkpoint()
+                            continue
+                        if used is not None:
+                            moves, pending = self.plan(n), None
                 else:
                     why = self.stop_reason()
                     if why:
@@ -303,13 +313,15 @@ class Search(ABC):
             self.stopped = f"budget exhausted: {exc.reason}"
         return self.outcome()
 
-    def _edit(self, n: int) -> bool:
+    def _edit(self, n: int) -> bool | None:
+        """Adopt a person's waiting edit, if any: None when there is none, else whether it used
+        up the iteration."""
         workflow = self.current_workflow()
         if workflow is None:
-            return False
+            return None
         edit = self.ctx.gate.human_edit(workflow)
         if edit is None:
-            return False
+            return None
         used = self.adopt_edit(n, edit)
         self.ctx.gate.adopted(edit, n)
         return used

@@ -108,3 +108,45 @@ def test_a_proposal_without_a_decision_suspends_and_the_decision_resumes_right_t
         accepted = [e.payload for e in events if e.kind in ("search_iteration", "composition")
                     and e.payload.get("decided_by", e.payload.get("gate")) == "user:ada"]
         assert accepted, "the person's decision was applied"
+
+
+class EditsInstead(WaitOnce):
+    """A person who, instead of deciding the waiting proposal, writes their own version."""
+
+    def __init__(self, decided: dict):
+        super().__init__(decided)
+        self.edit = None
+        self.adopted_in: list[int] = []
+
+    def human_edit(self, incumbent):
+        edit, self.edit = self.edit, None
+        return edit
+
+    def adopted(self, edit, n: int) -> None:
+        self.adopted_in.append(n)
+
+
+def test_a_persons_edit_replaces_the_question_left_waiting(tmp_path, examples):
+    from engine.search.base import HumanEdit
+    from engine.workflow import Workflow
+
+    checkpoints: list[dict] = []
+    gate = EditsInstead({})
+    with pytest.raises(AwaitingDecision) as waiting:
+        _evolve(tmp_path, examples, "mimosa", iterations=2, seed=4, gate=gate, on_checkpoint=checkpoints.append)
+    pending = checkpoints[-1]
+    asked = len(gate.asked)
+    start = Workflow.from_dict({**pending["start"]["workflow"], "hash": None})
+    mine = Workflow.from_dict({**start.to_dict(), "hash": None, "note": "my own procedure",
+                               "harness": {**start.to_dict()["harness"],
+                                           "procedures": {**start.harness.procedures, "planner": "Fit a line first."}}})
+    gate.edit = HumanEdit(mine, "user:grace")
+    run_dir = next((tmp_path / "runs").iterdir())
+    result, events = _evolve(tmp_path, examples, "mimosa", iterations=2, seed=4, gate=gate, resume=pending,
+                             run_dir=run_dir)
+    # The waiting proposal was not asked about again: the person's version took its iteration.
+    assert all(p.key != waiting.value.key for p in gate.asked[asked:])
+    assert gate.adopted_in == [waiting.value.n]
+    edits = [e.payload for e in events if e.kind == "search_iteration" and e.payload["decided_by"] == "user:grace"]
+    assert [e["n"] for e in edits] == [waiting.value.n] and edits[0]["workflow_hash"] == mine.hash
+    assert result.iterations == 2
