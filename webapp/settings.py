@@ -26,6 +26,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 # Tests get a folder of their own, so they never touch the studio's database, runs or archive.
 _DEFAULT_VAR = BASE_DIR / "var" / ("pytest" if "pytest" in sys.modules else "")
 VAR_DIR = Path(os.environ.get("TRELLIS_VAR_DIR", _DEFAULT_VAR))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A parallel test worker has a studio of its own: Redis socket, database, runs, archive.
+    VAR_DIR = VAR_DIR / f"test-{os.environ['PYTEST_XDIST_WORKER']}"
 VAR_DIR.mkdir(parents=True, exist_ok=True)  # SQLite, traces and artifacts live here
 
 
