@@ -3,7 +3,6 @@
 (webapp/runs/consumers.py) on an in-memory channel layer (no Redis, no Daphne)."""
 from __future__ import annotations
 
-import json
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
