@@ -9,6 +9,14 @@ EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A parallel test worker's settings put its var folder apart (webapp/settings.py). What the
+    # tests start (a CLI, a studio) gets that folder as given, not set apart a second time.
+    from django.conf import settings as _settings
+
+    os.environ["TRELLIS_VAR_DIR"] = str(_settings.VAR_DIR)
+    del os.environ["PYTEST_XDIST_WORKER"]
+
 
 @pytest.fixture
 def examples() -> Path:
