@@ -199,19 +199,19 @@
     document.dispatchEvent(new CustomEvent("trellis:message", { detail: msg }));
   }
 
-  let backoff = 500, connectedBefore = false;
+  let backoff = 500;
   function connect() {
     const proto = location.protocol === "https:" ? "wss://" : "ws://";
     const ws = new WebSocket(proto + location.host + root.dataset.ws);
     const state = document.getElementById("ws-state");
-    // What happened while the connection was down was not pushed: fetch it all once more.
+    // What happened before this connection was open (between the page's render and the socket,
+    // or while it was down) was not pushed to it: fetch the page's parts once more.
     ws.onopen = () => {
       state.textContent = "live"; state.dataset.live = "1"; backoff = 500;
-      if (connectedBefore) {
-        loadGraph(); loadScores(); trigger("reconnected");
-        document.dispatchEvent(new CustomEvent("trellis:reconnected"));
-      }
-      connectedBefore = true;
+      loadGraph(); loadScores(); trigger("reconnected");
+      const editor = document.getElementById("editor");  // through setEditor: never under a person's typing
+      if (editor) fetch(editor.getAttribute("hx-get")).then((r) => r.text()).then(setEditor);
+      document.dispatchEvent(new CustomEvent("trellis:reconnected"));
     };
     ws.onmessage = (e) => onMessage(JSON.parse(e.data));
     ws.onclose = () => {
