@@ -1,7 +1,7 @@
 // The run page: one WebSocket per page. Each message carries its data (webapp/runs/live.py):
 // an agent's state, a new probe's graph, a score point, or fragments rendered for this viewer
 // (header, queue entry, versions, editor). The page applies them as they come; it fetches only
-// on load and after a reconnect. Other panels (tree.js) get every message as "trellis:message".
+// on load and whenever its socket (re)opens. Other panels (tree.js) get every message as "trellis:message".
 (function () {
   "use strict";
   const root = document.getElementById("run");
