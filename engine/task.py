@@ -2,8 +2,10 @@
 evaluate.py and an optional Data_config.json, loaded into a typed Task."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +14,16 @@ from .errors import TaskSpecError
 from .sandbox import ExecutionLimits
 
 REQUIRED_FILES = ("Problem.md", "Requirements.md", "Evaluation.md", "evaluate.py")
+KINDS = ("regression", "classification")
+# split -> the keys it takes, with their defaults (None: required)
+SPLITS: dict[str, dict[str, object]] = {
+    "kfold": {"folds": 5},
+    "holdout_range": {"column": None, "side": "upper", "fraction": 0.2, "folds": 3},
+    "group": {"column": None, "folds": 5},
+    "time": {"column": None, "folds": 3},
+}
+MONOTONE = ("increasing", "decreasing")
+MAX_FOLDS = 20
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,50 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class ValidationPolicy:
+    """How in-loop validation mirrors the official split (Data_config.json ``validation``).
+
+    ``kfold``: seeded random folds. ``holdout_range``: the ``fraction`` of rows at the ``side``
+    (upper/lower) end of ``column`` validates, for tasks scored beyond the training range.
+    ``group``: whole groups of ``column`` are held out. ``time``: forward chaining along
+    ``column``. ``column``, ``side`` and ``fraction`` are None where the split takes none."""
+
+    split: str = "kfold"
+    column: str | None = None
+    side: str | None = None
+    fraction: float | None = None
+    folds: int = 5
+
+    def describe(self) -> str:
+        if self.split == "holdout_range":
+            return (f"holdout_range on `{self.column}`: the {'top' if self.side == 'upper' else 'bottom'} "
+                    f"{self.fraction:.0%} of its range validates ({self.folds} folds)")
+        if self.split == "kfold":
+            return f"kfold, {self.folds} random folds"
+        how = "whole groups held out" if self.split == "group" else "forward chaining in time"
+        return f"{self.split} on `{self.column}`: {how} ({self.folds} folds)"
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Physical knowledge about the target (Data_config.json ``constraints``): bounds on its
+    value and its monotonicity in input columns (column -> "increasing" | "decreasing")."""
+
+    min: float | None = None
+    max: float | None = None
+    monotone: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = []
+        if self.min is not None:
+            parts.append(f"target >= {self.min:g}")
+        if self.max is not None:
+            parts.append(f"target <= {self.max:g}")
+        parts += [f"{direction} in `{col}`" for col, direction in self.monotone.items()]
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
 class Resources:
     """What the program may read (copied into its sandbox) and what it must write."""
 
@@ -35,6 +91,10 @@ class Resources:
     predictions_file: str = "predictions.csv"
     prediction_columns: dict[str, str] = field(default_factory=dict)  # column -> int/float/str
     limits: ExecutionLimits = field(default_factory=ExecutionLimits)
+    kind: str | None = None  # "regression" | "classification"; None: not declared (preflight infers it)
+    validation: ValidationPolicy | None = None  # None: not declared (Trellis chooses)
+    constraints: Constraints | None = None  # None: none declared
+    features_declared: bool = True  # False: `features` was read from the test file's header
 
     def prediction_contract(self) -> str:
         cols = ", ".join(f"{c}:{t}" for c, t in self.prediction_columns.items())
@@ -76,6 +136,12 @@ class Task:
             lines.append(f"- feature columns: {', '.join(f'`{f}`' for f in r.features)}")
         if r.id_column:
             lines.append(f"- id column: `{r.id_column}`")
+        if r.kind:
+            lines.append(f"- task kind: {r.kind}")
+        if r.constraints:
+            lines.append(f"- known constraints: {r.constraints.describe()}")
+        if r.validation:
+            lines.append(f"- in-loop validation: {r.validation.describe()}")
         lines.append(f"- write predictions to `{r.predictions_file}` with contract `{r.prediction_contract()}`")
         lines += ["", "## Evaluation", f"metric `{self.metric.name}`, "
                   f"{'higher' if self.metric.higher_is_better else 'lower'} is better", self.evaluation]
@@ -162,7 +228,8 @@ def _parse_data_config(folder: Path) -> Resources:
         raise TaskSpecError("Data_config.json", f"is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
     if not isinstance(raw, dict):
         raise TaskSpecError("Data_config.json", "must be a JSON object")
-    known = {"files", "target", "id_column", "features", "predictions", "limits", "description"}
+    known = {"files", "target", "id_column", "features", "kind", "validation", "constraints",
+             "predictions", "limits", "description"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TaskSpecError("Data_config.json", f"unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}")
@@ -188,18 +255,115 @@ def _parse_data_config(folder: Path) -> Resources:
     columns = preds.get("columns", {})
     if not isinstance(columns, dict) or any(t not in {"int", "float", "str", "bool"} for t in columns.values()):
         raise TaskSpecError("Data_config.json", "'predictions.columns' must map column names to int, float, str or bool")
-    features = raw.get("features", [])
-    if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+    features = raw.get("features")
+    if features is not None and (not isinstance(features, list) or not all(isinstance(f, str) for f in features)):
         raise TaskSpecError("Data_config.json", "'features' must be a list of column names")
+    target, id_column = raw.get("target"), raw.get("id_column")
+    for key, value in (("target", target), ("id_column", id_column)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise TaskSpecError("Data_config.json", f"'{key}' must be a column name (a non-empty string)")
+    if features is None:
+        features = _header_features(folder, files, id_column, target)
     try:
         limits = ExecutionLimits.from_dict(raw.get("limits"))
     except (TypeError, ValueError) as exc:
         raise TaskSpecError("Data_config.json", f"'limits': {exc}") from exc
     return Resources(
-        files=dict(files), target=raw.get("target"), id_column=raw.get("id_column"),
+        files=dict(files), target=target, id_column=id_column,
         features=tuple(features), predictions_file=preds.get("file", "predictions.csv"),
-        prediction_columns=dict(columns), limits=limits,
+        prediction_columns=dict(columns), limits=limits, kind=_parse_kind(raw.get("kind")),
+        validation=_parse_validation(raw.get("validation")), constraints=_parse_constraints(raw.get("constraints")),
+        features_declared="features" in raw,
     )
+
+
+def _header_features(folder: Path, files: dict[str, str], id_column: str | None, target: str | None) -> list[str]:
+    """The columns agents predict from when ``features`` is omitted: the test file's, minus the
+    id (and the target, should the test file carry it). Never a column only the training file
+    has: a program fitted on it could not predict the test rows. Reads the header line only."""
+    rel = files.get("test_features")
+    if rel is None:
+        return []
+    try:
+        with (folder / rel).open(encoding="utf-8", newline="") as fh:
+            header = next(csv.reader(fh), [])
+    except UnicodeDecodeError as exc:
+        raise TaskSpecError(rel, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except csv.Error as exc:
+        raise TaskSpecError(rel, f"has an unreadable header line: {exc}") from exc
+    return [c.strip() for c in header if c.strip() and c.strip() not in {id_column, target}]
+
+
+def _parse_kind(kind: object) -> str | None:
+    if kind is None or kind in KINDS:
+        return kind  # type: ignore[return-value]
+    raise TaskSpecError("Data_config.json", f"'kind' must be \"regression\" or \"classification\", not {kind!r}")
+
+
+def _number(key: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TaskSpecError("Data_config.json", f"'{key}' must be a finite number, not {value!r}")
+    return float(value)
+
+
+def _parse_validation(raw: object) -> ValidationPolicy | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or "split" not in raw:
+        raise TaskSpecError("Data_config.json", "'validation' must be an object with a 'split': "
+                            f"{', '.join(SPLITS)}")
+    split = raw["split"]
+    if split not in SPLITS:
+        raise TaskSpecError("Data_config.json", f"'validation.split' must be one of {', '.join(SPLITS)}, not {split!r}")
+    takes = SPLITS[split]
+    unknown = sorted(set(raw) - {"split", *takes})
+    if unknown:
+        raise TaskSpecError("Data_config.json", f"'validation' with split {split!r} takes "
+                            f"{', '.join(takes)}; unknown key(s) {', '.join(unknown)}")
+    values = {k: raw.get(k, default) for k, default in takes.items()}
+    if "column" in takes and (not isinstance(values["column"], str) or not values["column"]):
+        raise TaskSpecError("Data_config.json", f"'validation.column' must name the column the {split!r} split "
+                            "is made on")
+    if "side" in takes and values["side"] not in ("upper", "lower"):
+        raise TaskSpecError("Data_config.json", f"'validation.side' must be \"upper\" or \"lower\", not {values['side']!r}")
+    if "fraction" in takes:
+        fraction = _number("validation.fraction", values["fraction"])
+        if not 0 < fraction < 1:
+            raise TaskSpecError("Data_config.json", f"'validation.fraction' must be between 0 and 1 (exclusive), not {fraction:g}")
+        values["fraction"] = fraction
+    folds = values["folds"]
+    fewest = 2 if split in ("kfold", "group") else 1  # one range hold-out, or one forward step, is a split
+    if isinstance(folds, bool) or not isinstance(folds, int) or not fewest <= folds <= MAX_FOLDS:
+        raise TaskSpecError("Data_config.json", f"'validation.folds' must be a whole number from {fewest} to "
+                            f"{MAX_FOLDS} for split {split!r}, not {folds!r}")
+    return ValidationPolicy(split=split, **values)  # type: ignore[arg-type]
+
+
+def _parse_constraints(raw: object) -> Constraints | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise TaskSpecError("Data_config.json", "'constraints' must be an object with optional 'min', 'max' "
+                            "and 'monotone'")
+    unknown = sorted(set(raw) - {"min", "max", "monotone"})
+    if unknown:
+        raise TaskSpecError("Data_config.json", f"'constraints' takes min, max and monotone; unknown key(s) "
+                            f"{', '.join(unknown)}")
+    low = None if raw.get("min") is None else _number("constraints.min", raw["min"])
+    high = None if raw.get("max") is None else _number("constraints.max", raw["max"])
+    if low is not None and high is not None and low >= high:
+        raise TaskSpecError("Data_config.json", f"'constraints.min' ({low:g}) must be below 'constraints.max' ({high:g})")
+    monotone = raw.get("monotone") or {}
+    if not isinstance(monotone, dict):
+        raise TaskSpecError("Data_config.json", "'constraints.monotone' must map an input column to "
+                            "\"increasing\" or \"decreasing\"")
+    for col, direction in monotone.items():
+        if direction not in MONOTONE:
+            raise TaskSpecError("Data_config.json", f"'constraints.monotone.{col}' must be \"increasing\" or "
+                                f"\"decreasing\", not {direction!r}")
+    if low is None and high is None and not monotone:
+        return None
+    return Constraints(min=low, max=high, monotone=dict(monotone))
 
 
 def _heldout_inodes(folder: Path) -> set[tuple[int, int]]:

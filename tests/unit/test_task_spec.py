@@ -116,3 +116,73 @@ def test_shipped_examples_load(examples):
     for folder in sorted(p for p in examples.iterdir() if p.is_dir()):
         task = load_task(folder)
         assert task.resources.files and task.resources.prediction_columns
+
+
+def _config(task_dir, **changes) -> None:
+    cfg = json.loads((task_dir / "Data_config.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    (task_dir / "Data_config.json").write_text(json.dumps(cfg))
+
+
+def test_kind_validation_and_constraints_are_typed_and_shown_to_agents(task_dir):
+    _config(task_dir, kind="regression",
+            validation={"split": "holdout_range", "column": "x", "side": "upper", "fraction": 0.25},
+            constraints={"min": 0, "max": None, "monotone": {"x": "increasing"}})
+    r = load_task(task_dir).resources
+    assert r.kind == "regression"
+    assert (r.validation.split, r.validation.column, r.validation.side, r.validation.fraction,
+            r.validation.folds) == ("holdout_range", "x", "upper", 0.25, 3)
+    assert r.constraints.min == 0 and r.constraints.max is None and r.constraints.monotone == {"x": "increasing"}
+    text = load_task(task_dir).description()
+    assert "task kind: regression" in text and "target >= 0" in text and "increasing in `x`" in text
+    assert "holdout_range on `x`" in text
+
+
+@pytest.mark.parametrize("split, folds", [("kfold", 5), ("group", 5), ("time", 3)])
+def test_each_split_has_its_default_folds(task_dir, split, folds):
+    _config(task_dir, validation={"split": split} | ({} if split == "kfold" else {"column": "x"}))
+    policy = load_task(task_dir).resources.validation
+    assert policy.split == split and policy.folds == folds
+    assert policy.column == (None if split == "kfold" else "x") and policy.side is None
+
+
+def test_undeclared_policy_and_constraints_are_none(task_dir):
+    r = load_task(task_dir).resources
+    assert r.kind is None and r.validation is None and r.constraints is None
+
+
+@pytest.mark.parametrize("key, value, named", [
+    ("kind", "classifier", "'kind'"),
+    ("validation", {"split": "random"}, "'validation.split'"),
+    ("validation", "kfold", "'validation'"),
+    ("validation", {"split": "holdout_range"}, "'validation.column'"),
+    ("validation", {"split": "holdout_range", "column": "x", "side": "top"}, "'validation.side'"),
+    ("validation", {"split": "holdout_range", "column": "x", "fraction": 1.5}, "'validation.fraction'"),
+    ("validation", {"split": "holdout_range", "column": "x", "fraction": "20%"}, "'validation.fraction'"),
+    ("validation", {"split": "kfold", "folds": 1}, "'validation.folds'"),
+    ("validation", {"split": "kfold", "folds": 2.5}, "'validation.folds'"),
+    ("validation", {"split": "kfold", "column": "x"}, "column"),
+    ("constraints", {"min": "0"}, "'constraints.min'"),
+    ("constraints", {"max": float("nan")}, "'constraints.max'"),
+    ("constraints", {"min": 5, "max": 1}, "'constraints.min'"),
+    ("constraints", {"monotone": {"x": "up"}}, "'constraints.monotone.x'"),
+    ("constraints", {"monotone": ["x"]}, "'constraints.monotone'"),
+    ("constraints", {"minimum": 0}, "minimum"),
+])
+def test_invalid_new_keys_name_the_key(task_dir, key, value, named):
+    _config(task_dir, **{key: value})
+    err = _error(task_dir)
+    assert err.file == "Data_config.json" and named in err.problem
+
+
+def test_omitted_features_are_the_test_files_columns_not_the_training_files(task_dir):
+    (task_dir / "data" / "train.csv").write_text("x,temperature,y\n1,20,2\n")
+    (task_dir / "data" / "test_features.csv").write_text("id,x\n0,1\n")
+    _config(task_dir, features=None, files={"train": "data/train.csv", "test_features": "data/test_features.csv"})
+    task = load_task(task_dir)
+    assert task.resources.features == ("x",) and not task.resources.features_declared
+    assert "feature columns: `x`" in task.description() and "temperature" not in task.description()
