@@ -1,13 +1,15 @@
 """Score a predictions file for the diabetes-progression task.
 
-Usage: python evaluate.py PATH_TO_PREDICTIONS_CSV
+Usage: python evaluate.py PREDICTIONS.csv [--truth TRUTH.csv]
 
 Prints one JSON line {"metric", "value", "higher_is_better", "n"} and exits 0, or prints
-the reason to stderr and exits 2 when the predictions are malformed. The held-out
-targets are read from heldout/test_targets.csv next to this file.
+the reason to stderr and exits 2 when the predictions (or the arguments) are malformed.
+The targets are read from heldout/test_targets.csv next to this file, or from TRUTH.csv
+when given (same columns: id, progression); Trellis scores its in-loop validation folds that way.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,6 +27,10 @@ EXIT_MALFORMED = 2
 
 
 class MalformedPredictions(Exception):
+    pass
+
+
+class MalformedTruth(Exception):
     pass
 
 
@@ -78,16 +84,50 @@ def r2(pred: np.ndarray, true: np.ndarray) -> float:
     """Coefficient of determination: 1 - SS_res / SS_tot (1 is perfect, 0 = predicting the mean)."""
     ss_res = float(np.sum((true - pred) ** 2))
     ss_tot = float(np.sum((true - true.mean()) ** 2))
+    if ss_tot == 0.0:  # constant truth (e.g. a tiny validation fold): scikit-learn's convention
+        return 1.0 if ss_res == 0.0 else 0.0
     return 1.0 - ss_res / ss_tot
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python evaluate.py PATH_TO_PREDICTIONS_CSV", file=sys.stderr)
-        return EXIT_MALFORMED
-    truth = pd.read_csv(TARGETS_FILE)
+def load_truth(path: Path) -> pd.DataFrame:
+    """The targets to score against: the id column (unique ints) and the target column (finite numbers)."""
+    if not path.is_file():
+        raise MalformedTruth(f"truth file not found: {path}")
     try:
-        pred = load_aligned_predictions(Path(argv[1]), truth)
+        truth = pd.read_csv(path)
+    except Exception as exc:
+        raise MalformedTruth(f"could not parse truth file {path} as CSV: {exc}") from exc
+    missing_cols = [c for c in (ID_COLUMN, TARGET) if c not in truth.columns]
+    if missing_cols:
+        raise MalformedTruth(f"truth file {path} lacks column(s) {missing_cols}; expected {[ID_COLUMN, TARGET]}")
+    if truth.empty:
+        raise MalformedTruth(f"truth file {path} has no rows")
+    ids = pd.to_numeric(truth[ID_COLUMN], errors="coerce")
+    if ids.isna().any() or not np.all(np.mod(ids, 1) == 0) or ids.duplicated().any():
+        raise MalformedTruth(f"truth file {path}: column '{ID_COLUMN}' must hold unique integer ids")
+    values = pd.to_numeric(truth[TARGET], errors="coerce")
+    if not np.all(np.isfinite(values)):
+        raise MalformedTruth(f"truth file {path}: column '{TARGET}' must hold finite numbers")
+    return pd.DataFrame({ID_COLUMN: ids.astype(np.int64), TARGET: values.astype(float)})
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="evaluate.py", description="Score predictions for the diabetes-progression task (R^2).")
+    parser.add_argument("predictions", type=Path, metavar="PREDICTIONS.csv", help="columns id,progression")
+    parser.add_argument("--truth", type=Path, metavar="TRUTH.csv",
+                        help="score against this file (columns id,progression) instead of the held-out targets")
+    return parser.parse_args(argv)  # bad arguments: usage on stderr, exit 2
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv[1:])
+    try:
+        truth = load_truth(args.truth or TARGETS_FILE)
+        pred = load_aligned_predictions(args.predictions, truth)
+    except MalformedTruth as exc:
+        print(f"evaluate.py: {exc}", file=sys.stderr)
+        return EXIT_MALFORMED
     except MalformedPredictions as exc:
         print(f"evaluate.py: malformed predictions: {exc}", file=sys.stderr)
         return EXIT_MALFORMED
