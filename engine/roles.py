@@ -7,6 +7,7 @@ from typing import Callable
 
 from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
+from .plausibility import claims_match, measured_in, plausibility_checks
 from .gateway import ModelGateway
 from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
 from .prompts import build_messages, extract_code, extract_status
@@ -111,13 +112,17 @@ def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     if r.predictions_file in result.files:
         predictions = {"path": r.predictions_file, "sha256": result.files[r.predictions_file]}
     checks = execution_checks(evidence, predictions, r.prediction_contract(), r.target, ctx.store.read)
+    if predictions is not None and all(c.passed for c in checks if c.name in {"output_exists", "output_schema"}):
+        # Facts about the numbers themselves, once the file is known to be well formed.
+        checks += plausibility_checks(ctx.task, ctx.store.read(predictions["sha256"]) or b"", result.stdout)
     _emit_checks(ctx, agent, checks)
     evidence["checks"] = [c.to_dict() for c in checks]
     answer = _ask(ctx, agent, "verifier", {"code": bag["code"], "execution_evidence": _brief(evidence),
                                            "checks": "\n".join(c.line() for c in checks)}, temperature=0.0)
     status = extract_status(answer) or "RETRY"
     if status == "SUCCESS" and not all(c.passed for c in checks):
-        # A verifier that waves through a failed check is overruled: checks are facts.
+        # A verifier that waves through a failed check is overruled: checks are facts, and
+        # the plausibility checks among them are facts about the numbers it would ship.
         status = "RETRY"
     produced = {"execution_evidence": evidence}
     if predictions:
@@ -141,7 +146,21 @@ def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -
     inputs = {"execution_evidence": _brief(evidence)}
     if "code" in bag:
         inputs["code"] = bag["code"]
+    measured = measured_in(str(evidence.get("stdout_tail", "")), "the program printed", [ctx.task.metric.name])
     report = _ask(ctx, agent, "finalizer", inputs, temperature=0.2).strip()
+    claims = claims_match(report, measured, metrics=[ctx.task.metric.name])
+    if claims is not None and not claims.passed:
+        # One more try with the mismatch named; a report that still states scores nobody
+        # measured does not go out under the team's name.
+        _emit_checks(ctx, agent, [claims])
+        feedback = {"from": agent.id, "status": "RETRY",
+                    "detail": {"message": "state only scores the program printed", "checks": [claims.to_dict()]}}
+        report = _ask(ctx, agent, "finalizer", inputs, feedback, temperature=0.2).strip()
+        claims = claims_match(report, measured, metrics=[ctx.task.metric.name])
+    if claims is not None:
+        _emit_checks(ctx, agent, [claims])
+        if not claims.passed:
+            return StepOutcome("FAILURE", {"final_report": report}, f"checks failed: claims_match ({claims.detail})")
     return StepOutcome("SUCCESS", {"predictions": predictions, "final_report": report})
 
 

@@ -1,0 +1,577 @@
+"""Plausibility checks: is a delivered answer physically and statistically believable?
+
+The execution checks (engine/checks.py) say that a program ran and wrote a well-formed
+file; these say whether its numbers can be trusted, from facts the engine computes itself
+on the task's data. They are public checks: the verifier cannot overrule them.
+
+- ``finite``: every prediction is a finite number (regression) or a class seen in the
+  training target (classification).
+- ``within_range``: predictions respect the declared bounds of the target
+  (``constraints.min``/``max``) and its monotonicity in an input; a bound the task does not
+  declare is the training target's range widened by ``RANGE_MARGIN`` spans, scaled up by
+  how far the test inputs reach beyond the training inputs (see ``range_margin``).
+- ``beats_trivial``: the program's own reported validation score is not worse than the
+  trivial baseline (mean / majority class) at its worst validation fold.
+- ``claims_match``: a score stated in a report equals a measured one, up to the rounding
+  of the statement (the fabrication detector).
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .checks import Check
+from .metrics import METRICS
+from .task import Task
+
+# How far (in spans of the training target) an undeclared bound lies beyond the training
+# target's range, before scaling for extrapolation. One span lets an interpolating model
+# overshoot by as much as the whole observed variation; values 100x off still fall outside.
+RANGE_MARGIN = 1.0
+# Allowed decrease of a curve declared increasing (and vice versa), as a fraction of the
+# predictions' span: numerical wiggle passes, a curve that turns back does not.
+MONOTONE_TOLERANCE = 0.01
+# In-sample, then this many seeded random folds, for the trivial baseline.
+TRIVIAL_FOLDS = 5
+CLASSIFICATION_METRICS = {"accuracy", "balanced_accuracy", "f1", "f1_macro", "precision", "recall",
+                          "log_loss", "auc", "roc_auc", "error_rate"}
+REGRESSION_METRICS = {"rmse", "mae", "mse", "r2", "relative_l2", "mape", "max_error"}
+# Spellings programs and reports use for a metric, mapped to the task's metric names.
+_ALIASES = {"rel_l2": "relative_l2", "relative_l2_error": "relative_l2", "rel_l2_error": "relative_l2",
+            "r_2": "r2", "r_squared": "r2", "rsquared": "r2", "r2_score": "r2", "acc": "accuracy",
+            "root_mean_squared_error": "rmse", "mean_absolute_error": "mae", "mean_squared_error": "mse",
+            "balanced_acc": "balanced_accuracy"}
+_METRIC_NAMES = {*METRICS, *CLASSIFICATION_METRICS, *REGRESSION_METRICS}
+_VALIDATION_WORDS = ("validation", "valid", "val", "cv", "holdout", "hold_out", "oof", "out_of_fold",
+                     "cross_validation", "cross_validated")
+_OTHER_QUALIFIERS = ("official", "test", "heldout", "held_out", "in_loop", "mean", "final", "measured",
+                     "score", "train", "training", "fit")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+# --------------------------------------------------------------------- metric names
+
+def canonical_metric(name: str) -> tuple[str, str]:
+    """(metric, qualifier) of a printed score name: 'validation_rel_l2' -> ('relative_l2',
+    'validation'); 'R²' -> ('r2', ''); 'train r2' -> ('r2', 'train')."""
+    s = re.sub(r"[^a-z0-9]+", "_", name.lower().replace("²", "2")).strip("_")
+    qualifier = ""
+    changed = True
+    while changed and s not in _ALIASES and s not in _METRIC_NAMES:
+        changed = False
+        for word in sorted((*_VALIDATION_WORDS, *_OTHER_QUALIFIERS), key=len, reverse=True):
+            for pattern in (f"{word}_", f"_{word}"):
+                if (s.startswith(pattern) if pattern.endswith("_") else s.endswith(pattern)) and len(s) > len(pattern):
+                    s = s[len(pattern):] if pattern.endswith("_") else s[: -len(pattern)]
+                    qualifier = qualifier or ("validation" if word in _VALIDATION_WORDS else word)
+                    changed = True
+                    break
+            if changed:
+                break
+    return _ALIASES.get(s, s), qualifier
+
+
+def _known_metrics(extra: Iterable[str] = ()) -> set[str]:
+    return {*METRICS, *CLASSIFICATION_METRICS, *REGRESSION_METRICS, *(canonical_metric(m)[0] for m in extra)}
+
+
+# ----------------------------------------------------------------- reading scores
+
+@dataclass(frozen=True)
+class Score:
+    """A score found in text: which metric, how it was qualified, its value and the
+    half-width of the rounding it was written with."""
+
+    metric: str
+    qualifier: str
+    value: float
+    rounding: float
+    text: str
+
+
+def _rounding(number: str, percent: bool) -> float:
+    mantissa, _, exponent = number.lower().partition("e")
+    decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+    half = 0.5 * 10.0 ** (int(exponent or 0) - decimals)
+    return half / 100 if percent else half
+
+
+def scores_in(text: str, metrics: Iterable[str] = ()) -> list[Score]:
+    """Every '<metric> = value' / '<metric>: value' statement and JSON score line in ``text``,
+    for the known metric names (plus ``metrics``), in order of appearance."""
+    known = _known_metrics(metrics)
+    found: list[Score] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("{"):
+            try:
+                obj = json.loads(stripped)
+            except json.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict):
+                found += _json_scores(obj, known)
+                continue
+        pattern = (r"(?P<name>[A-Za-z][A-Za-z0-9_²\- ]{0,40}?)\s*(?:=|:|\bis\b|\bof\b)\s*\**\s*"
+                   rf"(?P<value>{_NUMBER})(?P<pct>\s*%)?")
+        for m in re.finditer(pattern, line):
+            # the metric is the name's last words: "the model reached validation r2"
+            words = m.group("name").strip().split()
+            for start in range(max(0, len(words) - 4), len(words)):
+                metric, qualifier = canonical_metric(" ".join(words[start:]))
+                if metric in known:
+                    break
+            else:
+                continue
+            raw = m.group("value")
+            percent = bool(m.group("pct"))
+            value = float(raw) / (100 if percent else 1)
+            text = f"{' '.join(words[start:])} = {raw}{'%' if percent else ''}"
+            found.append(Score(metric, qualifier, value, _rounding(raw, percent), text))
+    return found
+
+
+def _json_scores(obj: dict, known: set[str], prefix: str = "") -> list[Score]:
+    out: list[Score] = []
+    if isinstance(obj.get("metric"), str) and isinstance(obj.get("value"), (int, float)):
+        metric, qualifier = canonical_metric(obj["metric"])
+        words = " ".join(str(v) for v in obj.values() if isinstance(v, str)) + " " + " ".join(obj) + " " + prefix
+        if any(w in re.split(r"[^a-z]+", words.lower()) for w in _VALIDATION_WORDS):
+            qualifier = "validation"
+        if metric in known:
+            out.append(Score(metric, qualifier, float(obj["value"]), 0.0, json.dumps(obj)[:120]))
+        return out
+    for key, value in obj.items():
+        name = f"{prefix}_{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out += _json_scores(value, known, name)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            metric, qualifier = canonical_metric(name)
+            if metric in known:
+                out.append(Score(metric, qualifier, float(value), 0.0, f"{name}: {value}"))
+    return out
+
+
+def reported_validation(stdout: str, metric: str) -> Score | None:
+    """The program's own validation score for ``metric``: the last clearly labelled one."""
+    want = canonical_metric(metric)[0]
+    hits = [s for s in scores_in(stdout, [metric]) if s.metric == want and s.qualifier == "validation"]
+    return hits[-1] if hits else None
+
+
+# ---------------------------------------------------------------- the task's data
+
+@dataclass(frozen=True)
+class TaskData:
+    """What the checks need from the task's files, read once."""
+
+    kind: str                        # regression / classification
+    target: pd.Series                # training target, NaNs dropped
+    train: pd.DataFrame
+    test: pd.DataFrame | None        # test features
+    features: tuple[str, ...]
+
+    @property
+    def classes(self) -> list:
+        return sorted(self.target.unique().tolist(), key=str)
+
+
+def infer_kind(declared: str | None, metric: str, contract_type: str | None, target: pd.Series) -> str:
+    """The task's kind: declared, else from the metric's name, the prediction contract's type,
+    then the training target (non-numeric, or a few whole-number values: classes)."""
+    if declared in ("regression", "classification"):
+        return declared
+    name = canonical_metric(metric)[0]
+    if name in CLASSIFICATION_METRICS:
+        return "classification"
+    if name in REGRESSION_METRICS:
+        return "regression"
+    if contract_type in ("str", "bool"):
+        return "classification"
+    if contract_type == "float":
+        return "regression"
+    numeric = pd.to_numeric(target, errors="coerce")
+    if numeric.isna().any():
+        return "classification"
+    whole = bool(np.all(np.mod(numeric.to_numpy(dtype=float), 1) == 0))
+    return "classification" if whole and numeric.nunique() <= 20 else "regression"
+
+
+def task_data(task: Task) -> TaskData | None:
+    """The training and test tables of a task with Data_config.json, or None when the task
+    declares no training file and target (then there is nothing to compare against)."""
+    r = task.resources
+    if not r.target or "train" not in r.files:
+        return None
+    train_path = task.folder / r.files["train"]
+    test_path = task.folder / r.files["test_features"] if "test_features" in r.files else None
+    return _load(str(train_path), _stamp(train_path), str(test_path) if test_path else None,
+                 _stamp(test_path) if test_path else None, r.target, tuple(r.features),
+                 getattr(r, "kind", None), task.metric.name, r.prediction_columns.get(r.target))
+
+
+def _stamp(path: Path) -> tuple[float, int]:
+    st = path.stat()
+    return st.st_mtime, st.st_size
+
+
+@lru_cache(maxsize=16)
+def _load(train_path: str, _train_stamp, test_path: str | None, _test_stamp, target: str,
+          features: tuple[str, ...], kind: str | None, metric: str, contract_type: str | None) -> TaskData:
+    train = pd.read_csv(train_path)
+    if target not in train.columns:
+        raise ValueError(f"{train_path}: no target column {target!r}")
+    test = pd.read_csv(test_path) if test_path else None
+    y = train[target].dropna()
+    if not features and test is not None:
+        features = tuple(c for c in test.columns if c in train.columns and c != target)
+    return TaskData(infer_kind(kind, metric, contract_type, y), y, train, test, tuple(features))
+
+
+# ------------------------------------------------------------------ the checks
+
+def read_predictions(data: bytes, column: str) -> pd.DataFrame:
+    """The predictions file as text columns (a float parse happens per check)."""
+    return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
+
+
+def finite(values: Sequence[str], kind: str, classes: Sequence | None = None, column: str = "target") -> Check:
+    """Regression: every value a finite number. Classification: every value a known class."""
+    if kind == "classification":
+        known = {_label(c) for c in (classes or [])}
+        unknown = [v for v in values if _label(v) not in known]
+        if unknown:
+            shown = ", ".join(repr(v) for v in list(dict.fromkeys(unknown))[:5])
+            return Check("finite", False, f"{len(unknown)} of {len(values)} predictions of {column!r} are not a "
+                         f"class of the training target ({shown}; classes: "
+                         f"{', '.join(map(str, list(classes or [])[:10]))})")
+        return Check("finite", True, f"all {len(values)} predictions of {column!r} are known classes")
+    numbers = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").to_numpy(dtype=float)
+    bad = ~np.isfinite(numbers)
+    if bad.any():
+        examples = ", ".join(repr(v) for v in [v for v, b in zip(values, bad) if b][:5])
+        return Check("finite", False, f"{int(bad.sum())} of {len(values)} predictions of {column!r} are not finite "
+                     f"numbers ({examples})")
+    return Check("finite", True, f"all {len(values)} predictions of {column!r} are finite")
+
+
+def _label(value: object) -> str:
+    """A class label compared across files: '1', '1.0' and 1 are the same class."""
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return repr(int(number)) if math.isfinite(number) and number == int(number) else repr(number)
+
+
+def extrapolation(train: pd.DataFrame, test: pd.DataFrame | None, features: Sequence[str]) -> tuple[float, str | None, str | None]:
+    """How far the test inputs reach beyond the training inputs, in training spans of the
+    feature that reaches farthest: (distance, feature, side 'upper'/'lower')."""
+    best: tuple[float, str | None, str | None] = (0.0, None, None)
+    if test is None:
+        return best
+    for f in features:
+        if f not in train.columns or f not in test.columns:
+            continue
+        a = pd.to_numeric(train[f], errors="coerce").dropna()
+        b = pd.to_numeric(test[f], errors="coerce").dropna()
+        if a.empty or b.empty:
+            continue
+        span = float(a.max() - a.min())
+        if span <= 0:
+            continue
+        for side, beyond in (("upper", float(b.max() - a.max())), ("lower", float(a.min() - b.min()))):
+            if beyond / span > best[0]:
+                best = (beyond / span, f, side)
+    return best
+
+
+def range_margin(span: float, reach: float) -> float:
+    """The margin beyond the training target's range: RANGE_MARGIN spans, times (1 + reach)²
+    when the test inputs lie ``reach`` input spans beyond the training inputs, so that a
+    curve growing up to quadratically in its input extrapolates inside the bound."""
+    return RANGE_MARGIN * span * (1.0 + reach) ** 2
+
+
+def within_range(predictions: pd.DataFrame, column: str, target: pd.Series, *, low: float | None = None,
+                 high: float | None = None, monotone: dict[str, str] | None = None,
+                 test: pd.DataFrame | None = None, id_column: str | None = None, reach: float = 0.0) -> Check:
+    """Predictions inside the declared bounds (an undeclared side: the training range plus a
+    margin), and monotone where declared, on the predictions sorted by that input."""
+    values = pd.to_numeric(predictions[column], errors="coerce").to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    y = pd.to_numeric(target, errors="coerce").dropna().to_numpy(dtype=float)
+    problems, said = [], []
+    if len(y):
+        y_min, y_max = float(y.min()), float(y.max())
+        span = (y_max - y_min) or max(abs(y_max), 1e-12)
+        margin = range_margin(span, reach)
+        lo_bound = low if low is not None else y_min - margin
+        hi_bound = high if high is not None else y_max + margin
+        said.append(f"bounds [{lo_bound:.4g}, {hi_bound:.4g}] ("
+                    + ("declared min" if low is not None else "training min - margin") + ", "
+                    + ("declared max" if high is not None else "training max + margin") + ")")
+    else:
+        lo_bound, hi_bound = low, high
+    slack = 1e-9 * max(1.0, abs(lo_bound or 0), abs(hi_bound or 0))
+    if len(values) and lo_bound is not None and (below := values < lo_bound - slack).any():
+        problems.append(f"{int(below.sum())} of {len(values)} predictions below {lo_bound:.4g} (lowest {values.min():.4g})")
+    if len(values) and hi_bound is not None and (above := values > hi_bound + slack).any():
+        problems.append(f"{int(above.sum())} of {len(values)} predictions above {hi_bound:.4g} (highest {values.max():.4g})")
+    for col, direction in (monotone or {}).items():
+        message = _monotone(predictions, column, test, id_column, col, direction)
+        (problems if message and not message.startswith("not checked") and not message.startswith("monotone")
+         else said).append(message)
+    if problems:
+        return Check("within_range", False, "; ".join(problems))
+    return Check("within_range", True, "; ".join(s for s in said if s) or "no bounds to check")
+
+
+def _monotone(predictions: pd.DataFrame, column: str, test: pd.DataFrame | None, id_column: str | None,
+              col: str, direction: str) -> str:
+    """'' / 'not checked: ...' / 'monotone ...' when fine; otherwise what breaks it."""
+    if test is None or id_column is None or col not in test.columns or id_column not in predictions.columns:
+        return f"not checked: monotone in {col!r} needs the test features' {col!r} and id columns"
+    left = test.assign(**{id_column: test[id_column].astype(str).str.strip()})
+    right = predictions[[id_column, column]].assign(**{id_column: predictions[id_column].astype(str).str.strip()})
+    joined = left.merge(right.rename(columns={column: "__prediction"}), on=id_column, how="inner")
+    joined["__x"] = pd.to_numeric(joined[col], errors="coerce")
+    joined["__p"] = pd.to_numeric(joined["__prediction"], errors="coerce")
+    joined = joined.dropna(subset=["__x", "__p"])
+    # Other inputs held fixed: compare only rows that agree on every other feature.
+    others = [c for c in test.columns if c not in {id_column, col}]
+    groups = [g for _, g in joined.groupby(others, dropna=False)] if others else [joined]
+    sign = 1.0 if direction == "increasing" else -1.0
+    checked, worst = 0, None
+    for g in groups:
+        g = g.sort_values("__x", kind="mergesort")
+        if g["__x"].nunique() < 2:
+            continue
+        x, p = g["__x"].to_numpy(), g["__p"].to_numpy()
+        span = float(p.max() - p.min())
+        step = np.diff(p) * sign
+        distinct = np.diff(x) > 0
+        drops = step[distinct]
+        checked += 1
+        if len(drops) and drops.min() < -MONOTONE_TOLERANCE * span:
+            i = int(np.flatnonzero(distinct)[np.argmin(drops)])
+            found = (float(-drops.min()) / (span or 1.0), x[i], p[i], x[i + 1], p[i + 1], len(g))
+            worst = found if worst is None or found[0] > worst[0] else worst
+    if checked == 0:
+        return f"not checked: no rows share the other inputs, so monotone in {col!r} cannot be seen"
+    if worst:
+        _, x0, p0, x1, p1, _ = worst
+        verb = "falls" if direction == "increasing" else "rises"
+        return (f"not {direction} in {col!r}: the prediction {verb} from {p0:.4g} at {col}={x0:.4g} to {p1:.4g} at "
+                f"{col}={x1:.4g} (more than {MONOTONE_TOLERANCE:.0%} of the predictions' span)")
+    return f"monotone {direction} in {col!r}"
+
+
+# ------------------------------------------------------------ trivial baseline
+
+@dataclass(frozen=True)
+class TrivialBaseline:
+    """The trivial predictor's scores on the task's metric, fold by fold, per split."""
+
+    metric: str
+    higher_is_better: bool
+    predictor: str                               # "mean" / "majority class"
+    splits: dict[str, list[float]]               # split description -> per-fold values
+
+    @property
+    def worst(self) -> float:
+        values = [v for vs in self.splits.values() for v in vs]
+        return min(values) if self.higher_is_better else max(values)
+
+    def describe(self) -> str:
+        parts = [f"{name} {sum(vs) / len(vs):.4g}" + (f" (worst fold {min(vs) if self.higher_is_better else max(vs):.4g})"
+                                                      if len(vs) > 1 else "")
+                 for name, vs in self.splits.items()]
+        return ", ".join(parts)
+
+
+def trivial_baseline(y: Sequence, metric: str, higher_is_better: bool, kind: str,
+                     holdouts: dict[str, list[tuple[np.ndarray, np.ndarray]]] | None = None,
+                     seed: int = 0) -> TrivialBaseline | None:
+    """The mean (regression) or majority class (classification) scored with the task's
+    metric: in-sample, on TRIVIAL_FOLDS seeded random folds and on any extra ``holdouts``
+    (name -> [(fit rows, validation rows)]). None when the engine has no implementation
+    of the metric."""
+    fn = METRICS.get(canonical_metric(metric)[0]) or METRICS.get(metric)
+    if fn is None or len(y) < 2:
+        return None
+    values = list(y) if kind == "classification" else [float(v) for v in y]
+    n = len(values)
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    folds = min(TRIVIAL_FOLDS, n)
+    splits = {"in-sample": [(np.arange(n), np.arange(n))],
+              f"{folds} random folds": [(np.array(sorted(set(order) - set(order[k::folds]))),
+                                         np.array(sorted(order[k::folds]))) for k in range(folds)]}
+    splits.update(holdouts or {})
+    scores: dict[str, list[float]] = {}
+    for name, pairs in splits.items():
+        got = []
+        for fit, val in pairs:
+            if len(fit) == 0 or len(val) == 0:
+                continue
+            guess = _trivial([values[i] for i in fit], kind)
+            truth = [values[i] for i in val]
+            try:
+                score = float(fn([guess] * len(truth), truth))
+            except (TypeError, ValueError, ZeroDivisionError):
+                continue
+            if math.isfinite(score):
+                got.append(score)
+        if got:
+            scores[name] = got
+    if not scores:
+        return None
+    return TrivialBaseline(metric, higher_is_better, "majority class" if kind == "classification" else "mean", scores)
+
+
+def _trivial(values: list, kind: str):
+    if kind == "classification":
+        counts = pd.Series(values).value_counts(sort=True)
+        return counts.index[0]
+    return sum(values) / len(values)
+
+
+def holdout_splits(train: pd.DataFrame, policy: object | None, reach: tuple[float, str | None, str | None],
+                   ) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """The declared validation split (``holdout_range`` / ``time`` / ``group``) and, when the
+    test inputs lie beyond the training range, a hold-out of the training rows at that end."""
+    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    split = getattr(policy, "split", None)
+    column = getattr(policy, "column", None)
+    folds = int(getattr(policy, "folds", 3) or 3)
+    n = len(train)
+    if split == "holdout_range" and column in train.columns:
+        out[f"hold-out of the {getattr(policy, 'side', 'upper')} {getattr(policy, 'fraction', 0.2):.0%} of {column}"] = \
+            [_range_holdout(train[column], getattr(policy, "side", "upper") or "upper",
+                            float(getattr(policy, "fraction", 0.2) or 0.2))]
+    elif split == "time" and column in train.columns:
+        order = np.argsort(pd.to_numeric(train[column], errors="coerce").to_numpy(), kind="mergesort")
+        edges = np.linspace(0, n, folds + 2).astype(int)
+        out[f"forward chaining on {column}"] = [(order[: edges[k + 1]], order[edges[k + 1]: edges[k + 2]])
+                                                for k in range(folds)]
+    elif split == "group" and column in train.columns:
+        groups = train[column].astype(str).to_numpy()
+        names = sorted(set(groups))
+        chunks = [names[k::folds] for k in range(min(folds, len(names)))]
+        out[f"groups of {column} held out"] = [(np.flatnonzero(~np.isin(groups, c)), np.flatnonzero(np.isin(groups, c)))
+                                               for c in chunks]
+    distance, feature, side = reach
+    if distance > 0 and feature in train.columns and not any(feature in k for k in out):
+        out[f"hold-out of the {side} 20% of {feature} (the test inputs lie beyond it)"] = \
+            [_range_holdout(train[feature], side or "upper", 0.2)]
+    return out
+
+
+def _range_holdout(column: pd.Series, side: str, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
+    order = np.argsort(values, kind="mergesort")
+    k = max(1, int(round(fraction * len(values))))
+    return (order[:-k], order[-k:]) if side == "upper" else (order[k:], order[:k])
+
+
+def beats_trivial(stdout: str, metric: str, higher_is_better: bool, baseline: TrivialBaseline | None) -> Check:
+    """The program's reported validation score against the trivial baseline's worst fold:
+    a program worse than even that has learned nothing, or learned wrong."""
+    reported = reported_validation(stdout, metric)
+    if reported is None:
+        return Check("beats_trivial", True, f"not reported: the program printed no validation {metric} "
+                     "(e.g. 'validation_" + metric + ": 0.42'), so there is nothing to compare")
+    if not math.isfinite(reported.value):
+        return Check("beats_trivial", True, f"not reported: the program's validation {metric} is {reported.value}")
+    if baseline is None:
+        return Check("beats_trivial", True, f"the program reports validation {metric} = {reported.value:.4g}; "
+                     f"no trivial baseline for {metric!r} (the engine has no implementation of it)")
+    bar = baseline.worst
+    worse = reported.value < bar if higher_is_better else reported.value > bar
+    detail = (f"the program's validation {metric} = {reported.value:.4g}; trivial baseline ({baseline.predictor}): "
+              f"{baseline.describe()}")
+    if worse:
+        return Check("beats_trivial", False, f"{detail}: worse than the {baseline.predictor} at its worst fold "
+                     f"({bar:.4g}; {'higher' if higher_is_better else 'lower'} is better)")
+    return Check("beats_trivial", True, detail)
+
+
+# ------------------------------------------------------------------ claims
+
+@dataclass(frozen=True)
+class Measured:
+    """A score the engine can vouch for: the program's printed output, or an evaluation."""
+
+    metric: str
+    value: float
+    source: str
+
+
+def measured_in(stdout: str, source: str = "the program's output", metrics: Iterable[str] = ()) -> list[Measured]:
+    return [Measured(s.metric, s.value, f"{source}: {s.text}") for s in scores_in(stdout, metrics)]
+
+
+def claims_match(text: str, measured: Sequence[Measured], where: str = "the final report",
+                 metrics: Iterable[str] = ()) -> Check | None:
+    """Each score ``text`` states must equal a measured score of the same metric, up to the
+    rounding it is written with. None when no stated score has a measurement to compare."""
+    by_metric: dict[str, list[Measured]] = {}
+    for m in measured:
+        if math.isfinite(m.value):
+            by_metric.setdefault(canonical_metric(m.metric)[0], []).append(m)
+    claims = [c for c in scores_in(text, metrics) if c.metric in by_metric and math.isfinite(c.value)]
+    if not claims:
+        return None
+    wrong = []
+    for c in claims:
+        tolerance = c.rounding + 1e-9 * max(1.0, abs(c.value))
+        if not any(abs(c.value - m.value) <= tolerance for m in by_metric[c.metric]):
+            options = "; ".join(f"{m.value:.6g} ({m.source})" for m in by_metric[c.metric][:3])
+            wrong.append(f"{c.text!r} but measured {c.metric}: {options}")
+    if wrong:
+        return Check("claims_match", False, f"{where} states " + "; ".join(wrong))
+    return Check("claims_match", True, f"{len(claims)} score(s) stated in {where} match the measured values")
+
+
+# ------------------------------------------------------------------ together
+
+def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str) -> list[Check]:
+    """finite, within_range (regression) and beats_trivial for one verified execution."""
+    r = task.resources
+    try:
+        data = task_data(task)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        return [Check("finite", False, f"could not read the task's data to check the predictions: {exc}")]
+    if data is None or r.target is None:
+        return []
+    try:
+        predictions = read_predictions(predictions_csv, r.target)
+    except (ValueError, pd.errors.ParserError) as exc:
+        return [Check("finite", False, f"{r.predictions_file} could not be read: {exc}")]
+    if r.target not in predictions.columns:
+        return [Check("finite", False, f"{r.predictions_file} has no column {r.target!r}")]
+    checks = [finite(predictions[r.target].tolist(), data.kind, data.classes, r.target)]
+    reach = extrapolation(data.train, data.test, data.features)
+    if data.kind == "regression":
+        constraints = getattr(r, "constraints", None)
+        checks.append(within_range(predictions, r.target, data.target,
+                                   low=getattr(constraints, "min", None), high=getattr(constraints, "max", None),
+                                   monotone=dict(getattr(constraints, "monotone", None) or {}),
+                                   test=data.test, id_column=r.id_column, reach=reach[0]))
+    holdouts = holdout_splits(data.train.loc[data.target.index].reset_index(drop=True),
+                              getattr(r, "validation", None), reach)
+    baseline = trivial_baseline(data.target.tolist(), task.metric.name, task.metric.higher_is_better, data.kind,
+                                holdouts)
+    checks.append(beats_trivial(stdout, task.metric.name, task.metric.higher_is_better, baseline))
+    return checks
