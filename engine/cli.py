@@ -12,9 +12,10 @@ from .budget import Budget
 from .console import ConsoleSink, print_summary
 from .errors import TrellisError
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
+from .preflight import PreflightError, TaskFacts, preflight
 from .runner import RunConfig, RunResult, run_workflow
 from .synthesis import WORKFLOWS
-from .task import load_task
+from .task import Task, load_task
 from .workflow import Workflow
 
 
@@ -58,8 +59,23 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
 
 
+def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFacts:
+    """Preflight a task before any model call: print its facts and warnings on ``out``, or raise
+    PreflightError listing every problem (the commands print it without a traceback)."""
+    facts = preflight(task, cache_dir=cache_dir)
+    classes = f" with classes {facts.classes[:10]}{'…' if len(facts.classes) > 10 else ''}" if facts.classes else ""
+    out.write(f"preflight: {task.name} is a {facts.kind}{classes} ({facts.kind_source}); "
+              f"{len(facts.features)} feature(s), {facts.n_train} training and {facts.n_test} test rows; "
+              f"evaluate.py prints {facts.evaluate_metric or 'an unchecked metric'} ({facts.seconds:.2f} s)\n")
+    for warning in facts.warnings:
+        out.write(f"preflight warning: {warning}\n")
+    out.flush()
+    return facts
+
+
 def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResult:
     task = load_task(args.task)
+    check_task(task, out, Path(args.runs_dir) / "preflight-cache")
     if args.workflow in WORKFLOWS:
         workflow = WORKFLOWS[args.workflow](task)
     else:
@@ -87,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run_from_args(args)
     except TrellisError as exc:
-        if args.verbose:  # one line is the answer; the traceback is for whoever debugs the engine
+        # one line is the answer; the traceback is for whoever debugs the engine (never for the data's problems)
+        if args.verbose and not isinstance(exc, PreflightError):
             import traceback
 
             traceback.print_exc()

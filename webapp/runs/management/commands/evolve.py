@@ -1,11 +1,14 @@
 """python manage.py evolve examples/<task> --search mimosa|scimars|tree --iterations N"""
+from pathlib import Path
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.budget import Budget
-from engine.cli import bounded, model_name
+from engine.cli import bounded, check_task, model_name
 from engine.errors import TrellisError
 from engine.evolve import evolve
+from engine.task import load_task
 from engine.search.registry import SEARCHES
 from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
 
@@ -25,6 +28,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         try:
+            # the data is checked before the search spends a token on it
+            check_task(load_task(o["task"]), self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
             evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
                    budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
                    out=self.stdout, model_override=o["model"],

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from engine.cli import add_run_arguments, run_from_args
 from engine.errors import TrellisError
+from engine.preflight import PreflightError
 
 
 class Command(BaseCommand):
@@ -19,7 +20,7 @@ class Command(BaseCommand):
         try:
             result = run_from_args(argparse.Namespace(**options), out=self.stdout)
         except TrellisError as exc:
-            if options.get("verbose"):  # Django's --traceback works too
+            if options.get("verbose") and not isinstance(exc, PreflightError):  # Django's --traceback works too
                 import traceback
 
                 traceback.print_exc(file=self.stderr)

@@ -1,0 +1,752 @@
+"""Preflight: check a task's data against its Data_config.json before any model is called.
+
+load_task (engine/task.py) checks the task folder's *files*; preflight reads the data once and
+checks its *contents*: file roles, the target and id columns, the feature columns of train and
+test, NaNs, types, row counts, the label type and its classes, the predictions contract, and
+that evaluate.py prints the metric Evaluation.md names. Every problem is collected, so one
+edit can fix them all, and each sentence names the file and the column.
+
+Its TaskFacts (kind, classes, ranges) are what later stages need to know about the data
+(in-loop validation, plausibility checks); warnings are problems that do not stop a run.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .errors import TaskSpecError
+from .task import Task
+
+# Metric names that say what kind of task this is (lower-cased; '-' read as '_').
+CLASSIFICATION_METRICS = frozenset({
+    "accuracy", "balanced_accuracy", "top_k_accuracy", "error_rate", "misclassification_rate",
+    "f1", "f1_score", "f1_macro", "f1_micro", "f1_weighted", "macro_f1", "micro_f1", "weighted_f1",
+    "precision", "recall", "sensitivity", "specificity", "roc_auc", "auc", "auroc", "pr_auc",
+    "average_precision", "log_loss", "logloss", "cross_entropy", "mcc", "matthews_corrcoef",
+    "cohen_kappa", "kappa", "jaccard", "hamming_loss", "brier", "brier_score"})
+REGRESSION_METRICS = frozenset({
+    "rmse", "mse", "mae", "r2", "r_squared", "relative_l2", "rel_l2", "l2", "mape", "smape",
+    "medae", "median_absolute_error", "max_error", "explained_variance", "msle", "rmsle", "nrmse",
+    "nse", "pearson", "spearman", "crps", "pinball", "huber", "relative_error"})
+# An integer target with at most this many distinct values reads as class labels when nothing
+# else says what the task is.
+MAX_INFERRED_CLASSES = 20
+TRUTH_ROWS = 50          # rows of the training file in the tiny truth evaluate.py scores
+SHOWN = 8                # names or line numbers quoted in one message
+
+
+class PreflightError(TaskSpecError):
+    """Every problem preflight found, each a sentence naming its file and column."""
+
+    def __init__(self, task_name: str, problems: list[str], warnings: list[str] | None = None):
+        self.problems = list(problems)
+        self.warnings = list(warnings or [])
+        listed = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(task_name, f"the task's data fails preflight ({len(self.problems)} problem(s)); "
+                         f"nothing was run and no model was called:\n{listed}")
+
+
+@dataclass(frozen=True)
+class FeatureRange:
+    """A numeric feature's range in the training and test files, and how many test rows lie
+    beyond the training range on each side (extrapolation)."""
+
+    train_min: float
+    train_max: float
+    test_min: float
+    test_max: float
+    test_below: int = 0
+    test_above: int = 0
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    kind: str                           # "regression" | "classification"
+    kind_source: str                    # why: "declared in Data_config.json", "metric 'accuracy'", ...
+    classes: list | None                # sorted class labels (classification), else None
+    features: tuple[str, ...]
+    n_train: int
+    n_test: int
+    target_min: float | None            # None when the labels are not numbers
+    target_max: float | None
+    target_mean: float | None
+    feature_ranges: dict[str, FeatureRange]  # numeric features only
+    non_numeric_features: tuple[str, ...] = ()
+    evaluate_metric: str | None = None  # the name evaluate.py printed; None when it was not read
+    evaluate_supports_truth: bool = False
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def beyond_training_range(self) -> dict[str, str]:
+        """Features whose test values leave the training range: feature -> "upper" | "lower" | "both"."""
+        out = {}
+        for name, r in self.feature_ranges.items():
+            if r.test_above or r.test_below:
+                out[name] = "both" if r.test_above and r.test_below else "upper" if r.test_above else "lower"
+        return out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["features"] = list(self.features)
+        d["non_numeric_features"] = list(self.non_numeric_features)
+        d["beyond_training_range"] = self.beyond_training_range()
+        return d
+
+
+def preflight(task: Task, timeout_s: float = 30.0, cache_dir: Path | None = None) -> TaskFacts:
+    """Check the task's data and evaluate.py; return the facts, or raise PreflightError with
+    every problem found. Reads each data file once; evaluate.py runs in a subprocess while the
+    data is checked here.
+
+    Starting Python and pandas for evaluate.py is most of the time (about 0.6 s); what it printed
+    is remembered per content of the task folder (in this process, and in ``cache_dir`` when
+    given), so a second preflight of an unchanged task takes milliseconds."""
+    started = time.perf_counter()
+    checker = _Checker(task)
+    facts = checker.run(timeout_s, cache_dir)
+    if checker.problems:
+        raise PreflightError(task.name, checker.problems, checker.warnings)
+    assert facts is not None
+    return TaskFacts(**{**facts.__dict__, "seconds": round(time.perf_counter() - started, 3)})
+
+
+def _names(items: list[str] | tuple[str, ...], quote: bool = True) -> str:
+    shown = [f"'{x}'" if quote else str(x) for x in items[:SHOWN]]
+    more = f" and {len(items) - SHOWN} more" if len(items) > SHOWN else ""
+    return ", ".join(shown) + more
+
+
+def _lines(rows: list[int]) -> str:
+    """File line numbers of data rows (the header is line 1; a row's first line for quoted line breaks
+    is not tracked, so the numbers assume one line per row)."""
+    return _names([str(i + 2) for i in rows], quote=False)
+
+
+def _metric_key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+class _Checker:
+    def __init__(self, task: Task):
+        self.task = task
+        self.r = task.resources
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    # --- the whole check ---------------------------------------------------------------------------
+    def run(self, timeout_s: float, cache_dir: Path | None = None) -> TaskFacts | None:
+        r = self.r
+        if not r.files:
+            self.problem("Data_config.json is missing or declares no 'files'; Trellis needs "
+                         "\"files\": {\"train\": ..., \"test_features\": ...} (see README 'Task folders')")
+            return None
+        roles_ok = self._check_roles()
+        if not r.target:
+            self.problem("Data_config.json declares no 'target': name the column of data to predict")
+        if not r.id_column:
+            self.problem("Data_config.json declares no 'id_column': name the column that identifies each "
+                         "test row in the predictions")
+        if not roles_ok:
+            return None
+        train_path, test_path = r.files["train"], r.files["test_features"]
+        scorer = _EvaluateRun(self.task, timeout_s, cache_dir)
+        scorer.start(self._tiny_truth(train_path, test_path))
+        try:
+            train = self._read(train_path)
+            test = self._read(test_path)
+            facts = self._check_data(train, test, train_path, test_path) if train is not None and test is not None else None
+        finally:
+            outcome = scorer.finish()
+        metric = self._check_evaluate(outcome)
+        if facts is None:
+            return None
+        return TaskFacts(**{**facts.__dict__, "evaluate_metric": metric,
+                            "evaluate_supports_truth": scorer.with_truth, "warnings": self.warnings})
+
+    def _check_roles(self) -> bool:
+        files = self.r.files
+        unknown = [role for role in files if role not in ("train", "test_features")]
+        missing = [role for role in ("train", "test_features") if role not in files]
+        for role in missing:
+            what = ("the features, target (and optionally id) of the rows agents fit on" if role == "train"
+                    else "the id and features of the rows agents predict, without the target")
+            found = f" (it has {_names(unknown)}, which Trellis does not know)" if unknown else ""
+            self.problem(f"Data_config.json: 'files' has no '{role}' role{found}; '{role}' is {what}")
+        if unknown and not missing:
+            self.warn(f"Data_config.json: 'files' role(s) {_names(unknown)} are copied into the sandbox but "
+                      "Trellis only knows 'train' and 'test_features'")
+        return not missing
+
+    def _read(self, rel: str) -> "_Table | None":
+        try:
+            return _Table.read(self.task.folder / rel, rel)
+        except _Unreadable as exc:
+            self.problem(str(exc))
+        return None
+
+    # --- the data ----------------------------------------------------------------------------------
+    def _check_data(self, train: "_Table", test: "_Table", train_path: str, test_path: str) -> TaskFacts | None:
+        r = self.r
+        target, id_col = r.target, r.id_column
+        for t in (train, test):
+            if t.duplicated_names:
+                self.problem(f"{t.path}: column name(s) {_names(t.duplicated_names)} appear more than once in the header")
+            if t.n_rows == 0:
+                self.problem(f"{t.path}: has a header but no rows")
+        if target and target not in train:
+            self.problem(f"{train_path}: has no target column '{target}' (Data_config.json 'target'); "
+                         f"its columns are {_names(train.names)}")
+        if target and target in test:
+            if len(test[target].missing) < test.n_rows:
+                self.problem(f"{test_path}: has the target column '{target}' with values; agents read this file, "
+                             "so it would hand them the answers (the held-out targets belong under heldout/)")
+            else:
+                self.warn(f"{test_path}: has an empty target column '{target}'; it is ignored")
+        if id_col and id_col not in test:
+            self.problem(f"{test_path}: has no id column '{id_col}' (Data_config.json 'id_column'); "
+                         f"its columns are {_names(test.names)}")
+        features = self._check_features(train, test, train_path, test_path)
+        self._check_ids(train, test, train_path, test_path)
+        self._check_declared_columns(train, test, train_path, test_path, features)
+
+        usable = [f for f in features if f in train and f in test]
+        for t in (train, test):
+            for name in usable:
+                col = t[name]
+                if col.missing:
+                    self.problem(f"{t.path}: feature column '{name}' has {len(col.missing)} missing or NaN value(s) "
+                                 f"(line(s) {_lines(col.missing)})")
+                if col.infinite:
+                    self.problem(f"{t.path}: feature column '{name}' has {len(col.infinite)} infinite value(s) "
+                                 f"(line(s) {_lines(col.infinite)})")
+        ranges, non_numeric = {}, []
+        for name in usable:
+            a, b = train[name], test[name]
+            if a.numeric and b.numeric:
+                ranges[name] = _feature_range(a, b)
+            elif a.present and b.present and (a.numeric or b.numeric):
+                text = b if a.numeric else a
+                row, value = text.first_text
+                self.problem(f"{text.path}: feature column '{name}' has text where the other file has numbers "
+                             f"(e.g. {value[:40]!r} at line {row + 2})")
+            elif a.present:
+                non_numeric.append(name)
+        if non_numeric:
+            self.warn(f"feature column(s) {_names(non_numeric)} are not numeric in {train_path}; "
+                      "programs must encode them")
+
+        if not target or target not in train or train.n_rows == 0:
+            return None
+        y = train[target]
+        if y.missing:
+            self.problem(f"{train_path}: target column '{target}' has {len(y.missing)} missing or NaN value(s) "
+                         f"(line(s) {_lines(y.missing)})")
+        if y.infinite:
+            self.problem(f"{train_path}: target column '{target}' has {len(y.infinite)} infinite value(s) "
+                         f"(line(s) {_lines(y.infinite)})")
+        if not y.present:
+            return None
+        kind, source = self._kind(y)
+        classes = self._check_labels(kind, y, train_path)
+        if kind == "regression" and not y.numeric:
+            row, value = y.first_text
+            self.problem(f"{train_path}: target column '{target}' is not numeric (e.g. {value[:40]!r} at "
+                         f"line {row + 2}) but the task is a regression ({source})")
+        self._check_contract(kind, y)
+        numbers = [v for v in y.finite_numbers()] if y.numeric else []
+        if numbers:
+            self._check_constraints(y, train_path)
+        return TaskFacts(
+            kind=kind, kind_source=source, classes=classes, features=tuple(features),
+            n_train=train.n_rows, n_test=test.n_rows,
+            target_min=min(numbers) if numbers else None, target_max=max(numbers) if numbers else None,
+            target_mean=math.fsum(numbers) / len(numbers) if numbers else None, feature_ranges=ranges,
+            non_numeric_features=tuple(non_numeric))
+
+    def _check_features(self, train: "_Table", test: "_Table", train_path: str, test_path: str) -> list[str]:
+        r = self.r
+        features = list(r.features)
+        where = "Data_config.json 'features'" if r.features_declared else f"the columns of {test_path}"
+        if not features:
+            self.problem(f"no feature columns: {where} name none besides the id and target")
+            return []
+        for special, key in ((r.target, "target"), (r.id_column, "id_column")):
+            if special and special in features:
+                self.problem(f"Data_config.json: 'features' lists '{special}', which is the {key}")
+        features = [f for f in features if f not in (r.target, r.id_column)]
+        not_in_train = [f for f in features if f not in train]
+        not_in_test = [f for f in features if f not in test]
+        if not_in_train:
+            self.problem(f"{train_path}: has no column {_names(not_in_train)} ({where}); "
+                         "a feature must be in both the training and the test file")
+        if not_in_test:
+            self.problem(f"{test_path}: has no column {_names(not_in_test)} ({where}); a program fitted on "
+                         "a training-only column cannot predict the test rows")
+        if not r.features_declared:
+            train_only = [c for c in train.names if c not in test and c not in (r.target, r.id_column)]
+            if train_only:
+                self.warn(f"{train_path}: column(s) {_names(train_only)} are not in {test_path}, so they are not "
+                          "features (Data_config.json omits 'features')")
+        return features
+
+    def _check_ids(self, train: "_Table", test: "_Table", train_path: str, test_path: str) -> None:
+        id_col = self.r.id_column
+        if not id_col or id_col not in test:
+            return
+        ids = test[id_col]
+        if ids.missing:
+            self.problem(f"{test_path}: id column '{id_col}' has {len(ids.missing)} empty value(s) "
+                         f"(line(s) {_lines(ids.missing)})")
+        dup_rows = ids.duplicate_rows()
+        if dup_rows:
+            values = sorted({ids.raw[i] for i in dup_rows})
+            self.problem(f"{test_path}: id column '{id_col}' has duplicate ids {_names(values)} "
+                         f"(line(s) {_lines(dup_rows)})")
+        if self.r.prediction_columns.get(id_col) == "int":
+            bad = next(((i, v) for i, v in enumerate(ids.raw) if i not in ids.missing_set
+                        and (ids.numbers is None or ids.numbers[i] is None or not float(ids.numbers[i]).is_integer())),
+                       None)
+            if bad:
+                self.problem(f"{test_path}: id column '{id_col}' has non-integer ids (e.g. {bad[1][:40]!r} at "
+                             f"line {bad[0] + 2}) but Data_config.json 'predictions.columns' says int")
+        if id_col in train and train[id_col].duplicate_rows():
+            self.warn(f"{train_path}: id column '{id_col}' has duplicate ids")
+
+    def _check_declared_columns(self, train: "_Table", test: "_Table", train_path: str, test_path: str,
+                                features: list[str]) -> None:
+        v, c = self.r.validation, self.r.constraints
+        if v is not None and v.column:
+            if v.column not in train:
+                self.problem(f"{train_path}: has no column '{v.column}' (Data_config.json 'validation.column' of the "
+                             f"{v.split!r} split)")
+            elif v.split == "holdout_range":
+                if v.column not in test:
+                    self.problem(f"{test_path}: has no column '{v.column}' (Data_config.json 'validation.column'); a "
+                                 "range hold-out must be on an input the test rows have")
+                if not train[v.column].numeric:
+                    self.problem(f"{train_path}: column '{v.column}' (Data_config.json 'validation.column') is not "
+                                 "numeric; a holdout_range split needs a numeric column")
+        for col in (c.monotone if c else {}):
+            missing = [t.path for t in (train, test) if col not in t]
+            if missing:
+                self.problem(f"{' and '.join(missing)}: no column '{col}' (Data_config.json 'constraints.monotone')")
+            elif col not in features:
+                self.problem(f"Data_config.json: 'constraints.monotone' names '{col}', which is not a feature")
+            elif not train[col].numeric:
+                self.problem(f"{train_path}: column '{col}' (Data_config.json 'constraints.monotone') is not numeric")
+
+    # --- the label ---------------------------------------------------------------------------------
+    def _kind(self, y: "_Column") -> tuple[str, str]:
+        if self.r.kind:
+            return self.r.kind, "declared in Data_config.json 'kind'"
+        metric = _metric_key(self.task.metric.name)
+        if metric in CLASSIFICATION_METRICS:
+            return "classification", f"the metric '{self.task.metric.name}' scores class labels"
+        if metric in REGRESSION_METRICS:
+            return "regression", f"the metric '{self.task.metric.name}' scores numbers"
+        contract = self.r.prediction_columns.get(self.r.target or "")
+        if contract in ("str", "bool"):
+            return "classification", f"the predictions contract gives '{self.r.target}' as {contract}"
+        if not y.numeric:
+            return "classification", f"the target '{self.r.target}' holds text"
+        distinct = len(set(y.finite_numbers()))
+        if contract != "float" and y.whole and distinct <= MAX_INFERRED_CLASSES:
+            return "classification", (f"the target '{self.r.target}' holds {distinct} distinct whole numbers"
+                                      + (" and the contract says int" if contract == "int" else ""))
+        return "regression", f"the target '{self.r.target}' holds numbers"
+
+    def _check_labels(self, kind: str, y: "_Column", train_path: str) -> list | None:
+        metric = _metric_key(self.task.metric.name)
+        if kind == "regression":
+            if metric in CLASSIFICATION_METRICS:
+                self.warn(f"the task is a regression but Evaluation.md's metric '{self.task.metric.name}' scores class labels")
+            return None
+        if metric in REGRESSION_METRICS:
+            self.warn(f"the task is a classification but Evaluation.md's metric '{self.task.metric.name}' scores numbers")
+        classes = y.labels()
+        if len(classes) < 2:
+            self.problem(f"{train_path}: target column '{self.r.target}' has a single class {classes!r}; "
+                         "a classifier needs at least two")
+        elif len(classes) > max(MAX_INFERRED_CLASSES, y.present // 2):
+            self.warn(f"{train_path}: target column '{self.r.target}' has {len(classes)} classes for {y.present} rows; "
+                      "is this really a classification?")
+        return classes
+
+    def _check_contract(self, kind: str, y: "_Column") -> None:
+        cols, target, id_col = self.r.prediction_columns, self.r.target, self.r.id_column
+        if not cols:
+            self.warn("Data_config.json declares no 'predictions.columns'; agents get the contract csv[any] and "
+                      "nothing checks the predictions' columns before evaluate.py")
+            return
+        for name, key in ((id_col, "id_column"), (target, "target")):
+            if name and name not in cols:
+                self.problem(f"Data_config.json: 'predictions.columns' has no column for the {key} '{name}' "
+                             f"(it has {_names(list(cols))})")
+        typ = cols.get(target or "")
+        if typ is None:
+            return
+        if kind == "regression":
+            if typ in ("str", "bool"):
+                self.problem(f"Data_config.json: 'predictions.columns.{target}' is {typ} but the task is a "
+                             "regression; use float")
+            elif typ == "int":
+                self.warn(f"Data_config.json: 'predictions.columns.{target}' is int for a regression: "
+                          "predictions must be whole numbers; float is the usual contract")
+            return
+        if typ in ("int", "float") and not y.numeric and not y.boolean:
+            self.problem(f"Data_config.json: 'predictions.columns.{target}' is {typ} but the labels in "
+                         f"'{target}' are text (e.g. {y.first_text[1][:40]!r}); use str")
+        elif typ == "int" and y.numeric and not y.whole:
+            self.problem(f"Data_config.json: 'predictions.columns.{target}' is int but the labels in "
+                         f"'{target}' are not whole numbers")
+        elif typ == "bool" and not (y.boolean or set(y.finite_numbers()) <= {0.0, 1.0}):
+            self.problem(f"Data_config.json: 'predictions.columns.{target}' is bool but '{target}' has labels "
+                         "other than 0/1 or true/false")
+
+    def _check_constraints(self, y: "_Column", train_path: str) -> None:
+        c = self.r.constraints
+        if c is None or y.numbers is None:
+            return
+        for bound, key in ((c.min, "min"), (c.max, "max")):
+            if bound is None:
+                continue
+            outside = [i for i, v in enumerate(y.numbers) if v is not None
+                       and (v < bound if key == "min" else v > bound)]
+            if outside:
+                self.warn(f"{train_path}: {len(outside)} value(s) of the target '{self.r.target}' lie "
+                          f"{'below' if key == 'min' else 'above'} Data_config.json 'constraints.{key}' = {bound:g} "
+                          f"(line(s) {_lines(outside)})")
+
+    # --- evaluate.py -------------------------------------------------------------------------------
+    def _tiny_truth(self, train_path: str, test_path: str) -> dict | None:
+        """A small truth file from the training rows and the trivial prediction for it (mean, or
+        the most frequent label), read from the first rows only so that evaluate.py starts before
+        the data checks. None when the columns it needs are missing (the data checks report it)."""
+        target, id_col = self.r.target, self.r.id_column
+        if not target or not id_col:
+            return None
+        try:
+            with (self.task.folder / train_path).open(encoding="utf-8", newline="") as fh:
+                reader = csv.DictReader(fh, skipinitialspace=True)
+                rows = []
+                for row in reader:
+                    value = (row.get(target) or "").strip()
+                    if value and value.lower() not in ("nan", "na", "null", "none"):
+                        rows.append(((row.get(id_col) or "").strip(), value))
+                    if len(rows) >= TRUTH_ROWS:
+                        break
+            with (self.task.folder / test_path).open(encoding="utf-8", newline="") as fh:
+                test_ids = [(row.get(id_col) or "").strip() for row in csv.DictReader(fh, skipinitialspace=True)]
+        except (OSError, UnicodeDecodeError, csv.Error):
+            return None
+        if not rows:
+            return None
+        ids = [i for i, _ in rows]
+        if len(set(ids)) != len(ids) or "" in ids:  # no usable ids in train: number the rows
+            ids = [str(k) for k in range(len(rows))]
+        values = [v for _, v in rows]
+        return {"ids": ids, "values": values, "test_ids": [i for i in test_ids if i],
+                "trivial": self._trivial(values)}
+
+    def _trivial(self, values: list[str]) -> str:
+        typ = self.r.prediction_columns.get(self.r.target or "")
+        try:
+            numbers = [float(v) for v in values]
+        except ValueError:
+            numbers = None
+        classify = self.r.kind == "classification" or typ in ("int", "str", "bool") or numbers is None \
+            or _metric_key(self.task.metric.name) in CLASSIFICATION_METRICS
+        if self.r.kind == "regression" and numbers is not None:
+            classify = False
+        if classify:
+            return max(sorted(set(values)), key=values.count)
+        mean = sum(numbers) / len(numbers)  # type: ignore[arg-type]
+        return str(round(mean)) if typ == "int" else repr(mean)
+
+    def _check_evaluate(self, outcome: dict | None) -> str | None:
+        if outcome is None:
+            return None
+        if outcome.get("warning"):
+            self.warn(outcome["warning"])
+        if outcome.get("problem"):
+            self.problem(outcome["problem"])
+            return None
+        printed = outcome["metric"]
+        if printed is None:
+            return None
+        declared = self.task.metric
+        if printed != declared.name:
+            self.problem(f"evaluate.py prints the metric '{printed}' but Evaluation.md's '## Metric' says "
+                         f"name: {declared.name}; they must be the same name")
+        hib = outcome.get("higher_is_better")
+        if isinstance(hib, bool) and hib != declared.higher_is_better:
+            self.problem(f"evaluate.py prints higher_is_better: {str(hib).lower()} but Evaluation.md says "
+                         f"'{'higher' if declared.higher_is_better else 'lower'} is better'")
+        return printed
+
+
+class _EvaluateRun:
+    """evaluate.py on a tiny truth/prediction pair, run in the background while the data is checked.
+
+    With ``--truth`` when evaluate.py supports it (its source mentions the flag); otherwise it is
+    run the old way on a trivial prediction for every test id, only to read the metric name it
+    prints (the value, a score on the held-out answers, is thrown away)."""
+
+    def __init__(self, task: Task, timeout_s: float, cache_dir: Path | None = None):
+        self.task = task
+        self.timeout_s = timeout_s
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.key: str | None = None
+        self.cached: dict | None = None
+        self.proc: subprocess.Popen | None = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.with_truth = False
+        self.warning: str | None = None
+        self.how = ""
+
+    def start(self, sample: dict | None) -> None:
+        if sample is None:
+            return
+        r = self.task.resources
+        try:
+            source = self.task.evaluator.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return
+        self.with_truth = "--truth" in source
+        if not self.with_truth:
+            self.warning = ("evaluate.py does not support --truth, so in-loop validation cannot score with the "
+                            "task's own metric and falls back to Trellis's built-in metrics; see README "
+                            "'Task folders' for the contract")
+        self.how = ("with --truth on a truth file of training rows and their trivial prediction" if self.with_truth
+                    else "on a trivial prediction for every test id")
+        ids = sample["ids"] if self.with_truth else sample["test_ids"]
+        if not ids:
+            return
+        extra = [c for c in r.prediction_columns if c not in (r.id_column, r.target)]
+        predictions = [[r.id_column, r.target, *extra], *([i, sample["trivial"], *(["0"] * len(extra))] for i in ids)]
+        truth = [[r.id_column, r.target], *zip(ids, sample["values"])] if self.with_truth else []
+        self.key = self._key(predictions, truth)
+        self.cached = _MEMO.get(self.key) or self._load()
+        if self.cached is not None:
+            return
+        self.tmp = tempfile.TemporaryDirectory(prefix="trellis-preflight-")
+        folder = Path(self.tmp.name)
+        _write_csv(folder / "predictions.csv", predictions)
+        argv = [sys.executable, str(self.task.evaluator), str(folder / "predictions.csv")]
+        if self.with_truth:
+            _write_csv(folder / "truth.csv", truth)
+            argv += ["--truth", str(folder / "truth.csv")]
+        try:
+            self.proc = subprocess.Popen(argv, cwd=self.task.folder, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
+        except OSError as exc:
+            self.warning = f"evaluate.py could not be started ({exc})"
+
+    def _key(self, predictions: list, truth: list) -> str:
+        """What evaluate.py's answer depends on: the task folder's files (heldout/ included, which
+        it reads without --truth), the two files it is given, and the Python running it."""
+        h = hashlib.sha256(f"{sys.executable}\0{self.task.fingerprint()}\0{self.with_truth}\0".encode())
+        h.update(json.dumps([predictions, truth], default=str).encode())
+        heldout = self.task.folder / "heldout"
+        if not self.with_truth and heldout.is_dir():
+            for path in sorted(p for p in heldout.rglob("*") if p.is_file()):
+                h.update(str(path.relative_to(heldout)).encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
+    def _load(self) -> dict | None:
+        if self.cache_dir is None or self.key is None:
+            return None
+        try:
+            outcome = json.loads((self.cache_dir / f"{self.key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(outcome, dict) or "metric" not in outcome:
+            return None
+        _MEMO[self.key] = outcome
+        return outcome
+
+    def _store(self, outcome: dict) -> None:
+        if self.key is None:
+            return
+        _MEMO[self.key] = outcome
+        if self.cache_dir is None:
+            return
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache_dir / f".{self.key}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(outcome), encoding="utf-8")
+            tmp.replace(self.cache_dir / f"{self.key}.json")
+        except OSError:
+            pass  # a cache that cannot be written only costs time
+
+    def finish(self) -> dict | None:
+        if self.cached is not None:
+            return {**self.cached, "warning": self.warning}
+        if self.proc is None:
+            return {"metric": None, "warning": self.warning} if self.warning else None
+        try:
+            try:
+                stdout, stderr = self.proc.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.communicate()
+                return {"metric": None, "warning": self.warning,
+                        "problem": f"evaluate.py did not finish within {self.timeout_s:.0f} s {self.how}"}
+        finally:
+            if self.tmp is not None:
+                self.tmp.cleanup()
+        outcome = self._read(self.proc.returncode, stdout, stderr)
+        self._store(outcome)
+        return {**outcome, "warning": self.warning}
+
+    def _read(self, returncode: int, stdout: str, stderr: str) -> dict:
+        if returncode != 0:
+            tail = " | ".join(ln.strip() for ln in stderr.strip().splitlines()[-3:])[-400:]
+            return {"metric": None, "problem": f"evaluate.py exited {returncode} {self.how}: {tail or '(no message)'}"}
+        line = next((ln for ln in reversed(stdout.splitlines()) if ln.strip().startswith("{")), None)
+        try:
+            result = json.loads(line) if line else None
+        except json.JSONDecodeError:
+            result = None
+        if not isinstance(result, dict) or "metric" not in result or "value" not in result:
+            return {"metric": None, "problem": f"evaluate.py printed no JSON line {{\"metric\": ..., \"value\": ...}} "
+                                               f"{self.how} (it printed {stdout.strip()[-200:]!r})"}
+        return {"metric": str(result["metric"]), "higher_is_better": result.get("higher_is_better")}
+
+
+# evaluate.py's answers in this process, by _EvaluateRun._key
+_MEMO: dict[str, dict] = {}
+
+
+def _write_csv(path: Path, rows: list) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(rows)
+
+
+# pandas' default missing-value markers: what a program reading the file with read_csv sees as NaN
+NA_VALUES = frozenset({"", "nan", "NaN", "NAN", "-nan", "-NaN", "NA", "N/A", "n/a", "<NA>", "#N/A", "#N/A N/A",
+                       "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN", "NULL", "null", "None"})
+
+
+class _Unreadable(Exception):
+    pass
+
+
+class _Column:
+    """One CSV column as text, with what preflight asks of it computed once."""
+
+    def __init__(self, path: str, name: str, raw: list[str]):
+        self.path, self.name, self.raw = path, name, raw
+        self.missing = [i for i, v in enumerate(raw) if v in NA_VALUES]
+        self.missing_set = set(self.missing)
+        self.present = len(raw) - len(self.missing)
+        numbers: list[float | None] = []
+        self.first_text: tuple[int, str] = (-1, "")
+        for i, v in enumerate(raw):
+            if i in self.missing_set:
+                numbers.append(None)
+                continue
+            try:
+                numbers.append(float(v))
+            except ValueError:
+                self.first_text = (i, v)
+                break
+        self.numeric = self.first_text[0] < 0 and self.present > 0
+        self.numbers = numbers if self.numeric else None
+        self.infinite = [i for i, v in enumerate(numbers) if v is not None and math.isinf(v)] if self.numeric else []
+        self.boolean = self.present > 0 and all(v.lower() in ("true", "false") for i, v in enumerate(raw)
+                                                if i not in self.missing_set)
+        self.whole = self.numeric and all(v.is_integer() for v in self.finite_numbers())
+
+    def finite_numbers(self) -> list[float]:
+        return [v for v in (self.numbers or []) if v is not None and math.isfinite(v)]
+
+    def labels(self) -> list:
+        """The distinct values, sorted, as Python values: ints for whole numbers, bools, else text."""
+        if self.boolean:
+            return sorted({v.lower() == "true" for i, v in enumerate(self.raw) if i not in self.missing_set})
+        if self.numeric:
+            return sorted({int(v) if v.is_integer() else v for v in self.finite_numbers()})
+        return sorted({v for i, v in enumerate(self.raw) if i not in self.missing_set})
+
+    def duplicate_rows(self) -> list[int]:
+        seen: dict[str, int] = {}
+        dups = []
+        for i, v in enumerate(self.raw):
+            if i in self.missing_set:
+                continue
+            key = repr(self.numbers[i]) if self.numbers is not None else v  # "1" and "1.0" are one id
+            if key in seen:
+                dups += [seen[key], i] if seen[key] >= 0 else [i]
+                seen[key] = -1
+            else:
+                seen[key] = i
+        return sorted(dups)
+
+
+class _Table:
+    """A CSV file read once with the csv module (no pandas: preflight must stay far under a second)."""
+
+    def __init__(self, path: str, names: list[str], rows: list[list[str]]):
+        self.path, self.names, self.n_rows = path, names, len(rows)
+        self.duplicated_names = sorted({n for n in names if names.count(n) > 1})
+        self._columns = {n: k for k, n in enumerate(names)}
+        self._rows = rows
+        self._cache: dict[str, _Column] = {}
+
+    @classmethod
+    def read(cls, file: Path, rel: str) -> "_Table":
+        try:
+            with file.open(encoding="utf-8", newline="") as fh:
+                reader = csv.reader(fh)
+                header = next(reader, None)
+                if header is None or not any(h.strip() for h in header):
+                    raise _Unreadable(f"{rel}: is empty; it needs a header line and at least one row")
+                names = [h.strip() for h in header]
+                rows = []
+                for row in reader:
+                    if not row:
+                        continue  # a blank line, as read_csv skips it
+                    if len(row) != len(names):
+                        raise _Unreadable(f"{rel}: line {reader.line_num} has {len(row)} field(s) but the header "
+                                          f"has {len(names)}")
+                    rows.append([v.strip() for v in row])
+        except UnicodeDecodeError as exc:
+            raise _Unreadable(f"{rel}: is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        except csv.Error as exc:
+            raise _Unreadable(f"{rel}: is not a readable CSV file ({exc})") from exc
+        return cls(rel, names, rows)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._columns
+
+    def __getitem__(self, name: str) -> _Column:
+        if name not in self._cache:
+            k = self._columns[name]
+            self._cache[name] = _Column(self.path, name, [row[k] for row in self._rows])
+        return self._cache[name]
+
+
+def _feature_range(a: _Column, b: _Column) -> FeatureRange:
+    xa, xb = a.finite_numbers(), b.finite_numbers()
+    if not xa or not xb:
+        nan = float("nan")
+        return FeatureRange(nan, nan, nan, nan)
+    lo, hi = min(xa), max(xa)
+    return FeatureRange(train_min=lo, train_max=hi, test_min=min(xb), test_max=max(xb),
+                        test_below=sum(v < lo for v in xb), test_above=sum(v > hi for v in xb))
