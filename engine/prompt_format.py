@@ -118,6 +118,35 @@ def inputs(user_text: str) -> dict[str, str]:
     return out
 
 
+# The task description opens every user message (engine.task.Task.description): a title line,
+# then these sections in this order. Evaluation comes last and carries Evaluation.md whole,
+# whose own "## Metric" heading must not end it.
+TASK_SECTIONS = ("Goal", "Context", "Constraints", "Resources", "Evaluation")
+
+
+def task_text(user_text: str) -> str:
+    """The task description of a user message: everything before its first input or feedback
+    section, stripped."""
+    m = _HEADING.search(user_text)
+    return (user_text[:m.start()] if m else user_text).strip()
+
+
+def task_sections(user_text: str) -> dict[str, str]:
+    """The task description's sections (TASK_SECTIONS), name -> body stripped; absent ones are "".
+    Only those headings split it, so a section may hold ``## `` headings of its own (the
+    evaluation's ``## Metric``); a section the description gains later stays inside the one
+    before it rather than being lost."""
+    text = task_text(user_text)
+    names = "|".join(re.escape(n) for n in TASK_SECTIONS)
+    found = list(re.finditer(rf"^## ({names})[ \t]*$", text, re.M))
+    out = dict.fromkeys(TASK_SECTIONS, "")
+    for i, m in enumerate(found):
+        end = found[i + 1].start() if i + 1 < len(found) else len(text)
+        if not out[m.group(1)]:  # the first heading of a name is the description's own
+            out[m.group(1)] = text[m.end():end].strip()
+    return out
+
+
 @dataclass(frozen=True)
 class Feedback:
     source: str

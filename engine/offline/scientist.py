@@ -1,7 +1,10 @@
 """The scripted scientist: reads a role prompt the way a model would and answers it.
 
-Choices are seeded by the run's seed and the exact prompt, so the same request always gets
-the same answer (which keeps replay and the request cache honest) while different runs vary.
+Its choices are seeded by the run's seed, the role and what the prompt *says* (the facts it
+reads, the strategy a plan names, the failure a debugger is shown), never by the prompt's
+wording: a task copied to another folder, retitled or rephrased gets the same answers. The
+seed written into programs depends on the run seed alone, so it stays fixed across the
+iterations of a run and a change in a program is always a change of substance.
 """
 from __future__ import annotations
 
@@ -12,24 +15,81 @@ import re
 from typing import Callable
 
 from ..prompt_format import (INSTRUCTIONS, LESSONS, PROCEDURE, extract_code, extract_strategy, feedback,
-                             input_heading, json_block, role_of, section, strategy_line)
+                             input_heading, inputs, json_block, role_of, section, strategy_line)
+from .reading import TaskFacts, read_facts, tags_asked
 from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
 BUG_RATE = 0.3  # how often a first draft has a mistake for the debugger to find
+NO_REPAIR = "no repair"  # what the debugger says instead of handing back the code it was given
+
+
+class Draw(random.Random):
+    """The chance behind one answer, keyed by its content; it also knows the run's seed, which
+    alone fixes the seed a program is written with."""
+
+    def __init__(self, key: str, run_seed: int) -> None:
+        super().__init__(key)
+        self.run_seed = run_seed
 
 
 def respond(messages: list[dict], seed: int = 0) -> str:
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = "\n".join(m["content"] for m in messages if m.get("role") == "user")
     role = role_of(system)
-    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
-    rng = random.Random(f"{seed}:{role}:{digest}")
     handler = ROLES.get(role or "")
     if handler is None:
         return ("STATUS: FAILURE\nThe offline scientist only plays Trellis roles "
                 f"({', '.join(ROLES)}); it cannot answer this prompt.")
-    return handler(system, user, rng)
+    return handler(system, user, Draw(f"{seed}:{role}:{content_key(role, system, user)}", seed))
+
+
+def program_seed(run_seed: int) -> int:
+    """The SEED of every program written in a run: the run seed's alone."""
+    return int(hashlib.sha256(f"program-seed:{run_seed}".encode()).hexdigest(), 16) % 10_000
+
+
+# --- what an answer is keyed by ------------------------------------------------------------------
+def content_key(role: str, system: str, user: str) -> str:
+    """A digest of what a prompt says for ``role``: the task's facts (not its words), the tags
+    the instructions ask for, and a canonical form of each input. Never the task's title,
+    folder, paths or whitespace."""
+    parts = [role, read_facts(system, user).canonical()]
+    for name, body in inputs(user).items():
+        parts.append(f"{name}={_input_digest(name, body)}")
+    given = feedback(user)
+    if given:
+        parts.append(f"feedback={given.source}:{given.status}:{failure_signature(given.body)}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+# Inputs whose content is already in the facts (a data report is read into TaskFacts).
+_READ_AS_FACTS = frozenset({"report", "data_findings"})
+_VOLATILE = re.compile(r"(?:/[\w.+-]+){2,}|\b[0-9a-f]{16,}\b")  # absolute paths, hashes
+
+
+def _input_digest(name: str, body: str) -> str:
+    if name in _READ_AS_FACTS:
+        return ""
+    if name in {"plan", "code", "proposal", "parent"}:
+        named = extract_strategy(body)
+        if named:
+            return json.dumps(named, sort_keys=True)
+        if name == "plan":
+            return ",".join(sorted(tags_asked(body)))
+    if name in {"checks", "execution_evidence"}:
+        return failure_signature(body)
+    return " ".join(_VOLATILE.sub("<>", body).split())
+
+
+def failure_signature(text: str) -> str:
+    """What went wrong, in canonical form: the execution status, the exception type and the
+    names of failed checks. Not tracebacks' paths or line numbers."""
+    status = re.findall(r'"status":\s*"(\w+)"', text)
+    exceptions = re.findall(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception))\b", text.replace("\\n", "\n"), re.M)
+    failed = set(re.findall(r'"name":\s*"([a-z_]+)",\s*"passed":\s*false', text))
+    failed |= set(re.findall(r"^- FAIL ([a-z_]+)", text, re.M))
+    return json.dumps({"status": sorted(set(status)), "exception": exceptions[-1:], "failed": sorted(failed)})
 
 
 # --- the role registry -----------------------------------------------------------------------
@@ -123,7 +183,8 @@ def strategy_from(text: str, family: str) -> tuple[Strategy, dict]:
 
 
 def seed_of(user: str, rng: random.Random) -> int:
-    return rng.randrange(10_000)
+    """The program seed: the run's (a Draw's), fixed for every program of the run."""
+    return program_seed(getattr(rng, "run_seed", 0))
 
 
 @register("coder")

@@ -1,0 +1,257 @@
+"""What the offline scientist understands of a prompt: the facts a scientist would take from the
+task description (Goal, Context, Constraints, Resources, Evaluation), the data analysis and the
+agent's instructions, reduced to a few normalised values.
+
+Two prompts that say the same thing in other words (another title, a rephrased goal, extra
+blank lines, the task in another folder) give the same TaskFacts, and choices are seeded from
+TaskFacts.canonical(), never from the prompt's wording. The rules are general cues of the
+language scientists write tasks in, not words of any one task.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from ..prompt_format import INSTRUCTIONS, LESSONS, PROCEDURE, inputs, section, task_sections
+
+REGRESSION, CLASSIFICATION = "regression", "classification"
+
+# Metric names say what kind of answer is scored; checked as whole names first, then by part.
+CLASSIFICATION_METRICS = frozenset({
+    "accuracy", "balanced_accuracy", "top_k_accuracy", "f1", "f1_macro", "f1_micro", "f1_weighted",
+    "precision", "recall", "roc_auc", "auc", "log_loss", "logloss", "cross_entropy", "mcc",
+    "matthews_corrcoef", "cohen_kappa", "kappa", "error_rate", "hamming_loss", "jaccard", "brier",
+})
+REGRESSION_METRICS = frozenset({
+    "rmse", "mse", "mae", "r2", "relative_l2", "rel_l2", "l2", "mape", "smape", "rmsle", "msle",
+    "max_error", "median_absolute_error", "nrmse", "explained_variance", "pearson", "spearman",
+    "nse", "crps", "pinball", "quantile_loss", "relative_error",
+})
+
+# Cues in the task's prose. Each is a regex on lower-cased text; a cue preceded closely by a
+# negation ("no", "not", "without", ...) in the same sentence does not count.
+_CLASS_WORDS = r"\b(classif\w*|labels?|labell?ed|class(es)?|categor(y|ies|ical)|binary outcome)\b"
+_REGRESSION_WORDS = r"\b(regress\w*|continuous (value|target|quantity|variable)|quantitative|real[- ]valued)\b"
+_EXTRAPOLATE = (r"\b(extrapolat\w*|forecast\w*|"
+                r"(beyond|outside( of)?|past|above|below) the (training|observed|measured|sampled|fitted|known|seen)"
+                r" ?(data|range|domain|interval|inputs|values|region)?|"
+                r"(beyond|outside( of)?) the (range|domain|interval|region) (of|covered|seen|spanned)|"
+                r"(larger|higher|greater|smaller|lower|longer) than (any|all|every) (seen|observed|measured|training)|"
+                r"(unseen|unobserved|new) (range|regime|region)s?)\b")
+_PHYSICS = (r"\b(physic\w*|physical (law|model|principle)s?|known law|governing equation\w*|first principles|"
+            r"conservation (law|of)|dimensionless|dimensional analysis|power law|scaling law|"
+            r"functional form|closed[- ]form|mechanistic|law of)\b")
+_MONOTONE = (r"\b(monoton\w*|non-?decreasing|non-?increasing|(increases|decreases|grows|rises|falls) "
+             r"(steadily |strictly )?(with|as))\b")
+_POSITIVE = (r"(\b(strictly positive|non-?negative|always positive|(is|are|must be|remains?|stays?) positive|"
+             r"positive (quantit\w+|values?|targets?|numbers?|by nature)|never negative|cannot be negative|"
+             r"greater than zero|above zero)\b|\b[a-z_]\w* ?>=? ?0(\.0*)?(?![\w.]))")
+_DISCONTINUITY = (r"\b(discontinu\w*|jumps?|step change|abrupt (change|jump|shift)|breakpoints?|"
+                  r"change ?points?|piecewise)\b")
+_NEGATION = re.compile(r"\b(no|not|none|never|without|cannot|isn't|doesn't|don't|neither)\b")
+_NEGATION_WINDOW = 4  # words before a cue that may negate it
+
+# Words a scientist uses for an approach, mapped to the strategy library's tags: what agent
+# instructions, lessons and procedures ask for (by stem, so "trees"/"tree-based" both count).
+TAG_WORDS: dict[str, str] = {
+    "discontinu": "discontinuity", "jump": "discontinuity", "piecewise": "piecewise", "smooth": "smooth",
+    "nonparametric": "nonparametric", "non-parametric": "nonparametric", "local": "nonparametric",
+    "neural": "neural", "network": "neural", "mlp": "neural", "ensemble": "ensemble", "stack": "ensemble",
+    "tree": "trees", "forest": "trees", "boost": "trees", "linear": "linear", "regularis": "regularised",
+    "regulariz": "regularised", "ridge": "regularised", "lasso": "regularised", "scal": "scaling",
+    "standardis": "scaling", "standardiz": "scaling", "normalis": "scaling", "normaliz": "scaling",
+    "kernel": "kernel", "baseline": "baseline", "interpretab": "interpretable", "fast": "fast",
+    "parametric": "parametric", "extrapolat": "extrapolation", "physic": "physics", "law": "physics",
+    "dimensionless": "physics", "formula": "parametric", "symbolic": "parametric",
+    "classif": "classifier", "logistic": "linear", "neighbo": "nonparametric",
+}
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    """Normalised facts of a prompt; ``evidence`` says which cue set each one (for people)."""
+
+    kind: str = REGRESSION               # regression | classification
+    n_features: int = 0                   # 0: not stated
+    target_type: str = "float"            # the prediction contract's type for the target column
+    metric: str = ""
+    higher_is_better: bool | None = None
+    extrapolate: bool = False             # scored on inputs outside the training range
+    physics: bool = False                 # known physics / a functional form is welcome
+    monotone: bool = False
+    positive: bool = False                # the target is positive by nature
+    discontinuity: bool = False           # the text or the data report says the target jumps
+    n_classes: int | None = None          # distinct target values, when the report counts them
+    asked: frozenset[str] = frozenset()   # library tags the agent's instructions ask for
+    evidence: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def family(self) -> str:
+        if self.kind == CLASSIFICATION:
+            return "classification"
+        return "regression_1d" if self.n_features == 1 else "tabular_regression"
+
+    def desired_tags(self) -> set[str]:
+        """Strategy traits these facts call for."""
+        tags: set[str] = set()
+        if self.extrapolate:
+            tags |= {"extrapolation", "parametric"}
+        if self.physics:
+            tags |= {"physics", "parametric"}
+        if self.monotone or self.positive:
+            tags.add("parametric")
+        if self.discontinuity:
+            tags |= {"discontinuity", "piecewise"}
+        return tags
+
+    def canonical(self) -> str:
+        """The facts as one stable string (no evidence wording): what choices are seeded from."""
+        data = {k: v for k, v in vars(self).items() if k != "evidence"}
+        data["asked"] = sorted(self.asked)
+        return json.dumps(data, sort_keys=True)
+
+    def summary(self) -> str:
+        """One line a planner can state: what it read."""
+        parts = [self.kind, f"{self.n_features} feature(s)" if self.n_features else "features not stated"]
+        if self.metric:
+            parts.append(f"metric {self.metric}")
+        parts += [name for name, on in (("must extrapolate", self.extrapolate), ("physics welcome", self.physics),
+                                        ("monotone", self.monotone), ("positive target", self.positive),
+                                        ("discontinuous", self.discontinuity)) if on]
+        return ", ".join(parts)
+
+
+# --- cues ----------------------------------------------------------------------------------------
+def mentions(text: str, pattern: str) -> bool:
+    """Whether ``text`` states the cue: some match not negated within a few words before it
+    in the same sentence."""
+    lowered = text.lower()
+    for sentence in re.split(r"(?<=[.;!?])\s+|\n", lowered):
+        for m in re.finditer(pattern, sentence):
+            before = sentence[:m.start()].split()[-_NEGATION_WINDOW:]
+            if not any(_NEGATION.fullmatch(w.strip(",:()")) for w in before):
+                return True
+    return False
+
+
+def tags_asked(text: str) -> frozenset[str]:
+    found = set()
+    for word in re.findall(r"[a-z][a-z-]+", text.lower()):
+        for stem, tag in TAG_WORDS.items():
+            if word.startswith(stem):
+                found.add(tag)
+    return frozenset(found)
+
+
+def _metric(evaluation: str) -> tuple[str, bool | None]:
+    m = re.search(r"metric `([^`]+)`,\s*(higher|lower) is better", evaluation)
+    if m:
+        return m.group(1).lower(), m.group(2) == "higher"
+    m = re.search(r"^\s*name:\s*([A-Za-z0-9_\-]+)", evaluation, re.M)
+    return (m.group(1).lower(), None) if m else ("", None)
+
+
+def metric_kind(metric: str) -> str | None:
+    if not metric:
+        return None
+    if metric in CLASSIFICATION_METRICS or any(p in metric for p in ("accuracy", "f1", "auc", "kappa")):
+        return CLASSIFICATION
+    if metric in REGRESSION_METRICS or re.search(r"(^|_)(r2|rmse|mse|mae|l2|mape)($|_)", metric):
+        return REGRESSION
+    return None
+
+
+def contract_types(resources: str) -> dict[str, str]:
+    """column -> type of the prediction contract, ``csv[id:int, y:float]``."""
+    m = re.search(r"contract `csv\[([^\]]*)\]`", resources)
+    return dict(re.findall(r"([^\s,:]+):(\w+)", m.group(1))) if m else {}
+
+
+def _backticked(resources: str, label: str) -> list[str]:
+    m = re.search(rf"^- {label}: (.+)$", resources, re.M)
+    return re.findall(r"`([^`]+)`", m.group(1)) if m else []
+
+
+def report_text(user: str) -> str:
+    """The data analysis a prompt carries, whole (its own ``## `` headings included)."""
+    given = inputs(user)
+    return "\n".join(given.get(name, "") for name in ("report", "data_findings", "parent_report"))
+
+
+# --- reading ----------------------------------------------------------------------------------------
+def read_facts(system: str, user: str) -> TaskFacts:
+    """The facts of one prompt (system: the agent's instructions; user: task, inputs)."""
+    parts = task_sections(user)
+    prose = "\n".join(parts[k] for k in ("Goal", "Context", "Constraints"))
+    evaluation, resources = parts["Evaluation"], parts["Resources"]
+    report = report_text(user)
+    evidence: list[str] = []
+
+    target = (_backticked(resources, "target column") or [""])[0]
+    features = _backticked(resources, "feature columns")
+    n_features = len(features) or _report_feature_count(report)
+    target_type = contract_types(resources).get(target, "float") if target else "float"
+    metric, higher = _metric(evaluation)
+    n_classes = _report_classes(report)
+
+    kind = _kind(resources, metric, target_type, prose + "\n" + evaluation, n_classes, evidence)
+    extrapolate = _fact("must extrapolate", _EXTRAPOLATE, prose + "\n" + evaluation, evidence)
+    if not extrapolate and mentions(report, r"\boutside the training range\b"):
+        extrapolate = True
+        evidence.append("must extrapolate: the data report finds test inputs outside the training range")
+    physics = _fact("physics welcome", _PHYSICS, prose, evidence)
+    monotone = _fact("monotone", _MONOTONE, prose, evidence)
+    positive = _fact("positive target", _POSITIVE, prose, evidence)
+    # A jump only when the text or the report says so; a gap in the sampling is not one.
+    discontinuity = _fact("discontinuous", _DISCONTINUITY, prose, evidence)
+    if not discontinuity and mentions(report, r"\b(discontinuity|jump) (detected|found|evident)\b|"
+                                              r"\bevidence of a (discontinuity|jump)\b"):
+        discontinuity = True
+        evidence.append("discontinuous: the data report finds a jump")
+
+    instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
+    return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
+                     higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
+                     positive=positive, discontinuity=discontinuity,
+                     n_classes=n_classes if kind == CLASSIFICATION else None,
+                     asked=tags_asked(instructions), evidence=tuple(evidence))
+
+
+def _fact(name: str, pattern: str, text: str, evidence: list[str]) -> bool:
+    if mentions(text, pattern):
+        evidence.append(f"{name}: the task text says so")
+        return True
+    return False
+
+
+def _kind(resources: str, metric: str, target_type: str, text: str, n_classes: int | None,
+          evidence: list[str]) -> str:
+    declared = re.search(r"^- kind: `?(regression|classification)`?", resources, re.M)
+    if declared:
+        evidence.append(f"{declared.group(1)}: declared by the task")
+        return declared.group(1)
+    by_metric = metric_kind(metric)
+    if by_metric:
+        evidence.append(f"{by_metric}: the metric is {metric}")
+        return by_metric
+    if target_type in {"str", "bool"}:
+        evidence.append(f"classification: the prediction contract asks for {target_type} labels")
+        return CLASSIFICATION
+    votes = (int(mentions(text, _CLASS_WORDS)) - int(mentions(text, _REGRESSION_WORDS))
+             + int(target_type == "int") + int(n_classes is not None and n_classes <= 20))
+    if votes > 0:
+        evidence.append("classification: the text speaks of classes or labels"
+                        + (" and the contract asks for integers" if target_type == "int" else ""))
+        return CLASSIFICATION
+    return REGRESSION
+
+
+def _report_feature_count(report: str) -> int:
+    m = re.search(r"\bfeatures: (\d+)\b", report)
+    return int(m.group(1)) if m else 0
+
+
+def _report_classes(report: str) -> int | None:
+    m = re.search(r"target[^\n]*?\b(\d+) distinct values\b", report)
+    return int(m.group(1)) if m else None
