@@ -50,7 +50,7 @@ class PreflightError(TaskSpecError):
     def __init__(self, task_name: str, problems: list[str], warnings: list[str] | None = None):
         self.problems = list(problems)
         self.warnings = list(warnings or [])
-        listed = "\n".join(f"  - {p}" for p in self.problems)
+        listed = "\n".join([*(f"  - {p}" for p in self.problems), *(f"  - warning: {w}" for w in self.warnings)])
         super().__init__(task_name, f"the task's data fails preflight ({len(self.problems)} problem(s)); "
                          f"nothing was run and no model was called:\n{listed}")
 
