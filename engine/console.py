@@ -7,6 +7,32 @@ from typing import TextIO
 from .trace import Event
 
 
+# A message, reason or check detail longer than this is cut (at a word) unless --verbose.
+MESSAGE_LIMIT = 240
+# How many of its last stderr lines a failed execution shows: where a traceback says why.
+STDERR_LINES = 5
+_INDENT = " " * 24  # under the text of an event line: "[   12.3s] agent        "
+
+
+def shorten(text: str, limit: int | None = MESSAGE_LIMIT) -> str:
+    """``text`` on one line, cut at the last word boundary before ``limit`` with "…"; never
+    mid-word (a single word longer than the limit is cut, there is no boundary to cut at)."""
+    flat = " ".join(str(text).split())
+    if limit is None or len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    space = cut.rfind(" ")
+    if space > 0 and not flat[limit - 1].isspace():
+        cut = cut[:space]
+    return cut.rstrip(" ,;:-") + "…"
+
+
+def stderr_tail(stderr: str, lines: int = STDERR_LINES) -> list[str]:
+    """The last non-blank lines of a program's stderr."""
+    kept = [ln.rstrip() for ln in stderr.splitlines() if ln.strip()]
+    return kept[-lines:]
+
+
 class ConsoleSink:
     def __init__(self, out: TextIO = sys.stdout, verbose: bool = False):
         self.out = out
@@ -16,19 +42,26 @@ class ConsoleSink:
     def emit(self, event: Event) -> None:
         if self.t0 is None:
             self.t0 = event.ts
-        line = describe(event)
+        line = describe(event, limit=None if self.verbose else MESSAGE_LIMIT)
         if line is None and not self.verbose:
             return
         agent = (event.agent or "-")[:12]
-        self.out.write(f"[{event.ts - self.t0:7.1f}s] {agent:<12} {line or event.kind}\n")
+        text = (line or event.kind).replace("\n", "\n" + _INDENT)
+        self.out.write(f"[{event.ts - self.t0:7.1f}s] {agent:<12} {text}\n")
         self.out.flush()
 
     def close(self) -> None:
         pass
 
 
-def describe(e: Event) -> str | None:
+def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
+    """One event as console text (a failed execution adds its stderr's last lines below);
+    free text is cut to ``limit`` characters at a word boundary (None: never cut)."""
     p = e.payload
+
+    def cut(text: object) -> str:
+        return shorten(str(text), limit)
+
     if e.kind == "run_started":
         return (f"run {e.run_id} on {p['task']} | workflow {p['workflow_hash'][:12]} "
                 f"({len(p['order'])} agents) | executor {p['executor']}")
@@ -41,26 +74,32 @@ def describe(e: Event) -> str | None:
                 f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}")
     if e.kind == "code_execution":
         files = ", ".join(p["files"]) or "no files"
-        return f"ran code ({p['purpose']}): {p['status']} exit {p['exit_code']} in {p['duration_s']:.1f}s -> {files}"
+        line = f"ran code ({p['purpose']}): {p['status']} exit {p['exit_code']} in {p['duration_s']:.1f}s -> {files}"
+        if p["status"] != "ok":
+            # the cause (a KeyError, a missing file) belongs on the console, not only in the trace
+            tail = stderr_tail(p.get("stderr_tail") or p.get("stderr") or "")
+            line += "".join(f"\n  | {ln}" for ln in tail) or "\n  | (nothing on stderr)"
+        return line
     if e.kind == "handoff":
-        return None if p["ok"] else f"CONTRACT VIOLATION {p['source']} -> {p['target']} {p['artifact']}: {p['errors'][0]}"
+        return None if p["ok"] else \
+            f"CONTRACT VIOLATION {p['source']} -> {p['target']} {p['artifact']}: {cut(p['errors'][0])}"
     if e.kind == "check":
-        return f"check {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({p['detail']})"
+        return f"check {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({cut(p['detail'])})"
     if e.kind == "route":
         if p["taken"]:
             return f"{p['on']} -> {p['target']} (loop {p['loop']}/{p['max_loops']})"
-        return f"{p['on']} not routed: {p['reason']}"
+        return f"{p['on']} not routed: {cut(p['reason'])}"
     if e.kind == "agent_finished":
-        msg = f" - {p['message']}" if p.get("message") else ""
+        msg = f" - {cut(p['message'])}" if p.get("message") else ""
         return f"finished {p['status']}{msg}"
     if e.kind == "budget_exhausted":
-        return f"BUDGET EXHAUSTED: {p['reason']}"
+        return f"BUDGET EXHAUSTED: {cut(p['reason'])}"
     if e.kind == "evaluation":
         if p.get("ok"):
             return f"evaluate.py: {p['metric']} = {p['value']:.6g}"
-        return f"evaluation failed: {p.get('error')}"
+        return f"evaluation failed: {cut(p.get('error'))}"
     if e.kind == "run_finished":
-        return f"run {p['status']}{': ' + p['reason'] if p.get('reason') else ''}"
+        return f"run {p['status']}{': ' + cut(p['reason']) if p.get('reason') else ''}"
     return None
 
 

@@ -480,6 +480,8 @@ class SubprocessExecutor:
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = _validate_request(request)
+        if not self.drops_privileges:
+            _warn_shared_uid_once()
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
         view_root = workdir.with_name(workdir.name + ".view")
         try:
@@ -557,6 +559,20 @@ class SubprocessExecutor:
             workdir=workdir, files={}, violations=list(outcome.scanner.violations),
             executor=self.name,
         )
+
+
+_shared_uid_warned = False
+
+
+def _warn_shared_uid_once() -> None:
+    """Say once per process, not once per program, that programs run as the engine's user."""
+    global _shared_uid_warned
+    if _shared_uid_warned:
+        return
+    _shared_uid_warned = True
+    log.warning("sandbox: Trellis is not running as root, so generated programs run under your own uid "
+                "(%d) rather than a uid of each run's own; the other confinement layers apply where the "
+                "kernel allows them (run as root for all of them)", os.geteuid())
 
 
 def _fresh_ids() -> tuple[int, int]:
