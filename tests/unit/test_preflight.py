@@ -95,6 +95,14 @@ def test_a_sound_task_passes_with_its_facts(task_dir):
     assert json.loads(json.dumps(facts.to_dict()))["beyond_training_range"] == {"x1": "upper"}
 
 
+def test_a_few_test_rows_just_outside_a_random_split_are_not_extrapolation(task_dir):
+    # 10 test rows inside the training range of x1 (0..39), one just above it
+    _csv(task_dir / "data" / "test_features.csv", ["id", "x1", "x2"], [[k, 3 * k + 12, k % 3] for k in range(10)])
+    facts = preflight(load_task(task_dir))
+    assert facts.feature_ranges["x1"].test_above == 1 and facts.beyond_training_range() == {}
+    assert facts.beyond_training_range(min_share=0.1) == {"x1": "upper"}
+
+
 def test_missing_target_column_names_the_training_file_and_column(task_dir):
     _csv(task_dir / "data" / "train.csv", ["x1", "x2", "z"], [[i, i % 3, i] for i in range(40)])
     msg = _one(_problems(task_dir), "data/train.csv", "'y'")
