@@ -97,7 +97,7 @@ def test_a_sound_task_passes_with_its_facts(task_dir):
 
 def test_a_few_test_rows_just_outside_a_random_split_are_not_extrapolation(task_dir):
     # 10 test rows inside the training range of x1 (0..39), one just above it
-    _csv(task_dir / "data" / "test_features.csv", ["id", "x1", "x2"], [[k, 3 * k + 12, k % 3] for k in range(10)])
+    _csv(task_dir / "data" / "test_features.csv", ["id", "x1", "x2"], [[k, 3 * k + 13, k % 3] for k in range(10)])
     facts = preflight(load_task(task_dir))
     assert facts.feature_ranges["x1"].test_above == 1 and facts.beyond_training_range() == {}
     assert facts.beyond_training_range(min_share=0.1) == {"x1": "upper"}
