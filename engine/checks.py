@@ -1,4 +1,8 @@
-"""Public checks: facts computed from evidence, never from a model's opinion."""
+"""Public checks: facts computed from evidence, never from a model's opinion.
+
+Here: the checks on an execution and its file (exit, output, schema, values vary), the
+hand-off checks and hash preservation. The checks on the numbers themselves (finite,
+within_range, beats_trivial, claims_match) are in engine/plausibility.py."""
 from __future__ import annotations
 
 import csv

@@ -567,16 +567,31 @@ def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str) -> list
     if r.target not in predictions.columns:
         return [Check("finite", False, f"{r.predictions_file} has no column {r.target!r}")]
     checks = [finite(predictions[r.target].tolist(), data.kind, data.classes, r.target)]
-    reach = extrapolation(data.train, data.test, data.features)
+    reach = _guarded("within_range", lambda: extrapolation(data.train, data.test, data.features))
+    if isinstance(reach, Check):
+        return checks + [reach]
     if data.kind == "regression":
         constraints = getattr(r, "constraints", None)
-        checks.append(within_range(predictions, r.target, data.target,
-                                   low=getattr(constraints, "min", None), high=getattr(constraints, "max", None),
-                                   monotone=dict(getattr(constraints, "monotone", None) or {}),
-                                   test=data.test, id_column=r.id_column, reach=reach[0]))
-    holdouts = holdout_splits(data.train.loc[data.target.index].reset_index(drop=True),
-                              getattr(r, "validation", None), reach)
-    baseline = trivial_baseline(data.target.tolist(), task.metric.name, task.metric.higher_is_better, data.kind,
-                                holdouts)
-    checks.append(beats_trivial(stdout, task.metric.name, task.metric.higher_is_better, baseline))
+        checks.append(_guarded("within_range", lambda: within_range(
+            predictions, r.target, data.target, low=getattr(constraints, "min", None),
+            high=getattr(constraints, "max", None), monotone=dict(getattr(constraints, "monotone", None) or {}),
+            test=data.test, id_column=r.id_column, reach=reach[0])))
+
+    def compare() -> Check:
+        holdouts = holdout_splits(data.train.loc[data.target.index].reset_index(drop=True),
+                                  getattr(r, "validation", None), reach)
+        baseline = trivial_baseline(data.target.tolist(), task.metric.name, task.metric.higher_is_better,
+                                    data.kind, holdouts)
+        return beats_trivial(stdout, task.metric.name, task.metric.higher_is_better, baseline)
+
+    checks.append(_guarded("beats_trivial", compare))
     return checks
+
+
+def _guarded(name: str, compute):
+    """A check the engine could not compute on this data says so and passes: an engine fault
+    is not a verdict on the team's answer, and must not block every run of the task."""
+    try:
+        return compute()
+    except Exception as exc:  # noqa: BLE001 - any failure of the check itself, reported in its detail
+        return Check(name, True, f"not checked: the engine could not compute it ({type(exc).__name__}: {exc})")
