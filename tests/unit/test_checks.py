@@ -198,3 +198,20 @@ def test_a_claim_equal_to_a_measurement_up_to_its_rounding_passes():
 def test_claims_without_a_measurement_to_compare_are_not_judged():
     assert claims_match("We expect r2 = 0.95.", [Measured("rmse", 0.3, "evaluate.py")]) is None
     assert claims_match("No scores here.", [Measured("r2", 0.3, "evaluate.py")]) is None
+
+
+def test_a_classification_task_is_recognised_and_float_scores_are_not_classes(tmp_path):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=100)
+    train = pd.DataFrame({"id": range(100), "x": x, "label": (x > 0.8).astype(int)})  # about 80% zeros
+    test = pd.DataFrame({"id": range(10), "x": np.linspace(-1, 1, 10)})
+    task = make_task(tmp_path / "c", train, test, target="label", metric="accuracy",
+                     columns={"id": "int", "label": "float"})  # a loosened contract does not make it regression
+    floats = by_name(plausibility_checks(task, csv_bytes(range(10), np.linspace(0, 1, 10), "label"),
+                                         "validation_accuracy: 0.97\n"))
+    assert not floats["finite"].passed and "not a class" in floats["finite"].detail
+    assert "within_range" not in floats  # bounds are for numbers; classes are checked by finite
+    labels = by_name(plausibility_checks(task, csv_bytes(range(10), [0] * 8 + [1] * 2, "label"),
+                                         "validation_accuracy: 0.52\n"))
+    assert labels["finite"].passed
+    assert not labels["beats_trivial"].passed and "majority class" in labels["beats_trivial"].detail
