@@ -12,6 +12,15 @@ app.autodiscover_tasks(["webapp.runs"])
 _beat = None  # this worker's heartbeat thread (webapp/health.py), in its main process only
 
 
+@signals.worker_init.connect
+def _import_litellm_before_the_pool_forks(**_):
+    """litellm takes seconds to import; imported once here, in the main process, every pool
+    process inherits it instead of paying for it on its first model call."""
+    from engine.llm import get_litellm
+
+    get_litellm()
+
+
 @signals.worker_ready.connect
 def _start_worker_beat(sender=None, **_):
     """Tell /healthz (and the studio's supervisor) that this worker's main process is alive."""

@@ -35,10 +35,10 @@ def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_sear
 
 def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/diabetes-progression", "--search",
+    proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/discontinuous-1d", "--search",
                            "scimars", "--iterations", "1", "--no-archive"], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     for editor in ("role_editor", "coordination_editor", "memory_editor"):
         assert editor in proc.stdout
-    assert "round  1" in proc.stdout and "decision: " in proc.stdout and "official r2" in proc.stdout
+    assert "round  1" in proc.stdout and "decision: " in proc.stdout and "official relative_l2" in proc.stdout
