@@ -41,7 +41,8 @@ class ValidationPolicy:
     """How in-loop validation mirrors the official split (Data_config.json ``validation``).
 
     ``kfold``: seeded random folds. ``holdout_range``: the ``fraction`` of rows at the ``side``
-    (upper/lower) end of ``column`` validates, for tasks scored beyond the training range.
+    (upper/lower) end of ``column`` validates (a share of rows, not of the column's span), for
+    tasks scored beyond the training range.
     ``group``: whole groups of ``column`` are held out. ``time``: forward chaining along
     ``column``. ``column``, ``side`` and ``fraction`` are None where the split takes none."""
 
@@ -53,8 +54,9 @@ class ValidationPolicy:
 
     def describe(self) -> str:
         if self.split == "holdout_range":
-            return (f"holdout_range on `{self.column}`: the {'top' if self.side == 'upper' else 'bottom'} "
-                    f"{self.fraction:.0%} of its range validates ({self.folds} folds)")
+            return (f"holdout_range on `{self.column}`: the {self.fraction:.0%} of rows with the "
+                    f"{'highest' if self.side == 'upper' else 'lowest'} `{self.column}` validate, "
+                    "as the official test lies beyond the training range")
         if self.split == "kfold":
             return f"kfold, {self.folds} random folds"
         how = "whole groups held out" if self.split == "group" else "forward chaining in time"
@@ -70,13 +72,14 @@ class Constraints:
     max: float | None = None
     monotone: dict[str, str] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, target: str | None = None) -> str:
+        name = f"`{target}`" if target else "the target"
         parts = []
         if self.min is not None:
-            parts.append(f"target >= {self.min:g}")
+            parts.append(f"{name} >= {self.min:g}")
         if self.max is not None:
-            parts.append(f"target <= {self.max:g}")
-        parts += [f"{direction} in `{col}`" for col, direction in self.monotone.items()]
+            parts.append(f"{name} <= {self.max:g}")
+        parts += [f"{name} {direction} in `{col}`" for col, direction in self.monotone.items()]
         return "; ".join(parts)
 
 
@@ -139,7 +142,7 @@ class Task:
         if r.kind:
             lines.append(f"- task kind: {r.kind}")
         if r.constraints:
-            lines.append(f"- known constraints: {r.constraints.describe()}")
+            lines.append(f"- known constraints: {r.constraints.describe(r.target)}")
         if r.validation:
             lines.append(f"- in-loop validation: {r.validation.describe()}")
         lines.append(f"- write predictions to `{r.predictions_file}` with contract `{r.prediction_contract()}`")

@@ -138,7 +138,7 @@ def test_kind_validation_and_constraints_are_typed_and_shown_to_agents(task_dir)
             r.validation.folds) == ("holdout_range", "x", "upper", 0.25, 3)
     assert r.constraints.min == 0 and r.constraints.max is None and r.constraints.monotone == {"x": "increasing"}
     text = load_task(task_dir).description()
-    assert "task kind: regression" in text and "target >= 0" in text and "increasing in `x`" in text
+    assert "task kind: regression" in text and "`y` >= 0" in text and "`y` increasing in `x`" in text
     assert "holdout_range on `x`" in text
 
 
