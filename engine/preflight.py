@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import TaskSpecError
@@ -122,7 +122,7 @@ def preflight(task: Task, timeout_s: float = 30.0, cache_dir: Path | None = None
     if checker.problems:
         raise PreflightError(task.name, checker.problems, checker.warnings)
     assert facts is not None
-    return TaskFacts(**{**facts.__dict__, "seconds": round(time.perf_counter() - started, 3)})
+    return replace(facts, seconds=round(time.perf_counter() - started, 3))
 
 
 def _names(items: list[str] | tuple[str, ...], quote: bool = True) -> str:
@@ -181,8 +181,8 @@ class _Checker:
         metric = self._check_evaluate(outcome)
         if facts is None:
             return None
-        return TaskFacts(**{**facts.__dict__, "evaluate_metric": metric,
-                            "evaluate_supports_truth": scorer.with_truth, "warnings": self.warnings})
+        return replace(facts, evaluate_metric=metric, evaluate_supports_truth=scorer.with_truth,
+                       warnings=self.warnings)
 
     def _check_roles(self) -> bool:
         files = self.r.files
