@@ -107,6 +107,19 @@ def test_a_curve_declared_increasing_must_not_turn_back():
     assert not within_range(rising, "y", target, monotone={"length": "decreasing"}, test=test, id_column="id").passed
 
 
+def test_a_curve_that_turns_back_in_small_steps_is_seen():
+    x = np.linspace(0, 2, 101)
+    y = np.where(x < 1, x, 2 - x)  # rises to 1, then falls back to 0 in steps of 2% of its span
+    test = pd.DataFrame({"id": [str(i) for i in range(101)], "x": x})
+    preds = pd.DataFrame({"id": test["id"], "y": [str(float(v)) for v in y]})
+    check = within_range(preds, "y", pd.Series([0.0, 1.0]), monotone={"x": "increasing"}, test=test, id_column="id")
+    assert not check.passed and "from 1 at x=1 to 0 at x=2" in check.detail
+    wiggle = x + 0.005 * np.sin(40 * x)  # rising, with a wiggle of 0.25% of the span
+    preds = preds.assign(y=[str(float(v)) for v in wiggle])
+    assert within_range(preds, "y", pd.Series([0.0, 2.0]), monotone={"x": "increasing"}, test=test,
+                        id_column="id").passed
+
+
 def test_monotone_is_judged_with_the_other_inputs_held_fixed():
     # y rises with x within each temperature; across temperatures it is lower: still monotone in x
     test = pd.DataFrame({"id": [str(i) for i in range(6)], "x": [1, 2, 3, 1, 2, 3], "t": [0, 0, 0, 1, 1, 1]})
