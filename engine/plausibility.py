@@ -356,16 +356,21 @@ def _monotone(predictions: pd.DataFrame, column: str, test: pd.DataFrame | None,
     joined = joined.dropna(subset=["__x", "__p"])
     # Other inputs held fixed: compare only rows that agree on every other feature.
     others = [c for c in test.columns if c not in {id_column, col}]
-    groups = [g for _, g in joined.groupby(others, dropna=False)] if others else [joined]
+    if others:  # only groups of two rows or more can show a slope
+        sizes = joined.groupby(others, dropna=False)["__x"].transform("size")
+        groups = [g for _, g in joined[sizes >= 2].groupby(others, dropna=False, sort=False)]
+    else:
+        groups = [joined]
     sign = 1.0 if direction == "increasing" else -1.0
     span = float(joined["__p"].max() - joined["__p"].min()) if len(joined) else 0.0
     checked, worst = 0, None
     for g in groups:
-        curve = g.groupby("__x")["__p"].mean().sort_index()  # one value per input value
-        if len(curve) < 2:
+        x, where = np.unique(g["__x"].to_numpy(dtype=float), return_inverse=True)
+        if len(x) < 2:
             continue
         checked += 1
-        x, p = curve.index.to_numpy(dtype=float), curve.to_numpy(dtype=float) * sign
+        # one value per input value (their mean, should rows repeat an input)
+        p = np.bincount(where, weights=g["__p"].to_numpy(dtype=float)) / np.bincount(where) * sign
         # against the highest value so far, so a curve turning back in small steps is seen too
         peak = np.maximum.accumulate(p)[:-1]
         drops = peak - p[1:]
