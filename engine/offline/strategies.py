@@ -5,9 +5,10 @@ scientist picks a strategy and hyperparameters from this library, renders a comp
 Python program, and the sandbox really runs it (fit, validate, predict). The strategies
 differ genuinely in quality, so a search over them can make real progress.
 
-Also here: the exploratory-analysis script an analyst agent runs first, and a small model
-of first-draft mistakes (``inject_bug``) together with the debugger that repairs them from
-the traceback alone (``fix_bug``).
+Also here: a small model of first-draft mistakes (``inject_bug``) together with the
+debugger that repairs them from the traceback alone (``fix_bug``). The parametric and
+classification strategies live in parametric.py and classifiers.py, the analyzer's program
+in analysis.py.
 
 Pure Python, no Django and no third-party imports: the *rendered* programs use numpy,
 scipy, pandas and scikit-learn, but this module only writes their source.
@@ -24,12 +25,14 @@ from string import Template
 from textwrap import dedent
 
 from ..prompt_format import extract_strategy
+from .analysis import render_analysis_script  # noqa: F401  (the analyzer's program; re-exported)
 
-FAMILIES = ("regression_1d", "tabular_regression")
-ONE_D, TABULAR = FAMILIES
+FAMILIES = ("regression_1d", "tabular_regression", "classification")
+ONE_D, TABULAR, CLASSIFY = FAMILIES
 TAG_VOCABULARY = frozenset({
     "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
     "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
+    "parametric", "extrapolation", "physics", "classifier",
 })
 BUG_KINDS = ("missing_import", "misspelled_column", "missing_id_column", "shape_error")
 
@@ -39,13 +42,20 @@ class DataSpec:
     train_path: str          # relative path inside the program's working dir, e.g. "data/train.csv"
     test_path: str
     target: str
-    features: tuple[str, ...]
+    features: tuple[str, ...]  # () : the program uses every test column but the id
     id_column: str
     predictions_file: str    # must contain columns (id_column, target)
+    kind: str = "regression"   # "regression" | "classification"
+    target_type: str = "float"  # the prediction contract's type for the target: float/int/str/bool
+    extrapolate: bool = False  # scored beyond the training range: validate on the far tail
+    group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
 
 
 def family_of(spec: DataSpec) -> str:
-    """Problem family: one input variable is curve fitting, more is tabular regression."""
+    """Problem family: classification when the task asks for labels; otherwise one input variable
+    is curve fitting and more is tabular regression."""
+    if spec.kind == "classification":
+        return CLASSIFY
     return ONE_D if len(spec.features) == 1 else TABULAR
 
 
@@ -60,8 +70,8 @@ _FRAME = Template('''\
 
 $summary
 
-Reads $train_path and $test_path, scores itself on a random
-${val_pct}% hold-out of the training rows, refits on all of them and writes $predictions_file.
+Reads $train_path and $test_path, scores itself on $validation_text,
+refits on all training rows and writes $predictions_file.
 Deterministic for SEED = $seed.
 """
 import os
@@ -80,31 +90,108 @@ SEED = $seed
 TRAIN_PATH = $train_path_repr
 TEST_PATH = $test_path_repr
 TARGET = $target_repr
-FEATURES = $features_repr
+FEATURES = $features_repr  # empty: every column of the test file but the id
 ID_COLUMN = $id_column_repr
 PREDICTIONS_FILE = $predictions_file_repr
 VALIDATION_FRACTION = $val_fraction
 
 
+def feature_columns(train, test):
+    if FEATURES:
+        return list(FEATURES)
+    # Only columns both files have: a training-only column cannot be used to predict.
+    return [c for c in test.columns if c != ID_COLUMN and c in train.columns]
+
+
 def load_data():
     train = pd.read_csv(TRAIN_PATH)
     test = pd.read_csv(TEST_PATH)
-    X = train[FEATURES].to_numpy(dtype=float)
-    y = train[TARGET].to_numpy(dtype=float)
-    X_test = test[FEATURES].to_numpy(dtype=float)
+    columns = feature_columns(train, test)
+    X = train[columns].to_numpy(dtype=float)
+    y = train[TARGET].to_numpy($y_dtype)
+    X_test = test[columns].to_numpy(dtype=float)
     ids = test[ID_COLUMN].to_numpy()
     return X, y, X_test, ids
 
 
 $body
 
-def holdout_split(n_rows, seed):
+$split
+
+$scores
+
+$contract
+
+def main():
+    start = time.perf_counter()
+    X, y, X_test, ids = load_data()
+    print(f"train_rows: {X.shape[0]}  features: {X.shape[1]}  test_rows: {len(ids)}")
+
+    # Score on a hold-out split first so the run leaves a number behind ...
+    fit_rows, val_rows = holdout_split(X, X_test, SEED)
+    report_scores(y[val_rows], fit_predict(X[fit_rows], y[fit_rows], X[val_rows]))
+
+    # ... then refit on every training row for the submission.
+    predictions = as_contract(fit_predict(X, y, X_test))
+    out = pd.DataFrame({ID_COLUMN: ids, TARGET: predictions})
+    out.to_csv(PREDICTIONS_FILE, index=False)
+    check_predictions(len(ids))
+    print(f"wrote {len(out)} predictions to {PREDICTIONS_FILE}")
+    print(f"elapsed_seconds: {time.perf_counter() - start:.2f}")
+
+
+if __name__ == "__main__":
+    main()
+''')
+
+_RANDOM_SPLIT = '''
+def holdout_split(X, X_test, seed):
     """Random (fit, validation) index split of the training rows."""
-    order = np.random.default_rng(seed).permutation(n_rows)
-    n_val = max(1, int(round(VALIDATION_FRACTION * n_rows)))
+    order = np.random.default_rng(seed).permutation(len(X))
+    n_val = max(1, int(round(VALIDATION_FRACTION * len(X))))
     return order[n_val:], order[:n_val]
+'''
+
+# The test inputs lie beyond the training range: a random split would measure interpolation,
+# so the program validates on the training rows nearest the side the test set extends past.
+_TAIL_SPLIT = '''
+def extrapolation_direction(X, X_test):
+    """(feature index, "upper" or "lower"): where the test inputs go furthest past the training range."""
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    above = (X_test.max(axis=0) - hi) / span
+    below = (lo - X_test.min(axis=0)) / span
+    up, down = int(np.argmax(above)), int(np.argmax(below))
+    return (up, "upper") if above[up] >= below[down] else (down, "lower")
 
 
+def holdout_split(X, X_test, seed):
+    """(fit, validation) split that holds out the training tail the test set extends beyond."""
+    column, side = extrapolation_direction(X, X_test)
+    order = np.argsort(X[:, column] if side == "upper" else -X[:, column], kind="stable")
+    n_val = max(1, int(round(VALIDATION_FRACTION * len(X))))
+    print(f"validation: the {side} {VALIDATION_FRACTION:.0%} of training rows along feature {column}"
+          " (the test set extrapolates there)")
+    return order[:-n_val], order[-n_val:]
+'''
+
+# Rows come in groups (sites, patients) and the score is on new groups: hold out whole groups.
+_GROUP_SPLIT = '''
+def holdout_split(X, X_test, seed):
+    """(fit, validation) split that holds out whole groups of GROUP_COLUMN."""
+    groups = pd.read_csv(TRAIN_PATH)[GROUP_COLUMN].to_numpy()
+    names = np.random.default_rng(seed).permutation(np.unique(groups))
+    if len(names) < 2:
+        order = np.random.default_rng(seed).permutation(len(X))
+        n_val = max(1, int(round(VALIDATION_FRACTION * len(X))))
+        return order[n_val:], order[:n_val]
+    n_val = min(len(names) - 1, max(1, int(round(VALIDATION_FRACTION * len(names)))))
+    held = np.isin(groups, names[:n_val])
+    print(f"validation: {n_val} of {len(names)} {GROUP_COLUMN} groups held out whole")
+    return np.flatnonzero(~held), np.flatnonzero(held)
+'''
+
+_REGRESSION_SCORES = '''
 def report_scores(y_true, y_pred):
     residual = y_true - y_pred
     rmse = float(np.sqrt(np.mean(residual ** 2)))
@@ -121,34 +208,42 @@ def check_predictions(n_expected):
     written = pd.read_csv(PREDICTIONS_FILE)[[ID_COLUMN, TARGET]]
     assert len(written) == n_expected, f"wrote {len(written)} rows, expected {n_expected}"
     assert np.isfinite(written[TARGET].to_numpy(dtype=float)).all(), "non-finite predictions"
+'''
+
+_CLASSIFICATION_SCORES = '''
+def report_scores(y_true, y_pred):
+    accuracy = float(np.mean(y_true == y_pred))
+    # Balanced accuracy: the mean recall over classes, which a majority vote cannot inflate.
+    recalls = [float(np.mean(y_pred[y_true == c] == c)) for c in np.unique(y_true)]
+    print(f"validation_accuracy: {accuracy:.6f}")
+    print(f"validation_balanced_accuracy: {float(np.mean(recalls)):.6f}")
 
 
-def main():
-    start = time.perf_counter()
-    X, y, X_test, ids = load_data()
-    print(f"train_rows: {X.shape[0]}  features: {X.shape[1]}  test_rows: {len(ids)}")
+def check_predictions(n_expected):
+    # Read the file back so a malformed submission fails here, not at scoring time.
+    written = pd.read_csv(PREDICTIONS_FILE)[[ID_COLUMN, TARGET]]
+    assert len(written) == n_expected, f"wrote {len(written)} rows, expected {n_expected}"
+    assert written[TARGET].notna().all(), "missing labels"
+'''
 
-    # Score on a hold-out split first so the run leaves a number behind ...
-    fit_rows, val_rows = holdout_split(len(y), SEED)
-    report_scores(y[val_rows], fit_predict(X[fit_rows], y[fit_rows], X[val_rows]))
-
-    # ... then refit on every training row for the submission.
-    predictions = fit_predict(X, y, X_test)
-    out = pd.DataFrame({ID_COLUMN: ids, TARGET: predictions})
-    out.to_csv(PREDICTIONS_FILE, index=False)
-    check_predictions(len(ids))
-    print(f"wrote {len(out)} predictions to {PREDICTIONS_FILE}")
-    print(f"elapsed_seconds: {time.perf_counter() - start:.2f}")
-
-
-if __name__ == "__main__":
-    main()
-''')
+# Predictions written in the contract's type: labels stay labels, an int column gets integers.
+_CONTRACT = {
+    "float": "values.astype(float)",
+    "int": "np.rint(values.astype(float)).astype(np.int64)",
+    "str": "values.astype(str)",
+    "bool": "values.astype(bool)",
+}
+_CONTRACT_FN = '''
+def as_contract(values):
+    """Predictions in the type the contract asks for ({target_type})."""
+    values = np.asarray(values)
+    return {expression}
+'''
 
 VALIDATION_FRACTION = 0.2
 
 # fit_predict for anything that follows the scikit-learn estimator API.
-_SKLEARN_FIT = '''
+SKLEARN_FIT = '''
 def fit_predict(X_train, y_train, X_new):
     model = make_model()
     model.fit(X_train, y_train)
@@ -156,7 +251,7 @@ def fit_predict(X_train, y_train, X_new):
 '''
 
 # Same, for estimators that may stop at max_iter by design (MLP, lasso).
-_SKLEARN_FIT_QUIET = '''
+SKLEARN_FIT_QUIET = '''
 def fit_predict(X_train, y_train, X_new):
     model = make_model()
     with warnings.catch_warnings():
@@ -244,6 +339,13 @@ class Strategy:
             raise ValueError(f"strategy {self.key!r} does not apply to {family_of(spec)} problems")
         resolved = self.resolve_params(params)
         imports, body = self._assemble(resolved)
+        classify = spec.kind == "classification"
+        tail = spec.extrapolate
+        grouped = bool(spec.group_column) and not tail
+        pct = int(round(100 * VALIDATION_FRACTION))
+        split = _TAIL_SPLIT if tail else _GROUP_SPLIT if grouped else _RANDOM_SPLIT
+        if grouped:
+            split = f"GROUP_COLUMN = {spec.group_column!r}\n\n" + split.strip("\n")
         return _FRAME.substitute(
             key=self.key,
             params_json=json.dumps(resolved, sort_keys=True),
@@ -252,7 +354,9 @@ class Strategy:
             train_path=spec.train_path,
             test_path=spec.test_path,
             predictions_file=spec.predictions_file,
-            val_pct=int(round(100 * VALIDATION_FRACTION)),
+            validation_text=(f"the {pct}% of training rows on the side the test set extrapolates to" if tail
+                             else f"whole {spec.group_column} groups held out ({pct}% of them)" if grouped
+                             else f"a random {pct}% hold-out of the training rows"),
             val_fraction=repr(VALIDATION_FRACTION),
             seed=int(seed),
             imports="\n".join(imports),
@@ -262,11 +366,17 @@ class Strategy:
             features_repr=repr(list(spec.features)),
             id_column_repr=repr(spec.id_column),
             predictions_file_repr=repr(spec.predictions_file),
+            y_dtype="" if classify else "dtype=float",
             body=body + "\n",
+            split=split.strip("\n") + "\n",
+            scores=(_CLASSIFICATION_SCORES if classify else _REGRESSION_SCORES).strip("\n") + "\n",
+            contract=_CONTRACT_FN.format(target_type=spec.target_type,
+                                         expression=_CONTRACT.get(spec.target_type, _CONTRACT["float"])
+                                         ).strip("\n") + "\n",
         )
 
 
-def _strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,
+def make_strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,
               summary: str, imports: tuple[str, ...], *body: str | Variant) -> Strategy:
     tag_set = frozenset(tags.split())
     assert tag_set <= TAG_VOCABULARY, tag_set - TAG_VOCABULARY
@@ -275,13 +385,13 @@ def _strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: 
 
 
 _BOTH = (ONE_D, TABULAR)
-_SCALER = "from sklearn.preprocessing import StandardScaler"
-_PIPE = "from sklearn.pipeline import make_pipeline"
-_POLY = "from numpy.polynomial import Polynomial"
+SCALER_IMPORT = "from sklearn.preprocessing import StandardScaler"
+PIPE_IMPORT = "from sklearn.pipeline import make_pipeline"
+POLY_IMPORT = "from numpy.polynomial import Polynomial"
 _SPLINE = "from scipy.interpolate import make_smoothing_spline"
 
-STRATEGIES: tuple[Strategy, ...] = (
-    _strategy(
+_CORE: tuple[Strategy, ...] = (
+    make_strategy(
         "mean_baseline", "Constant baseline", _BOTH, "baseline fast interpretable",
         {"statistic": ("mean", "median")},
         """
@@ -295,9 +405,9 @@ STRATEGIES: tuple[Strategy, ...] = (
 
         def make_model():
             return DummyRegressor(strategy=STATISTIC)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "global_poly", "Global polynomial least squares", (ONE_D,),
         "baseline smooth linear interpretable fast",
         {"degree": (9, 5, 15, 25)},
@@ -306,7 +416,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         interpretable, but a single smooth function cannot follow a jump: it overshoots
         and rings on both sides of it (Gibbs-like), and high degrees oscillate at the ends.
         """,
-        (_POLY,),
+        (POLY_IMPORT,),
         """
         DEGREE = $degree
 
@@ -318,7 +428,7 @@ STRATEGIES: tuple[Strategy, ...] = (
             return poly(X_new[:, 0])
         """,
     ),
-    _strategy(
+    make_strategy(
         "smoothing_spline", "Cubic smoothing spline", (ONE_D,),
         "smooth nonparametric interpretable fast",
         {"lam": (None, 1e-6, 1e-4, 1e-2)},
@@ -339,7 +449,7 @@ STRATEGIES: tuple[Strategy, ...] = (
             return spline(X_new[:, 0])
         """,
     ),
-    _strategy(
+    make_strategy(
         "piecewise_poly", "Discontinuity-aware piecewise fit", (ONE_D,),
         "discontinuity piecewise smooth interpretable fast",
         {"side_model": ("spline", "poly"), "degree": (10, 6, 14),
@@ -355,7 +465,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         one across the gap (the least expected squared error if every position is equally
         likely); gap_rule="step" jumps at the midpoint of the gap.
         """,
-        (_POLY,),
+        (POLY_IMPORT,),
         """
         SEARCH_DEGREE = $search_degree  # cheap per-side fit used while scanning for the jump
         MIN_SIDE = $min_side  # fewest samples allowed on either side of the jump
@@ -414,7 +524,7 @@ STRATEGIES: tuple[Strategy, ...] = (
             return (1.0 - weight) * left(x_new) + weight * right(x_new)
         """,
     ),
-    _strategy(
+    make_strategy(
         "knn", "k-nearest neighbours (scaled features)", _BOTH,
         "nonparametric scaling fast",
         {"n_neighbors": (5, 3, 10, 20), "weights": ("distance", "uniform")},
@@ -423,7 +533,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         feature, so that no feature dominates the distance just because of its units.
         Local, so it follows a jump, but it is noisy and flattens oscillations.
         """,
-        ("from sklearn.neighbors import KNeighborsRegressor", _PIPE, _SCALER),
+        ("from sklearn.neighbors import KNeighborsRegressor", PIPE_IMPORT, SCALER_IMPORT),
         """
         N_NEIGHBORS = $n_neighbors
         WEIGHTS = $weights
@@ -431,9 +541,9 @@ STRATEGIES: tuple[Strategy, ...] = (
 
         def make_model():
             return make_pipeline(StandardScaler(), KNeighborsRegressor(n_neighbors=N_NEIGHBORS, weights=WEIGHTS))
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "knn_unscaled", "k-nearest neighbours (raw features)", (TABULAR,),
         "nonparametric baseline fast",
         {"n_neighbors": (5, 3, 10, 20), "weights": ("distance", "uniform")},
@@ -451,9 +561,9 @@ STRATEGIES: tuple[Strategy, ...] = (
 
         def make_model():
             return KNeighborsRegressor(n_neighbors=N_NEIGHBORS, weights=WEIGHTS)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "random_forest", "Random forest", _BOTH, "trees ensemble nonparametric",
         {"n_estimators": (200, 500), "max_depth": (None, 6, 10),
          "min_samples_leaf": (1, 3, 5), "max_features": (1.0, 0.5, "sqrt")},
@@ -474,9 +584,9 @@ STRATEGIES: tuple[Strategy, ...] = (
             return RandomForestRegressor(
                 n_estimators=N_ESTIMATORS, max_depth=MAX_DEPTH, min_samples_leaf=MIN_SAMPLES_LEAF,
                 max_features=MAX_FEATURES, random_state=SEED, n_jobs=1)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "extra_trees", "Extremely randomised trees", _BOTH, "trees ensemble nonparametric",
         {"n_estimators": (200, 500), "max_depth": (None, 8),
          "min_samples_leaf": (1, 3, 5), "max_features": (1.0, 0.5)},
@@ -496,9 +606,9 @@ STRATEGIES: tuple[Strategy, ...] = (
             return ExtraTreesRegressor(
                 n_estimators=N_ESTIMATORS, max_depth=MAX_DEPTH, min_samples_leaf=MIN_SAMPLES_LEAF,
                 max_features=MAX_FEATURES, random_state=SEED, n_jobs=1)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "gradient_boosting", "Gradient-boosted trees", _BOTH, "trees ensemble",
         {"n_estimators": (100, 300, 600), "learning_rate": (0.1, 0.05, 0.02),
          "max_depth": (3, 2, 4), "subsample": (1.0, 0.8)},
@@ -519,9 +629,9 @@ STRATEGIES: tuple[Strategy, ...] = (
             return GradientBoostingRegressor(
                 n_estimators=N_ESTIMATORS, learning_rate=LEARNING_RATE, max_depth=MAX_DEPTH,
                 subsample=SUBSAMPLE, random_state=SEED)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "hist_gradient_boosting", "Histogram gradient boosting", (TABULAR,),
         "trees ensemble fast",
         {"max_iter": (100, 200, 400), "learning_rate": (0.1, 0.05),
@@ -543,9 +653,9 @@ STRATEGIES: tuple[Strategy, ...] = (
             return HistGradientBoostingRegressor(
                 max_iter=MAX_ITER, learning_rate=LEARNING_RATE, max_leaf_nodes=MAX_LEAF_NODES,
                 l2_regularization=L2_REGULARIZATION, random_state=SEED)
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "svr", "Support vector regression (RBF kernel)", _BOTH,
         "kernel scaling regularised smooth",
         {"C": (10.0, 1.0, 100.0), "epsilon": (0.05, 0.1, 0.01), "gamma": ("scale", 10.0, 0.1)},
@@ -554,7 +664,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         standardised first: the kernel width and C only mean something on a common scale.
         Smooth by construction, so it blurs jumps.
         """,
-        ("from sklearn.compose import TransformedTargetRegressor", _PIPE, _SCALER,
+        ("from sklearn.compose import TransformedTargetRegressor", PIPE_IMPORT, SCALER_IMPORT,
          "from sklearn.svm import SVR"),
         """
         C = $C
@@ -565,9 +675,9 @@ STRATEGIES: tuple[Strategy, ...] = (
         def make_model():
             svr = make_pipeline(StandardScaler(), SVR(C=C, epsilon=EPSILON, gamma=GAMMA))
             return TransformedTargetRegressor(regressor=svr, transformer=StandardScaler())
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "mlp", "Multilayer perceptron", _BOTH, "neural smooth scaling",
         {"hidden_layer_sizes": ((64, 64), (32,), (64, 64, 64)),
          "activation": ("tanh", "relu"), "solver": ("lbfgs", "adam"),
@@ -580,7 +690,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         the L2 penalty that keeps small data sets from being memorised.
         """,
         ("from sklearn.compose import TransformedTargetRegressor",
-         "from sklearn.neural_network import MLPRegressor", _PIPE, _SCALER) + _QUIET_IMPORTS,
+         "from sklearn.neural_network import MLPRegressor", PIPE_IMPORT, SCALER_IMPORT) + _QUIET_IMPORTS,
         """
         HIDDEN_LAYER_SIZES = $hidden_layer_sizes
         ACTIVATION = $activation
@@ -597,44 +707,44 @@ STRATEGIES: tuple[Strategy, ...] = (
                 random_state=SEED)
             return TransformedTargetRegressor(regressor=make_pipeline(StandardScaler(), net),
                                               transformer=StandardScaler())
-        """, _SKLEARN_FIT_QUIET,
+        """, SKLEARN_FIT_QUIET,
     ),
-    _strategy(
+    make_strategy(
         "ridge", "Ridge regression (scaled features)", (TABULAR,),
-        "linear regularised scaling interpretable fast baseline",
+        "linear regularised scaling interpretable fast baseline parametric extrapolation",
         {"alpha": (1.0, 0.1, 10.0, 100.0)},
         """
         Linear least squares with an L2 penalty on standardised features. A strong,
         interpretable baseline for small noisy data; scaling makes the penalty treat all
         coefficients alike.
         """,
-        ("from sklearn.linear_model import Ridge", _PIPE, _SCALER),
+        ("from sklearn.linear_model import Ridge", PIPE_IMPORT, SCALER_IMPORT),
         """
         ALPHA = $alpha
 
 
         def make_model():
             return make_pipeline(StandardScaler(), Ridge(alpha=ALPHA))
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "lasso", "Lasso regression (scaled features)", (TABULAR,),
-        "linear regularised scaling interpretable fast",
+        "linear regularised scaling interpretable fast parametric extrapolation",
         {"alpha": (0.5, 0.1, 2.0, 5.0)},
         """
         Linear least squares with an L1 penalty on standardised features: drives the
         coefficients of redundant, correlated features exactly to zero.
         """,
-        ("from sklearn.linear_model import Lasso", _PIPE, _SCALER) + _QUIET_IMPORTS,
+        ("from sklearn.linear_model import Lasso", PIPE_IMPORT, SCALER_IMPORT) + _QUIET_IMPORTS,
         """
         ALPHA = $alpha
 
 
         def make_model():
             return make_pipeline(StandardScaler(), Lasso(alpha=ALPHA, max_iter=50000))
-        """, _SKLEARN_FIT_QUIET,
+        """, SKLEARN_FIT_QUIET,
     ),
-    _strategy(
+    make_strategy(
         "poly_ridge", "Polynomial features + ridge", (TABULAR,),
         "linear regularised scaling",
         {"degree": (2, 3), "alpha": (10.0, 1.0, 100.0)},
@@ -642,8 +752,8 @@ STRATEGIES: tuple[Strategy, ...] = (
         Adds all pairwise (or cubic) products of the standardised features and fits a ridge
         model on them: captures interactions, with the penalty doing the model selection.
         """,
-        ("from sklearn.linear_model import Ridge", _PIPE,
-         "from sklearn.preprocessing import PolynomialFeatures", _SCALER),
+        ("from sklearn.linear_model import Ridge", PIPE_IMPORT,
+         "from sklearn.preprocessing import PolynomialFeatures", SCALER_IMPORT),
         """
         DEGREE = $degree
         ALPHA = $alpha
@@ -652,9 +762,9 @@ STRATEGIES: tuple[Strategy, ...] = (
         def make_model():
             return make_pipeline(StandardScaler(), PolynomialFeatures(degree=DEGREE, include_bias=False),
                                  StandardScaler(), Ridge(alpha=ALPHA))
-        """, _SKLEARN_FIT,
+        """, SKLEARN_FIT,
     ),
-    _strategy(
+    make_strategy(
         "stacking_ensemble", "Stacked / averaged ensemble", (TABULAR,),
         "ensemble linear trees scaling",
         {"combiner": ("average", "stack"), "forest_leaf": (3, 1, 5)},
@@ -666,7 +776,7 @@ STRATEGIES: tuple[Strategy, ...] = (
         """,
         ("from sklearn.ensemble import RandomForestRegressor",
          "from sklearn.linear_model import Ridge",
-         "from sklearn.neighbors import KNeighborsRegressor", _PIPE, _SCALER),
+         "from sklearn.neighbors import KNeighborsRegressor", PIPE_IMPORT, SCALER_IMPORT),
         """
         FOREST_LEAF = $forest_leaf  # min_samples_leaf of the forest member
 
@@ -693,10 +803,16 @@ STRATEGIES: tuple[Strategy, ...] = (
                 return VotingRegressor(ensemble_members(), n_jobs=1)
             """),
         }),
-        _SKLEARN_FIT,
+        SKLEARN_FIT,
     ),
 )
 
+# The parametric and classification strategies build on the helpers above, so they are imported
+# here, once those exist (engine/offline/__init__.py always imports this module first).
+from .classifiers import CLASSIFIERS  # noqa: E402
+from .parametric import PARAMETRIC  # noqa: E402
+
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + CLASSIFIERS
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 
@@ -716,112 +832,6 @@ def parse_strategy_header(code: str) -> tuple[str, dict] | None:
     """(key, params) from a rendered program's first line (``# strategy: ...``), or None."""
     first = code.split("\n", 1)[0]
     return extract_strategy(first) if first.startswith("#") else None
-
-
-# --------------------------------------------------------------------------------------
-# Exploratory analysis
-# --------------------------------------------------------------------------------------
-_ANALYSIS = Template('''\
-"""Exploratory data analysis: prints a markdown report; fits no model."""
-import numpy as np
-import pandas as pd
-
-TRAIN_PATH = $train_path
-TEST_PATH = $test_path
-TARGET = $target
-FEATURES = $features
-ID_COLUMN = $id_column
-
-
-def fmt(value):
-    return f"{value:.4g}"
-
-
-def column_table(frame, columns):
-    lines = ["| column | mean | std | min | max | missing |", "|---|---|---|---|---|---|"]
-    for col in columns:
-        s = pd.to_numeric(frame[col], errors="coerce")
-        lines.append(f"| {col} | {fmt(s.mean())} | {fmt(s.std())} | {fmt(s.min())} | "
-                     f"{fmt(s.max())} | {int(s.isna().sum())} |")
-    return lines
-
-
-def correlation_ranking(train):
-    lines = ["| rank | feature | pearson r | spearman rho |", "|---|---|---|---|"]
-    pearson = train[FEATURES].corrwith(train[TARGET])
-    # Spearman as Pearson on ranks: pandas' method="spearman" would import scipy (slow).
-    spearman = train[FEATURES].rank().corrwith(train[TARGET].rank())
-    order = pearson.abs().sort_values(ascending=False).index
-    for rank, col in enumerate(order, start=1):
-        lines.append(f"| {rank} | {col} | {pearson[col]:+.3f} | {spearman[col]:+.3f} |")
-    return lines
-
-
-def jump_report(train):
-    # Neighbouring samples whose targets differ far more than typical steps point to a jump.
-    data = train[[FEATURES[0], TARGET]].dropna().sort_values(FEATURES[0])
-    x, y = data[FEATURES[0]].to_numpy(), data[TARGET].to_numpy()
-    steps = np.abs(np.diff(y))
-    i = int(np.argmax(steps))
-    typical = float(np.median(steps)) or 1e-12
-    ratio = steps[i] / typical
-    lines = [
-        f"- largest jump between neighbouring sorted points: {y[i + 1] - y[i]:+.4g} "
-        f"between {FEATURES[0]} = {x[i]:.5g} and {x[i + 1]:.5g} (midpoint {0.5 * (x[i] + x[i + 1]):.5g})",
-        f"- that step is {ratio:.1f}x the median step |dy| = {typical:.3g}",
-    ]
-    if ratio > 10:
-        lines.append("- strong evidence of a discontinuity: a single smooth global model will ring "
-                     "around it; consider a piecewise fit split at the jump")
-    else:
-        lines.append("- no dominant jump: the target looks smooth at this sampling density")
-    return lines
-
-
-def scale_report(train):
-    stds = train[FEATURES].std()
-    ratio = float(stds.max() / max(stds.min(), 1e-12))
-    lines = [f"- feature standard deviations range from {fmt(stds.min())} ({stds.idxmin()}) "
-             f"to {fmt(stds.max())} ({stds.idxmax()}), a ratio of {ratio:.1f}"]
-    if ratio > 10:
-        lines.append("- features are on very different scales: scaling matters for distance, "
-                     "kernel, neural and regularised linear models")
-    corr = train[FEATURES].corr().abs().to_numpy(copy=True)
-    np.fill_diagonal(corr, 0.0)
-    i, j = np.unravel_index(int(np.nanargmax(corr)), corr.shape)
-    lines.append(f"- most correlated feature pair: {FEATURES[i]} / {FEATURES[j]} (|r| = {corr[i, j]:.2f})"
-                 + ("; collinear features favour regularised models" if corr[i, j] > 0.8 else ""))
-    return lines
-
-
-def main():
-    train = pd.read_csv(TRAIN_PATH)
-    test = pd.read_csv(TEST_PATH)
-    report = ["# Exploratory data analysis", "",
-              f"- training rows: {len(train)}; test rows: {len(test)}",
-              f"- training columns: {', '.join(train.columns)}",
-              f"- test columns: {', '.join(test.columns)}",
-              f"- target: {TARGET}; features: {len(FEATURES)}; id column: {ID_COLUMN}", "",
-              "## Training columns", ""]
-    report += column_table(train, FEATURES + [TARGET])
-    report += ["", "## Test features", ""] + column_table(test, FEATURES)
-    report += ["", "## Correlation with the target", ""] + correlation_ranking(train)
-    report += ["", "## Structure", ""]
-    report += jump_report(train) if len(FEATURES) == 1 else scale_report(train)
-    print("\\n".join(report))
-
-
-if __name__ == "__main__":
-    main()
-''')
-
-
-def render_analysis_script(spec: DataSpec) -> str:
-    """Exploratory-analysis program that prints a markdown report (runs in well under 1 s)."""
-    return _ANALYSIS.substitute(
-        train_path=repr(spec.train_path), test_path=repr(spec.test_path),
-        target=repr(spec.target), features=repr(list(spec.features)),
-        id_column=repr(spec.id_column))
 
 
 # --------------------------------------------------------------------------------------

@@ -13,10 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from engine.offline.strategies import (
-    BUG_KINDS, family_of, fix_bug, get_strategy, inject_bug, render_analysis_script, strategies_for,
+    BUG_KINDS, DataSpec, family_of, fix_bug, get_strategy, inject_bug, render_analysis_script, strategies_for,
 )
 from tests.unit.test_strategies import EXAMPLES, SEED, TASKS, load_spec
 
@@ -126,10 +128,10 @@ def test_analysis_script_prints_a_markdown_report(task, tmp_path):
     assert report.startswith("# Exploratory data analysis")
     assert "training rows:" in report and "| column | mean | std | min | max |" in report
     assert "## Correlation with the target" in report
-    for column in spec.features + (spec.target,):
+    for column in spec.features:
         assert f"| {column} |" in report
     if task == "discontinuous-1d":
-        match = re.search(r"largest jump between neighbouring sorted points: ([+-][\d.]+) "
+        match = re.search(r"largest steep step between neighbouring sorted points: ([+-][\d.]+) "
                           r"between x = (\S+) and (\S+)", report)
         assert match and abs(float(match.group(1))) > 0.8
         assert float(match.group(2)) <= 0.0 <= float(match.group(3))
@@ -163,3 +165,58 @@ def test_injected_bug_fails_and_fix_repairs_it(kind, task, key, tmp_path):
     score(task, tmp_path / "fixed" / "predictions.csv")
     if kind != "missing_import":  # an import may come back at a different line
         assert fixed == code
+
+
+# ---------------------------------------------------------------- tasks the examples do not cover
+
+def _run_generated(workdir: Path, train, test, code: str) -> subprocess.CompletedProcess:
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
+    train.to_csv(workdir / "data" / "train.csv", index=False)
+    test.to_csv(workdir / "data" / "test_features.csv", index=False)
+    (workdir / "main.py").write_text(code)
+    return subprocess.run([sys.executable, "main.py"], cwd=workdir, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_parametric_fits_extrapolate_a_law_where_trees_and_neighbours_go_flat(tmp_path):
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0.2, 1.0, 120)
+    train = pd.DataFrame({"id": range(120), "length": x, "period": 2.0 * x ** 0.5 * (1 + 0.01 * rng.normal(size=120))})
+    far = np.linspace(1.2, 4.0, 40)
+    test = pd.DataFrame({"id": range(1000, 1040), "length": far})
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "period", ("length",), "id", "predictions.csv",
+                    extrapolate=True)
+    errors = {}
+    for key in ("power_law", "form_search", "random_forest", "knn"):
+        proc = _run_generated(tmp_path / key, train, test, get_strategy(key).render({}, spec, SEED))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "validation: the upper 20% of training rows" in proc.stdout
+        predicted = pd.read_csv(tmp_path / key / "predictions.csv")["period"].to_numpy()
+        truth = 2.0 * far ** 0.5
+        errors[key] = float(np.linalg.norm(predicted - truth) / np.linalg.norm(truth))
+    assert max(errors["power_law"], errors["form_search"]) < 0.2 * min(errors["random_forest"], errors["knn"]), errors
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("label_type", ["int", "str"])
+def test_classifiers_write_labels_of_the_contract_type_and_beat_the_majority(tmp_path, label_type):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 3))
+    codes = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int) + (X[:, 2] > 0.8).astype(int)
+    names = np.array(["low", "mid", "high"])
+    labels = codes + 1 if label_type == "int" else names[codes]
+    frame = pd.DataFrame({"id": range(300), "a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "label": labels})
+    train, held = frame.iloc[:220], frame.iloc[220:]
+    test = held.drop(columns="label")
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "label", ("a", "b", "c"), "id", "predictions.csv",
+                    kind="classification", target_type=label_type)
+    accuracy = {}
+    for strategy in strategies_for("classification"):
+        proc = _run_generated(tmp_path / strategy.key, train, test, strategy.render({}, spec, SEED))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert re.search(r"^validation_accuracy: \d\.\d+$", proc.stdout, re.M)
+        written = pd.read_csv(tmp_path / strategy.key / "predictions.csv", dtype=str)
+        assert set(written["label"]) <= {str(v) for v in labels}  # "2", never "2.0"
+        accuracy[strategy.key] = float((written["label"].to_numpy() == held["label"].astype(str).to_numpy()).mean())
+    best = max(v for k, v in accuracy.items() if k != "majority_baseline")
+    assert best > accuracy["majority_baseline"] + 0.2, accuracy

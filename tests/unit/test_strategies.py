@@ -8,6 +8,7 @@ import ast
 import json
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,9 +31,23 @@ def load_spec(task: str) -> DataSpec:
                     id_column=cfg["id_column"], predictions_file=cfg["predictions"]["file"])
 
 
+# Specs the examples do not cover: labels, extrapolation, groups, no feature list.
+LABELS = DataSpec("data/train.csv", "data/test_features.csv", "label", ("a", "b"), "id", "predictions.csv",
+                  kind="classification", target_type="int")
+OTHER_SPECS = (
+    LABELS,
+    replace(LABELS, target_type="str", features=()),
+    DataSpec("data/train.csv", "data/test_features.csv", "period", ("length",), "id", "predictions.csv",
+             extrapolate=True),
+    DataSpec("data/train.csv", "data/test_features.csv", "flux", ("site", "temp"), "id", "predictions.csv",
+             group_column="site"),
+)
+
+
 def test_family_of():
     assert family_of(load_spec("discontinuous-1d")) == "regression_1d"
     assert family_of(load_spec("diabetes-progression")) == "tabular_regression"
+    assert family_of(LABELS) == family_of(replace(LABELS, features=("a",))) == "classification"
 
 
 def test_library_covers_the_required_approaches():
@@ -42,6 +57,15 @@ def test_library_covers_the_required_approaches():
             "smoothing_spline", "piecewise_poly"} <= one_d
     assert {"ridge", "lasso", "knn", "knn_unscaled", "random_forest", "gradient_boosting",
             "hist_gradient_boosting", "svr", "poly_ridge", "stacking_ensemble"} <= tabular
+    assert {"low_poly", "power_law", "form_search"} <= one_d and {"power_law", "form_search"} <= tabular
+    classify = {s.key for s in strategies_for("classification")}
+    assert {"logistic_regression", "random_forest_classifier", "gradient_boosting_classifier",
+            "knn_classifier", "majority_baseline"} <= classify
+    assert not classify & (one_d | tabular)  # a regressor never answers a classification task
+    # What extrapolates is tagged so: parametric forms, never trees or neighbours.
+    for strategy in STRATEGIES:
+        if "extrapolation" in strategy.tags:
+            assert not strategy.tags & {"trees", "nonparametric", "kernel"}, strategy.key
     with pytest.raises(ValueError):
         strategies_for("image_classification")
 
@@ -56,8 +80,7 @@ def test_strategy_metadata(strategy):
 
 def _every_rendering():
     for strategy in STRATEGIES:
-        for task in TASKS:
-            spec = load_spec(task)
+        for spec in [load_spec(task) for task in TASKS] + list(OTHER_SPECS):
             if family_of(spec) in strategy.families:
                 for name, values in strategy.param_grid.items():
                     for value in values:  # vary one parameter at a time from the defaults
@@ -90,6 +113,20 @@ def test_rendered_programs_are_valid_safe_and_self_describing():
                     uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name]
                     assert uses, f"{strategy.key}: unused import {name}"
     assert count > 100
+
+
+def test_programs_validate_as_the_task_is_scored_and_write_the_contract_s_type():
+    ridge, logistic = get_strategy("ridge"), get_strategy("logistic_regression")
+    assert "permutation(len(X))" in ridge.render({}, load_spec("diabetes-progression"), 0)
+    tail = get_strategy("form_search").render({}, OTHER_SPECS[2], 0)
+    assert "def extrapolation_direction" in tail and "permutation(len(X))" not in tail
+    assert "GROUP_COLUMN = 'site'" in ridge.render({}, OTHER_SPECS[3], 0)
+    ints, strs = logistic.render({}, LABELS, 0), logistic.render({}, OTHER_SPECS[1], 0)
+    assert ".astype(np.int64)" in ints and "values.astype(str)" in strs
+    assert "y = train[TARGET].to_numpy()\n" in ints  # labels keep their type while fitting
+    assert "validation_accuracy" in ints and "validation_rmse" not in ints
+    with pytest.raises(ValueError):
+        ridge.render({}, LABELS, 0)  # a regressor is not rendered for labels
 
 
 def test_render_is_deterministic_and_checks_its_inputs():
