@@ -83,6 +83,7 @@ class TaskFacts:
     positive: bool = False                # the target is positive by nature
     discontinuity: bool = False           # the text or the data report says the target jumps
     n_classes: int | None = None          # distinct target values, when the report counts them
+    group_column: str = ""                # rows come in groups and new groups are scored: validate by group
     asked: frozenset[str] = frozenset()   # library tags the agent's instructions ask for
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
@@ -99,7 +100,7 @@ class TaskFacts:
             tags |= {"extrapolation", "parametric"}
         if self.physics:
             tags |= {"physics", "parametric"}
-        if self.monotone or self.positive:
+        if self.monotone:  # a monotone response is what a law with few parameters describes
             tags.add("parametric")
         if self.discontinuity:
             tags |= {"discontinuity", "piecewise"}
@@ -196,13 +197,27 @@ def read_facts(system: str, user: str) -> TaskFacts:
     n_classes = _report_classes(report)
 
     kind = _kind(resources, metric, target_type, prose + "\n" + evaluation, n_classes, evidence)
+    validation = _line(resources, "in-loop validation")
+    constraints = _line(resources, "known constraints")
     extrapolate = _fact("must extrapolate", _EXTRAPOLATE, prose + "\n" + evaluation, evidence)
+    if not extrapolate and re.match(r"(holdout_range|time)\b|.*\bextrapolat", validation):
+        extrapolate = True
+        evidence.append("must extrapolate: the task validates on the far end of an input")
     if not extrapolate and mentions(report, r"\boutside the training range\b"):
         extrapolate = True
         evidence.append("must extrapolate: the data report finds test inputs outside the training range")
+    group = re.match(r"group\b.*?`([^`]+)`", validation)
     physics = _fact("physics welcome", _PHYSICS, prose, evidence)
-    monotone = _fact("monotone", _MONOTONE, prose, evidence)
+    monotone = (_fact("monotone", _MONOTONE, prose, evidence)
+                or _fact("monotone", r"\b(increasing|decreasing) in\b", constraints, evidence, "the task's constraints")
+                or _fact("monotone", r"\bthe target is monotone in\b", report, evidence, "the data report"))
+    lower = _lower_bound(constraints)
     positive = _fact("positive target", _POSITIVE, prose, evidence)
+    if not positive and lower is not None and lower >= 0:
+        positive = True
+        evidence.append(f"positive target: the task's constraints bound it below by {lower:g}")
+    positive = positive or _fact("positive target", r"\ball target values are positive\b", report, evidence,
+                                 "the data report")
     # A jump only when the text or the report says so; a gap in the sampling is not one.
     discontinuity = _fact("discontinuous", _DISCONTINUITY, prose, evidence)
     if not discontinuity and mentions(report, r"\b(discontinuity|jump) (detected|found|evident)\b|"
@@ -215,19 +230,33 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
                      positive=positive, discontinuity=discontinuity,
                      n_classes=n_classes if kind == CLASSIFICATION else None,
+                     group_column=group.group(1) if group else "",
                      asked=tags_asked(instructions), evidence=tuple(evidence))
 
 
-def _fact(name: str, pattern: str, text: str, evidence: list[str]) -> bool:
+def _line(resources: str, label: str) -> str:
+    m = re.search(rf"^- {label}: (.+)$", resources, re.M)
+    return m.group(1) if m else ""
+
+
+def _lower_bound(constraints: str) -> float | None:
+    m = re.search(r">=?\s*([-+]?\d[\d.eE+-]*)", constraints)
+    try:
+        return float(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def _fact(name: str, pattern: str, text: str, evidence: list[str], source: str = "the task text") -> bool:
     if mentions(text, pattern):
-        evidence.append(f"{name}: the task text says so")
+        evidence.append(f"{name}: {source} says so")
         return True
     return False
 
 
 def _kind(resources: str, metric: str, target_type: str, text: str, n_classes: int | None,
           evidence: list[str]) -> str:
-    declared = re.search(r"^- kind: `?(regression|classification)`?", resources, re.M)
+    declared = re.search(r"^- (?:task )?kind: `?(regression|classification)`?", resources, re.M)
     if declared:
         evidence.append(f"{declared.group(1)}: declared by the task")
         return declared.group(1)

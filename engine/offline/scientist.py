@@ -14,9 +14,9 @@ import random
 import re
 from typing import Callable
 
-from ..prompt_format import (INSTRUCTIONS, LESSONS, PROCEDURE, extract_code, extract_strategy, feedback,
-                             input_heading, inputs, json_block, role_of, section, strategy_line)
-from .reading import TaskFacts, read_facts, tags_asked
+from ..prompt_format import (extract_code, extract_strategy, feedback, input_heading, inputs, json_block, role_of,
+                             section, strategy_line, task_sections)
+from .reading import TaskFacts, read_facts, report_text, tags_asked
 from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
@@ -111,26 +111,42 @@ def input_section(user: str, name: str) -> str:
     return section(user, input_heading(name))
 
 
-def data_spec(user: str) -> DataSpec:
+def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
     """What the task description says about the data, read the way a model would; the
-    strategies the scientist knows follow from it (family_of)."""
+    strategies the scientist knows follow from it (family_of). Without a feature list the
+    program uses every column of the test file but the id (never a guessed name)."""
+    resources = task_sections(user)["Resources"] or user
+    facts = facts or read_facts("", user)
+
     def one(pattern: str, default: str = "") -> str:
-        m = re.search(pattern, user, re.M)
+        m = re.search(pattern, resources, re.M)
         return m.group(1) if m else default
 
-    features = re.search(r"^- feature columns: (.+)$", user, re.M)
+    features = re.search(r"^- feature columns: (.+)$", resources, re.M)
     return DataSpec(
         train_path=one(r"^- train: `([^`]+)`", "data/train.csv"),
         test_path=one(r"^- test_features: `([^`]+)`", "data/test_features.csv"),
         target=one(r"^- target column: `([^`]+)`", "y"),
-        features=tuple(re.findall(r"`([^`]+)`", features.group(1))) if features else ("x",),
+        features=tuple(re.findall(r"`([^`]+)`", features.group(1))) if features else (),
         id_column=one(r"^- id column: `([^`]+)`", "id"),
         predictions_file=one(r"^- write predictions to `([^`]+)`", "predictions.csv"),
+        kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
+        group_column=facts.group_column,
     )
 
 
 def words(text: str) -> set[str]:
     return set(re.findall(r"[a-z]+", text.lower()))
+
+
+def applicable(facts: TaskFacts) -> list[Strategy]:
+    """The strategies a scientist would consider: the family's, and when the task must
+    extrapolate only those whose predictions follow a trend beyond the data (trees, neighbours,
+    kernels and splines go flat or wild there)."""
+    options = strategies_for(facts.family)
+    if facts.extrapolate:
+        options = [s for s in options if "extrapolation" in s.tags] or options
+    return options
 
 
 # --- roles ----------------------------------------------------------------------------------
@@ -141,45 +157,59 @@ def _analyzer(system: str, user: str, rng: random.Random) -> str:
             f"```python\n{render_analysis_script(spec).rstrip()}\n```")
 
 
-def _score(strategy: Strategy, instructions: set[str], report: set[str], rng: random.Random) -> float:
-    # Mostly chance, nudged by what the instructions ask for and, less, by what the data shows:
-    # a scientist without guidance picks what they know; guidance (a refined procedure, a
-    # lesson) is what makes the team better, which is what evolution is meant to find.
-    asked = len(strategy.tags & instructions)
+def _score(strategy: Strategy, facts: TaskFacts, report: set[str], rng: random.Random) -> float:
+    # Chance, nudged by what the instructions ask for, by what the task and data say the answer
+    # must do (extrapolate, follow a law, jump) and, less, by the report's words. Guidance (a
+    # refined prompt, a lesson) still moves the choice, which is what evolution is meant to find.
+    asked = len(strategy.tags & facts.asked)
+    fits = len(strategy.tags & facts.desired_tags())
     seen = len(strategy.tags & report)
-    return rng.random() + 0.6 * min(asked, 3) + 0.15 * min(seen, 2)
+    score = rng.random() + 0.6 * min(asked, 3) + 0.5 * min(fits, 3) + 0.15 * min(seen, 2)
+    if strategy.tags & {"piecewise", "discontinuity"} and not facts.discontinuity:
+        score -= 0.5  # splitting where nothing jumps only adds variance
+    return score
 
 
 @register("planner")
 def _planner(system: str, user: str, rng: random.Random) -> str:
-    spec = data_spec(user)
-    family = family_of(spec)
-    instructions = words(section(system, INSTRUCTIONS) + " " + section(system, LESSONS)
-                          + " " + section(system, PROCEDURE))
-    report = words(input_section(user, "report"))
-    ranked = sorted(strategies_for(family), key=lambda s: -_score(s, instructions, report, rng))
+    facts = read_facts(system, user)
+    spec = data_spec(user, facts)
+    report = words(report_text(user))
+    ranked = sorted(applicable(facts), key=lambda s: -_score(s, facts, report, rng))
     choice = ranked[0]
     params = {k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())}
     alt = ranked[1].title if len(ranked) > 1 else "none"
+    matched = sorted(choice.tags & facts.desired_tags())
+    features = ", ".join(spec.features) or "every test column but the id"
+    validation = ("Hold out the 20% of training rows on the side the test set extrapolates to" if spec.extrapolate
+                  else f"Hold out whole `{spec.group_column}` groups" if spec.group_column
+                  else "Hold out a random 20% of the training rows")
     return "\n".join([
         f"# Plan: {choice.title}",
         "",
         strategy_line(choice.key, params),
         "",
-        f"**Approach.** {choice.title} on feature(s) {', '.join(spec.features)} to predict `{spec.target}`.",
-        f"**Why.** Its strengths ({', '.join(sorted(choice.tags))}) fit this {family.replace('_', ' ')} problem.",
-        "**Validation.** Hold out 20% of the training rows, report the validation error, then refit on all rows.",
+        f"**Read from the task.** {facts.summary()}."
+        + (f" ({'; '.join(facts.evidence)})" if facts.evidence else ""),
+        f"**Approach.** {choice.title} on feature(s) {features} to predict `{spec.target}`"
+        + (f", written as {spec.target_type} labels" if spec.kind == "classification" else "") + ".",
+        f"**Why.** Its traits ({', '.join(sorted(choice.tags))})"
+        + (f" answer what the task needs ({', '.join(matched)})" if matched else
+           f" suit this {facts.family.replace('_', ' ')} problem") + ".",
+        f"**Validation.** {validation}, report the validation score, then refit on all rows.",
         f"**Risks.** Hyperparameters {json.dumps(params, sort_keys=True)} are untuned; runner-up was {alt}.",
     ])
 
 
-def strategy_from(text: str, family: str) -> tuple[Strategy, dict]:
-    options = {s.key: s for s in strategies_for(family)}
+def strategy_from(text: str, facts: TaskFacts) -> tuple[Strategy, dict]:
+    """The strategy and parameters ``text`` names, when its family fits the task; else the
+    first applicable strategy that learns something, with its defaults."""
+    options = {s.key: s for s in strategies_for(facts.family)}
     named = extract_strategy(text)
     if named and named[0] in options:
         return options[named[0]], named[1]
-    first = next(iter(options.values()))
-    return first, {k: v[0] for k, v in first.param_grid.items()}
+    first = next((s for s in applicable(facts) if "baseline" not in s.tags), applicable(facts)[0])
+    return first, first.default_params()
 
 
 def seed_of(user: str, rng: random.Random) -> int:
@@ -189,13 +219,23 @@ def seed_of(user: str, rng: random.Random) -> int:
 
 @register("coder")
 def _coder(system: str, user: str, rng: random.Random) -> str:
-    spec = data_spec(user)
-    strategy, params = strategy_from(input_section(user, "plan"), family_of(spec))
+    facts = read_facts(system, user)
+    spec = data_spec(user, facts)
+    strategy, params = strategy_from(input_section(user, "plan"), facts)
     code = strategy.render(params, spec, seed_of(user, rng))
     note = f"Implementation of {strategy.title} as planned."
     if rng.random() < BUG_RATE:
         code, _kind = inject_bug(code, rng)  # a realistic first draft; the verifier will catch it
     return f"{note}\n\n```python\n{code.rstrip()}\n```"
+
+
+# Failed checks that say the approach itself is wrong for the task, not a line of its code.
+_WRONG_APPROACH = {
+    "values_vary": "the predictions do not vary: {key} learns nothing from the inputs",
+    "within_range": "the predictions leave the plausible range: {key} does not hold beyond the data",
+    "finite": "the predictions are not all finite: {key} breaks down on the test inputs",
+    "beats_trivial": "its validation score is no better than a trivial baseline: {key} does not fit",
+}
 
 
 @register("debugger")
@@ -208,24 +248,53 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     if fixed is not None and fixed != code:
         cause = _last_error_line(stderr) or "the reported error"
         return f"Cause: {cause}. Fixed the implicated line.\n\n```python\n{fixed.rstrip()}\n```"
-    spec = data_spec(user)
-    family = family_of(spec)
-    strategy, params = strategy_from(code, family)
-    failed_checks = re.findall(r'"name": "([a-z_]+)",\s*"passed": false', evidence)
-    if "values_vary" in failed_checks:
-        # The program ran but learned nothing: no repair of this approach helps, so change it.
-        others = [s for s in strategies_for(family) if s.key not in {strategy.key, CONSTANT_STRATEGY}]
-        new = rng.choice(others)
-        params = {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
-        rewritten = new.render(params, spec, seed_of(user, rng))
-        return (f"Cause: the predictions do not vary ({strategy.key} learns nothing from x). Switched to "
-                f"{new.title}.\n\n```python\n{rewritten.rstrip()}\n```")
+    facts = read_facts(system, user)
+    spec = data_spec(user, facts)
+    named = extract_strategy(code)
+    strategy, params = strategy_from(code, facts)
+    options = applicable(facts)
+    failed = set(re.findall(r'"name": "([a-z_]+)",\s*"passed": false', evidence))
+    failed |= set(re.findall(r"^- FAIL ([a-z_]+)", evidence, re.M))
+    wrong = [_WRONG_APPROACH[c].format(key=strategy.key) for c in sorted(failed) if c in _WRONG_APPROACH]
+    if named and named[0] != strategy.key:
+        wrong.insert(0, f"{named[0]} does not apply to this {facts.family.replace('_', ' ')} task")
+    elif strategy not in options:
+        wrong.insert(0, f"{strategy.key} cannot extrapolate, and the task must")
+    if wrong:
+        # No repair of this approach helps: change it, to one that fits what the task needs.
+        others = [s for s in options if s.key != strategy.key and "baseline" not in s.tags] or \
+            [s for s in options if s.key != strategy.key]
+        wanted = facts.desired_tags() | ({"extrapolation", "parametric"} if failed & {"within_range", "finite"}
+                                         else set())
+        others = [s for s in others if s.tags & wanted] or others
+        if others:
+            new = rng.choice(others)
+            new_params = {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
+            rewritten = new.render(new_params, spec, seed_of(user, rng))
+            return (f"Cause: {'; '.join(wrong)}. Switched to {new.title}.\n\n"
+                    f"```python\n{rewritten.rstrip()}\n```")
     # Not a bug it recognises: rewrite the script cleanly from the strategy it implements.
     if "timeout" in evidence or "memory" in evidence:
-        params = {k: v[0] for k, v in strategy.param_grid.items()}  # the cheapest settings
-    rewritten = strategy.render(params, spec, seed_of(user, rng))
-    return (f"Cause: {_last_error_line(stderr) or 'unclear from the evidence'}. Rewrote the script from its "
-            f"strategy ({strategy.key}).\n\n```python\n{rewritten.rstrip()}\n```")
+        params = strategy.default_params()  # the cheapest settings
+    try:
+        rewritten = strategy.render({k: v for k, v in params.items() if k in strategy.param_grid}, spec,
+                                    seed_of(user, rng))
+    except ValueError:
+        rewritten = strategy.render(strategy.default_params(), spec, seed_of(user, rng))
+    cause = _last_error_line(stderr) or "unclear from the evidence"
+    if _same_program(rewritten, code):
+        # Handing back the code that just failed would only repeat the failure.
+        return (f"STATUS: FAILURE\n{NO_REPAIR}: the failure ({cause}) is not in the code; rewriting "
+                f"{strategy.key} from its strategy gives the same program, so there is nothing to change.")
+    return (f"Cause: {cause}. Rewrote the script from its strategy ({strategy.key}).\n\n"
+            f"```python\n{rewritten.rstrip()}\n```")
+
+
+def _same_program(a: str, b: str) -> bool:
+    """Equal up to trailing whitespace on lines and at the end."""
+    def norm(code: str) -> list[str]:
+        return [line.rstrip() for line in code.strip().splitlines()]
+    return norm(a) == norm(b)
 
 
 def _evidence_field(text: str, key: str) -> str:

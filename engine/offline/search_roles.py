@@ -23,6 +23,8 @@ HINTS: dict[tuple[str, ...], str] = {
     ("ensemble", "linear", "scaling"): "Prefer an ensemble that stacks linear and tree models on scaled features.",
     ("smooth",): "Prefer a smooth model that does not overfit the noise.",
     ("neural", "scaling"): "Prefer a small neural network on standardised inputs.",
+    ("parametric", "extrapolation", "physics"): ("Prefer a parametric law with few parameters (a power law or a "
+                                                 "searched functional form) that holds beyond the training range."),
 }
 
 

@@ -4,7 +4,7 @@ own (it repairs from the traceback with fix_bug, else rewrites from the strategy
 
 Each role reads only its prompt: node listings, the parent's strategy line and report, the
 retrieved knowledge entry, the debate so far. Choices are seeded by the scientist's rng
-(run seed + exact prompt), so a run is reproducible and different runs vary.
+(run seed + what the prompt says), so a run is reproducible and different runs vary.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import re
 
 from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
-from .scientist import data_spec, input_section, register, seed_of, strategy_from, words
-from .strategies import DataSpec, Strategy, family_of, inject_bug, strategies_for
+from .reading import read_facts
+from .scientist import applicable, data_spec, input_section, register, seed_of, strategy_from, words
+from .strategies import DataSpec, Strategy, inject_bug
 
 EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
 UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"
@@ -49,7 +50,8 @@ def _fingerprint(strategy: Strategy, params: dict, spec: DataSpec) -> str:
 
 
 def _options(user: str) -> dict[str, Strategy]:
-    return {s.key: s for s in strategies_for(family_of(data_spec(user)))}
+    # What a scientist would consider for this task: no tree or neighbour model when it must extrapolate.
+    return {s.key: s for s in applicable(read_facts("", user))}
 
 
 def _tried(user: str, options: dict[str, Strategy]) -> dict[str, str]:
@@ -245,7 +247,7 @@ def _critic(system: str, user: str, rng: random.Random) -> str:
 @register("engineer")
 def _engineer(system: str, user: str, rng: random.Random) -> str:
     spec = data_spec(user)
-    strategy, params = strategy_from(input_section(user, "proposal"), family_of(spec))
+    strategy, params = strategy_from(input_section(user, "proposal"), read_facts(system, user))
     params = {k: v for k, v in params.items() if k in strategy.param_grid}
     try:
         code = strategy.render(params, spec, seed_of(user, rng))

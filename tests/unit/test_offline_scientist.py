@@ -120,3 +120,211 @@ def test_the_key_ignores_paths_and_line_numbers_of_a_traceback(tmp_path):
 def facts_of(task_dir: Path, report: str = REPORT):
     messages = prompt("planner", task_dir, {"report": report})
     return read_facts(messages[0]["content"], messages[1]["content"])
+
+
+def planned_keys(task_dir: Path, report: str = REPORT, seeds: range = range(10)) -> set[str]:
+    return {pf.extract_strategy(scientist.respond(prompt("planner", task_dir, {"report": report}), seed=s))[0]
+            for s in seeds}
+
+
+def labelled(n: int = 90, label_type: str = "int") -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, 2))
+    labels = (x[:, 0] + x[:, 1] > 0).astype(int)
+    train = pd.DataFrame({"id": range(n), "a": x[:, 0], "b": x[:, 1],
+                          "outcome": labels if label_type == "int" else np.where(labels, "yes", "no")})
+    test = pd.DataFrame({"id": range(500, 520), "a": rng.normal(size=20), "b": rng.normal(size=20)})
+    return train, test
+
+
+def test_classification_is_read_from_the_metric_the_contract_or_the_words_not_the_column_count(tmp_path):
+    train, test = labelled()
+    by_metric = make_task(tmp_path / "m", metric="accuracy", direction="higher is better", target_type="int",
+                          train=train, test=test)
+    facts = facts_of(by_metric)
+    assert (facts.kind, facts.family, facts.target_type, facts.n_features) == \
+        ("classification", "classification", "int", 2)
+    str_train, str_test = labelled(label_type="str")
+    by_contract = make_task(tmp_path / "c", metric="custom_score", target_type="str", train=str_train, test=str_test)
+    assert facts_of(by_contract).kind == "classification"
+    by_words = make_task(tmp_path / "w", metric="custom_score", target_type="int", train=train, test=test,
+                         goal="Classify each sample into one of the two outcome classes.")
+    assert facts_of(by_words).kind == "classification"
+    # An error metric settles it: an integer count scored by RMSE is a regression.
+    counts = make_task(tmp_path / "r", metric="rmse", target_type="int", train=train, test=test,
+                       goal="Classify nothing; predict how many events occur.")
+    assert facts_of(counts).kind == "regression"
+    one_feature = make_task(tmp_path / "one", metric="balanced_accuracy", direction="higher is better",
+                            target_type="int", train=train.drop(columns="b"), test=test.drop(columns="b"))
+    assert facts_of(one_feature).family == "classification"  # one column, yet not curve fitting
+
+
+def test_a_classification_task_gets_a_classifier_whose_program_writes_labels_of_the_contract_type(tmp_path):
+    train, test = labelled()
+    task = make_task(tmp_path / "t", metric="accuracy", direction="higher is better", target_type="int",
+                     train=train, test=test)
+    classifiers = {"majority_baseline", "logistic_regression", "random_forest_classifier",
+                   "gradient_boosting_classifier", "knn_classifier", "svc"}
+    for seed in range(6):
+        plan = scientist.respond(prompt("planner", task, {"report": REPORT}), seed=seed)
+        assert pf.extract_strategy(plan)[0] in classifiers
+        code = pf.extract_code(scientist.respond(prompt("coder", task, {"plan": plan}), seed=seed))
+        assert "np.rint(values.astype(float)).astype(np.int64)" in code  # integers for an int contract
+        assert "validation_accuracy" in code and "to_numpy(dtype=float)\n    X_test" not in code
+
+
+def test_must_extrapolate_comes_from_the_text_or_the_data_report_and_rules_out_trees_and_neighbours(tmp_path):
+    beyond = make_task(tmp_path / "b", context="The test set holds lengths beyond the training range.")
+    assert facts_of(beyond).extrapolate
+    assert not facts_of(make_task(tmp_path / "n", context="No extrapolation is needed: test lengths are "
+                                                         "inside the measured interval.")).extrapolate
+    report = REPORT + ("\n- test inputs outside the training range in 1 feature(s); the test set asks for "
+                       "extrapolation")
+    plain = make_task(tmp_path / "p")
+    assert not facts_of(plain).extrapolate and facts_of(plain, report).extrapolate
+    safe = {"low_poly", "power_law", "form_search"}
+    assert planned_keys(beyond) <= safe and planned_keys(plain, report) <= safe
+    code = pf.extract_code(scientist.respond(prompt("coder", beyond, {"plan": "strategy: power_law {}"}), seed=0))
+    assert "def extrapolation_direction" in code  # it validates on the far tail, not random rows
+
+
+def test_physics_monotone_and_positive_are_read_and_physics_leans_the_plan_to_laws(tmp_path):
+    task = make_task(tmp_path / "t", context="Known physics is welcome. The period is strictly positive and "
+                                             "increases with the length.")
+    facts = facts_of(task)
+    assert facts.physics and facts.positive and facts.monotone and not facts.extrapolate
+    lawful = {"power_law", "form_search", "low_poly"}
+    plain = make_task(tmp_path / "plain")
+    seeds = range(30)
+    with_physics = sum(k in lawful for k in (pf.extract_strategy(scientist.respond(
+        prompt("planner", task, {"report": REPORT}), seed=s))[0] for s in seeds))
+    without = sum(k in lawful for k in (pf.extract_strategy(scientist.respond(
+        prompt("planner", plain, {"report": REPORT}), seed=s))[0] for s in seeds))
+    assert with_physics > without
+
+
+def test_a_jump_is_read_only_when_the_text_or_the_report_says_so_never_from_a_sampling_gap(tmp_path):
+    task = make_task(tmp_path / "t")
+    gap = REPORT + ("\n- sampling gap: no training samples between length = 0.39 and 0.70 (70x the median "
+                    "spacing); the target is unobserved there, and a gap alone says nothing about its shape")
+    assert not facts_of(task, gap).discontinuity
+    jump = "## Structure\n\n- strong evidence of a discontinuity: a single smooth global model will ring around it"
+    assert facts_of(task, jump).discontinuity
+    said = make_task(tmp_path / "said", context="The response jumps at an unknown threshold.")
+    assert facts_of(said).discontinuity and not facts_of(make_task(
+        tmp_path / "not", context="The response has no jumps.")).discontinuity
+    assert "piecewise_poly" not in planned_keys(task, gap, range(12))
+
+
+def test_without_a_feature_list_programs_use_the_test_file_s_columns_never_a_guessed_name(tmp_path):
+    messages = prompt("coder", make_task(tmp_path / "t"), {"plan": "strategy: ridge {}"})
+    # A description that names no features (the engine normally lists the test file's columns).
+    messages[1]["content"] = re.sub(r"^- feature columns: .*\n", "", messages[1]["content"], flags=re.M)
+    code = pf.extract_code(scientist.respond(messages, seed=0))
+    assert "FEATURES = []" in code and "'x'" not in code
+    assert "c in train.columns" in code  # a training-only column is never a feature
+
+
+# --- the debugger ---------------------------------------------------------------------------------------
+def debug(task_dir: Path, code: str, detail: dict, seed: int = 0) -> str:
+    return scientist.respond(prompt("debugger", task_dir, {"code": code}, feedback={
+        "from": "verifier", "status": "RETRY", "detail": detail}), seed=seed)
+
+
+def rendered(task_dir: Path, key: str, params: dict | None = None, seed: int = 0) -> str:
+    return pf.extract_code(scientist.respond(prompt("coder", task_dir, {"plan": pf.strategy_line(key, params or {})}),
+                                             seed=seed))
+
+
+def test_the_debugger_says_no_repair_instead_of_handing_back_the_code_it_was_given(tmp_path):
+    task = make_task(tmp_path / "t")
+    code = next(c for s in range(20) if "SEED" in (c := rendered(task, "low_poly", {"degree": 2}, seed=s))
+                and s == 0)
+    stderr = ('Traceback (most recent call last):\n  File "/tmp/x/main.py", line 9, in <module>\n'
+              "ZeroDivisionError: division by zero\n")
+    answer = debug(task, code, {"status": "error", "stderr_tail": stderr})
+    assert pf.extract_code(answer) is None and pf.extract_status(answer) == "FAILURE"
+    assert scientist.NO_REPAIR in answer and "ZeroDivisionError" in answer
+    # A timeout with non-default settings is repairable: the cheapest settings are a real change.
+    costly = rendered(task, "low_poly", {"degree": 3})
+    repaired = pf.extract_code(debug(task, costly, {"status": "timeout", "stderr_tail": ""}))
+    assert repaired is not None and repaired != costly and '"degree": 2' in repaired
+
+
+def test_the_debugger_changes_an_approach_that_does_not_fit_the_task(tmp_path):
+    train, test = labelled()
+    task = make_task(tmp_path / "c", metric="accuracy", direction="higher is better", target_type="int",
+                     train=train, test=test)
+    regressor = (rendered(make_task(tmp_path / "r", train=train.assign(outcome=train.outcome * 1.5), test=test),
+                          "ridge"))
+    answer = debug(task, regressor, {"status": "ok", "checks": [{"name": "output_schema", "passed": False}]})
+    fixed = pf.extract_code(answer)
+    assert fixed and pf.extract_strategy(fixed)[0] in {"logistic_regression", "random_forest_classifier",
+                                                       "gradient_boosting_classifier", "knn_classifier", "svc"}
+    beyond = make_task(tmp_path / "b", context="Scored on lengths outside the training range.")
+    wild = rendered(beyond, "low_poly", {"degree": 3})
+    out = pf.extract_code(debug(beyond, wild, {"status": "ok", "checks": [{"name": "within_range", "passed": False}]}))
+    assert out and pf.extract_strategy(out)[0] in {"power_law", "form_search", "low_poly"} and out != wild
+
+
+# --- the analyzer's report stays bounded --------------------------------------------------------------------
+def run_analysis(task_dir: Path, seed: int = 0) -> str:
+    import subprocess
+    import sys
+    code = pf.extract_code(scientist.respond(prompt("analyzer", task_dir), seed=seed))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=task_dir, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_the_analyzer_s_report_on_256_columns_stays_a_few_thousand_characters(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(150, 256)) * rng.uniform(0.1, 100, size=256)
+    names = [f"sensor_{i:03d}" for i in range(256)]
+    train = pd.DataFrame(x, columns=names)
+    train["y"] = x[:, 3] - 2 * x[:, 17] + rng.normal(size=150)
+    train.insert(0, "id", range(150))
+    test = pd.DataFrame(rng.normal(size=(40, 256)), columns=names)
+    test.insert(0, "id", range(1000, 1040))
+    report = run_analysis(make_task(tmp_path / "wide", n_features=256, train=train, test=test))
+    assert len(report) < 4000, len(report)
+    assert "256 feature columns" in report and "more)" in report
+    assert sum(line.startswith("| ") for line in report.splitlines()) <= 15  # only the top correlations
+
+
+def test_the_analyzer_reports_a_sampling_gap_as_a_gap_and_a_jump_as_a_jump(tmp_path):
+    rng = np.random.default_rng(3)
+    x = np.sort(np.concatenate([rng.uniform(0.1, 0.4, 50), rng.uniform(0.75, 1.0, 50)]))
+    smooth = pd.DataFrame({"id": range(100), "length": x, "period": 2 * np.sqrt(x) + 0.005 * rng.normal(size=100)})
+    test = pd.DataFrame({"id": range(200, 230), "length": np.linspace(0.1, 1.0, 30)})
+    report = run_analysis(make_task(tmp_path / "gap", train=smooth, test=test))
+    assert "sampling gap" in report and "no dominant jump" in report
+    assert "outside the training range" in report and not facts_of(tmp_path / "gap", report).extrapolate
+    stepped = smooth.assign(period=smooth.period + np.where(smooth.length > 0.85, 1.0, 0.0))
+    report = run_analysis(make_task(tmp_path / "jump", train=stepped, test=test))
+    assert "strong evidence of a discontinuity" in report and facts_of(tmp_path / "jump", report).discontinuity
+
+
+def with_resources(messages: list[dict], *lines: str) -> list[dict]:
+    """The prompt with lines added to the task's Resources, as a Data_config declaring them writes."""
+    user = messages[1]["content"].replace("- write predictions to", "\n".join(lines) + "\n- write predictions to", 1)
+    return [messages[0], {**messages[1], "content": user}]
+
+
+def test_declared_kind_constraints_and_validation_in_the_resources_are_read(tmp_path):
+    task = make_task(tmp_path / "t", metric="custom_score")
+    base = prompt("planner", task, {"report": REPORT})
+    declared = with_resources(base, "- task kind: classification",
+                              "- known constraints: `period` >= 0; `period` increasing in `length`",
+                              "- in-loop validation: holdout_range on `length`: the 20% of rows with the highest "
+                              "`length` validate")
+    facts = read_facts(declared[0]["content"], declared[1]["content"])
+    assert facts.kind == "classification" and facts.positive and facts.monotone and facts.extrapolate
+    grouped = with_resources(base, "- in-loop validation: group on `site`: whole groups held out (4 folds)")
+    facts = read_facts(grouped[0]["content"], grouped[1]["content"])
+    assert facts.group_column == "site" and not facts.extrapolate
+    plan = scientist.respond(grouped, seed=0)
+    coder = with_resources(prompt("coder", task, {"plan": plan}),
+                           "- in-loop validation: group on `site`: whole groups held out (4 folds)")
+    code = pf.extract_code(scientist.respond(coder, seed=0))
+    assert "GROUP_COLUMN = 'site'" in code and "groups held out whole" in code
