@@ -2,6 +2,11 @@
 
 evaluate.py is the task author's code and holds the held-out targets; it runs beside the
 task folder, never inside an agent's sandbox, and agents never see its answer key.
+
+Its contract (README, 'Task folders'): ``python evaluate.py PREDICTIONS.csv [--truth TRUTH.csv]``
+prints one JSON line ``{"metric", "value", "higher_is_better", "n"}`` and exits 0, or says why
+on stderr and exits 2. With ``--truth`` it scores against that file instead of the held-out
+targets: that is how in-loop validation folds are scored with the task's own metric.
 """
 from __future__ import annotations
 
@@ -9,12 +14,16 @@ import json
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .task import Task
 
+FOLD_SCORER = Path(__file__).with_name("fold_scorer.py")
+
 
 def evaluate_predictions(task: Task, predictions: bytes, timeout_s: float = 300.0) -> dict:
+    """Score a predictions file against the held-out targets."""
     with tempfile.TemporaryDirectory(prefix="trellis-eval-") as tmp:
         path = Path(tmp) / task.resources.predictions_file
         path.write_bytes(predictions)
@@ -23,14 +32,56 @@ def evaluate_predictions(task: Task, predictions: bytes, timeout_s: float = 300.
                                   capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"ok": False, "error": f"evaluate.py did not finish within {timeout_s:.0f} s"}
-    if proc.returncode != 0:
-        return {"ok": False, "error": f"evaluate.py rejected the predictions: {proc.stderr.strip()[-500:]}"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("{")]
+    return read_result(task, proc.returncode, proc.stdout, proc.stderr)
+
+
+def read_result(task: Task, returncode: int, stdout: str, stderr: str) -> dict:
+    """What one evaluate.py call says, by its contract."""
+    if returncode != 0:
+        return {"ok": False, "error": f"evaluate.py rejected the predictions: {stderr.strip()[-500:]}"}
+    lines = [ln for ln in stdout.splitlines() if ln.strip().startswith("{")]
     try:
         result = json.loads(lines[-1])
         value = float(result["value"])
     except (IndexError, json.JSONDecodeError, KeyError, TypeError, ValueError):
-        return {"ok": False, "error": f"evaluate.py printed no result line: {proc.stdout.strip()[-300:]!r}"}
+        return {"ok": False, "error": f"evaluate.py printed no result line: {stdout.strip()[-300:]!r}"}
     return {"ok": True, "metric": result.get("metric", task.metric.name), "value": value,
             "higher_is_better": bool(result.get("higher_is_better", task.metric.higher_is_better)),
             "n": result.get("n")}
+
+
+def supports_truth(task: Task) -> bool:
+    """Does this task's evaluate.py take ``--truth``? (It names the option if it does; an
+    older one is given no argument it would refuse.)"""
+    try:
+        return "--truth" in task.evaluator.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class FoldJob:
+    predictions: Path
+    truth: Path
+
+
+def evaluate_folds(task: Task, jobs: list[FoldJob], timeout_s: float = 300.0) -> list[dict]:
+    """Score each job's predictions against its own truth file with evaluate.py --truth, all
+    in one process (fold_scorer.py): one import of numpy and pandas instead of one per fold."""
+    if not jobs:
+        return []
+    with tempfile.TemporaryDirectory(prefix="trellis-folds-") as tmp:
+        jobs_path, results_path = Path(tmp) / "jobs.json", Path(tmp) / "results.json"
+        jobs_path.write_text(json.dumps([{"predictions": str(j.predictions), "truth": str(j.truth)} for j in jobs]))
+        try:
+            proc = subprocess.run([sys.executable, str(FOLD_SCORER), str(task.evaluator), str(jobs_path),
+                                   str(results_path)], cwd=task.folder, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return [{"ok": False, "error": f"evaluate.py did not score the validation folds within {timeout_s:.0f} s"}]
+        try:
+            results = json.loads(results_path.read_text())
+        except (OSError, ValueError):
+            return [{"ok": False, "error": f"evaluate.py could not score the validation folds: "
+                                           f"{proc.stderr.strip()[-500:]}"}]
+    return [read_result(task, r.get("exit", 1), r.get("stdout", ""), r.get("stderr", "")) for r in results]

@@ -11,10 +11,13 @@ from typing import Callable, Iterable, TextIO
 
 from .budget import Budget
 from .errors import ModelUnavailable
-from .protocol.events import Archive, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted
+from .preflight import preflight
+from .protocol.events import (Archive, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
+                              ValidationPlanned)
 from .synthesis import team_workflow
 from .task import Task, load_task
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
+from .validation import plan_validation
 from .workflow import Workflow
 from .control import Control, NoControl
 from .sandbox import Executor
@@ -64,6 +67,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     search_class(search)  # an unknown name fails here, before anything is written
     control = control or NoControl()
     task = load_task(task_folder)
+    # Bad data is a clear error here, before anything is written or any token spent.
+    preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
     budget = budget or Budget(max_tokens=2_000_000)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
@@ -96,6 +101,9 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
                               budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
                               workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
+    plan = plan_validation(task)
+    tracer.emit(ValidationPlanned(plan=plan.to_dict(), description=plan.describe()))
+    out.write(f"validation: {plan.describe()}\n")
     similarity = start_info.get("similarity")
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
               + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")

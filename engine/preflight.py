@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .errors import TaskSpecError
 from .task import Task
+from .validation import EXTRAPOLATION_SHARE
 
 # Metric names that say what kind of task this is (lower-cased; '-' read as '_').
 CLASSIFICATION_METRICS = frozenset({
@@ -87,7 +88,7 @@ class TaskFacts:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def beyond_training_range(self, min_share: float = 0.2) -> dict[str, str]:
+    def beyond_training_range(self, min_share: float = EXTRAPOLATION_SHARE) -> dict[str, str]:
         """Features on which the test set extrapolates: at least ``min_share`` of the test rows lie
         beyond the training range on a side. feature -> "upper" | "lower" | "both". A few test rows
         just outside a randomly split range (measured: at most 6 % on a random split of 178 rows)

@@ -2,113 +2,247 @@
 
 The training file is split (seeded) into a fit part and a validation part. The program runs
 with the same contract as always — it reads `train` and `test_features` and writes
-predictions — but `train` is the fit part and `test_features` holds the validation rows, so
-its predictions can be scored against targets the engine kept back. The official evaluator
-(evaluate.py and heldout/) is never read here.
+predictions — but `train` is the fit part and `test_features` holds the validation rows (with
+exactly the test file's columns), so its predictions can be scored against targets the engine
+kept back. The task's own evaluate.py scores each fold (`--truth`), so the in-loop metric is
+the official one, whatever its name; the held-out answer key is never read here.
+
+The split mirrors the question the official test asks (`plan_validation`): a task declares it
+in Data_config.json (`validation`), and when it declares nothing and its test inputs lie
+beyond the training range, Trellis validates on the edge of that range (extrapolation) instead
+of on random folds, which measure interpolation and rank extrapolating models wrongly.
 """
 from __future__ import annotations
 
 import csv
 import io
+import math
 import random
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .evaluation import FoldJob, evaluate_folds, supports_truth
 from .metrics import metric_fn
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput
 from .task import Task
+
+SPLITS = ("kfold", "holdout_range", "group", "time")
+DEFAULT_FOLDS = {"kfold": 5, "holdout_range": 3, "group": 5, "time": 3}
+# Trellis validates on the edge of an input's range when at least this share of the test rows
+# lies beyond the training range on one side of that input. Fewer is sampling, not a question
+# about extrapolation: a random split of 178 rows left up to 6 % of its test rows outside.
+EXTRAPOLATION_SHARE = 0.2
+MIN_FIT_SHARE = 0.3  # a fold never fits on less than this share of the training rows
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How in-loop validation splits the training rows, and why."""
+
+    split: str                   # kfold | holdout_range | group | time
+    folds: int
+    column: str | None = None    # the input a range, group or time split is made on
+    side: str | None = None      # holdout_range: "upper" or "lower" end of the column
+    fraction: float = 0.2        # holdout_range: share of rows in each validation band
+    chosen_by: str = "default"   # "task" (Data_config.json) | "trellis" (test beyond training range) | "default"
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        if self.split == "holdout_range":
+            how = (f"extrapolation split: validate on the {'top' if self.side == 'upper' else 'bottom'} "
+                   f"{self.fraction:.0%} of `{self.column}`, fit on the rest ({self.folds} bands)")
+        elif self.split == "group":
+            how = f"group split on `{self.column}`: whole groups held out ({self.folds} folds)"
+        elif self.split == "time":
+            how = f"time split on `{self.column}`: fit on the past, validate on what follows ({self.folds} folds)"
+        else:
+            how = f"{self.folds}-fold cross-validation on shuffled rows"
+        return f"{how}; {self.reason}" if self.reason else how
 
 
 @dataclass(frozen=True)
 class ValidationSplit:
     files: dict[str, Path]          # relative path in the sandbox -> host file
-    targets: dict[str, float]       # validation id -> true target
+    truth: Path                     # id and target of the validation rows, for evaluate.py --truth
+    targets: dict[str, str]         # validation id -> true target, as written in the training file
     n_fit: int
     n_validation: int
 
 
-def make_split(task: Task, workdir: Path, seed: int = 0, fold: int = 0, folds: int = 5) -> ValidationSplit:
-    """Fold ``fold`` of a seeded ``folds``-way partition: that fold validates, the rest fits."""
+# --- reading the task's data -----------------------------------------------------------------
+@dataclass(frozen=True)
+class _Data:
+    header: list[str]
+    rows: list[dict[str, str]]
+    test_header: list[str]
+    test_rows: list[dict[str, str]]
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+        return list(reader.fieldnames or []), rows
+
+
+def _data(task: Task) -> _Data:
     r = task.resources
     if not (r.target and r.id_column and "train" in r.files and "test_features" in r.files):
         raise ValueError("in-loop validation needs Data_config.json with train, test_features, target and id_column")
-    rows = list(csv.DictReader(io.StringIO((task.folder / r.files["train"]).read_text())))
-    header = list(rows[0].keys())
-    features = [c for c in header if c != r.target]
-    pinned = _jump_neighbours(rows, features, r.target)
-    order = [i for i in range(len(rows)) if i not in pinned]
-    random.Random(seed).shuffle(order)
-    val_idx = sorted(order[fold::folds])
-    fit_idx = sorted(set(range(len(rows))) - set(val_idx))
-    workdir.mkdir(parents=True, exist_ok=True)
-    fit_path, val_path = workdir / "fit.csv", workdir / "validation_features.csv"
-    with fit_path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=header)
-        w.writeheader()
-        w.writerows(rows[i] for i in fit_idx)
-    with val_path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow([r.id_column, *features])
-        for k, i in enumerate(val_idx):
-            w.writerow([k, *(rows[i][c] for c in features)])
-    targets = {str(k): float(rows[i][r.target]) for k, i in enumerate(val_idx)}
-    return ValidationSplit({r.files["train"]: fit_path, r.files["test_features"]: val_path}, targets,
-                           len(fit_idx), len(val_idx))
+    header, rows = _read_csv(task.folder / r.files["train"])
+    test_header, test_rows = _read_csv(task.folder / r.files["test_features"])
+    if not rows:
+        raise ValueError(f"{r.files['train']} has no rows to validate on")
+    return _Data(header, rows, test_header, test_rows)
 
 
-def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes) -> dict:
+def _numbers(rows: list[dict[str, str]], column: str) -> list[float] | None:
+    try:
+        values = [float(row[column]) for row in rows]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return values if all(math.isfinite(v) for v in values) else None
+
+
+def validation_columns(task: Task, data: _Data) -> list[str]:
+    """The columns the program sees in the validation features file: the test file's own
+    (never a column only the training file has, which the real test would not give it)."""
     r = task.resources
-    try:
-        rows = list(csv.DictReader(io.StringIO(predictions_csv.decode("utf-8"))))
-        by_id = {str(int(float(row[r.id_column]))): float(row[r.target]) for row in rows}
-    except (KeyError, ValueError, UnicodeDecodeError) as exc:
-        return {"ok": False, "error": f"validation predictions unreadable: {exc}"}
-    missing = [i for i in split.targets if i not in by_id]
-    if missing:
-        return {"ok": False, "error": f"validation predictions miss {len(missing)} of {len(split.targets)} ids"}
-    ids = list(split.targets)
-    value = metric_fn(task.metric.name)([by_id[i] for i in ids], [split.targets[i] for i in ids])
-    return {"ok": True, "metric": task.metric.name, "value": value, "higher_is_better": task.metric.higher_is_better,
-            "n": len(ids), "split": "validation"}
+    return [c for c in data.test_header if c != r.id_column and c in data.header and c != r.target]
 
 
-def validate_program(task: Task, code: str, executor: Executor, seed: int = 0,
-                     folds: int = 5) -> tuple[dict, ExecutionResult]:
-    """Seeded ``folds``-fold cross-validation of ``code`` with the task's metric.
-
-    Every training row is validated exactly once. Independent random 20 % splits were too
-    noisy to select on: measured on the diabetes task, the same program scored 0.33 to 0.58 R²
-    depending on the split, and a change that won on validation lost on the held-out data.
-    The per-fold values are kept (``split_values``) so that two programs validated with the
-    same seed can be compared fold by fold."""
-    values: list[float] = []
-    last: ExecutionResult | None = None
-    scored: dict = {}
-    for k in range(folds):
-        scored, last = _validate_once(task, code, executor, seed, k, folds)
-        if not scored.get("ok"):
-            return scored, last
-        values.append(scored["value"])
-    assert last is not None
-    return {**scored, "value": sum(values) / len(values), "splits": len(values),
-            "split_values": [round(v, 6) for v in values]}, last
+# --- planning the split ------------------------------------------------------------------------
+def plan_validation(task: Task) -> SplitPlan:
+    """The split the task declares, or the one its data calls for."""
+    declared = getattr(task.resources, "validation", None)
+    data = _data(task)
+    if declared:
+        return _declared_plan(task, declared, data)
+    beyond = _extrapolation(task, data)
+    if beyond:
+        return beyond
+    return SplitPlan("kfold", DEFAULT_FOLDS["kfold"], chosen_by="default",
+                     reason="the test inputs lie within the training range")
 
 
-def _validate_once(task: Task, code: str, executor: Executor, seed: int, fold: int,
-                   folds: int) -> tuple[dict, ExecutionResult]:
-    with tempfile.TemporaryDirectory(prefix="trellis-val-") as tmp:
-        split = make_split(task, Path(tmp), seed=seed, fold=fold, folds=folds)
-        result = executor.run(ExecutionRequest(code=code, input_files=split.files, limits=task.resources.limits))
-    if not result.ok:
-        return {"ok": False, "error": f"program {result.status} on the validation split"}, result
-    try:
-        predictions = result.read_file(task.resources.predictions_file)
-    except FileNotFoundError:
-        return {"ok": False, "error": "program wrote no predictions on the validation split"}, result
-    except UnsafeOutput as exc:
-        return {"ok": False, "error": f"predictions refused: {exc}"}, result
-    return score_predictions(task, split, predictions), result
+def _field(declared, name: str, default=None):
+    return declared.get(name, default) if isinstance(declared, dict) else getattr(declared, name, default)
+
+
+def _declared_plan(task: Task, declared, data: _Data) -> SplitPlan:
+    split = _field(declared, "split", "kfold")
+    if split not in SPLITS:
+        raise ValueError(f"Data_config.json validation.split {split!r} is not one of {', '.join(SPLITS)}")
+    column = _field(declared, "column")
+    if split != "kfold":
+        if not column or column not in data.header:
+            raise ValueError(f"Data_config.json validation.column {column!r} is not a column of "
+                             f"{task.resources.files['train']}")
+        if split in {"holdout_range", "time"} and _numbers(data.rows, column) is None:
+            raise ValueError(f"Data_config.json validation.column {column!r} must be numeric for a {split} split")
+    return SplitPlan(split, int(_field(declared, "folds") or DEFAULT_FOLDS[split]), column=column,
+                     side=(_field(declared, "side") or "upper") if split == "holdout_range" else None,
+                     fraction=float(_field(declared, "fraction") or 0.2), chosen_by="task",
+                     reason="declared in Data_config.json")
+
+
+def _extrapolation(task: Task, data: _Data) -> SplitPlan | None:
+    """An extrapolation split when many test rows lie beyond the training range of an input."""
+    if not data.test_rows:
+        return None
+    best: tuple[float, str, str, int, float] | None = None
+    for column in validation_columns(task, data):
+        train, test = _numbers(data.rows, column), _numbers(data.test_rows, column)
+        if not train or not test:
+            continue
+        lo, hi = min(train), max(train)
+        above, below = sum(v > hi for v in test), sum(v < lo for v in test)
+        side, count, edge = ("upper", above, hi) if above >= below else ("lower", below, lo)
+        share = count / len(test)
+        if share >= EXTRAPOLATION_SHARE and (best is None or share > best[0]):
+            best = (share, column, side, count, edge)
+    if best is None:
+        return None
+    share, column, side, count, edge = best
+    where = "above the training maximum" if side == "upper" else "below the training minimum"
+    reason = (f"{count} of {len(data.test_rows)} test rows ({share:.0%}) have `{column}` {where} {edge:.6g}, "
+              "so the official test asks for extrapolation")
+    return SplitPlan("holdout_range", DEFAULT_FOLDS["holdout_range"], column=column, side=side, fraction=0.2,
+                     chosen_by="trellis", reason=reason)
+
+
+# --- folds -------------------------------------------------------------------------------------
+def fold_rows(task: Task, plan: SplitPlan, data: _Data, seed: int) -> list[tuple[list[int], list[int]]]:
+    """(fit row indices, validation row indices) for each fold of ``plan``."""
+    n = len(data.rows)
+    if plan.split == "holdout_range":
+        return _range_folds(data, plan, n)
+    if plan.split == "time":
+        return _time_folds(data, plan, n)
+    if plan.split == "group":
+        return _group_folds(data, plan, n, seed)
+    return _kfold(task, data, plan.folds, n, seed)
+
+
+def _order_by(data: _Data, column: str) -> list[int]:
+    values = _numbers(data.rows, column) or [0.0] * len(data.rows)
+    return sorted(range(len(values)), key=lambda i: (values[i], i))
+
+
+def _range_folds(data: _Data, plan: SplitPlan, n: int) -> list[tuple[list[int], list[int]]]:
+    """Band k (k = 0 is the very edge) validates; everything on the inner side of it fits.
+    Later bands fit on less data, as extrapolating from further inside does."""
+    order = _order_by(data, plan.column or "")
+    if plan.side == "lower":
+        order.reverse()
+    band = max(1, round(plan.fraction * n))
+    folds = []
+    for k in range(max(1, plan.folds)):
+        start = n - (k + 1) * band
+        if start < max(2, MIN_FIT_SHARE * n) and folds:
+            break
+        start = max(start, 1)
+        folds.append((sorted(order[:start]), sorted(order[start:start + band])))
+    return folds
+
+
+def _time_folds(data: _Data, plan: SplitPlan, n: int) -> list[tuple[list[int], list[int]]]:
+    order = _order_by(data, plan.column or "")
+    blocks = max(2, plan.folds + 1)
+    edges = [round(i * n / blocks) for i in range(blocks + 1)]
+    return [(sorted(order[:edges[k + 1]]), sorted(order[edges[k + 1]:edges[k + 2]]))
+            for k in range(blocks - 1) if edges[k + 2] > edges[k + 1] and edges[k + 1] > 0]
+
+
+def _group_folds(data: _Data, plan: SplitPlan, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    """Whole groups per fold, balanced by size (the largest group goes to the lightest fold)."""
+    groups: dict[str, list[int]] = {}
+    for i, row in enumerate(data.rows):
+        groups.setdefault(row.get(plan.column or "", ""), []).append(i)
+    if len(groups) < 2:
+        raise ValueError(f"a group split needs at least two groups in `{plan.column}`; it has {len(groups)}")
+    names = sorted(groups)
+    random.Random(seed).shuffle(names)
+    names.sort(key=lambda g: -len(groups[g]))  # stable: shuffled order breaks ties
+    k = min(plan.folds, len(groups))
+    members: list[list[int]] = [[] for _ in range(k)]
+    for g in names:
+        min(members, key=len).extend(groups[g])
+    everyone = set(range(n))
+    return [(sorted(everyone - set(m)), sorted(m)) for m in members if m]
+
+
+def _kfold(task: Task, data: _Data, folds: int, n: int, seed: int) -> list[tuple[list[int], list[int]]]:
+    pinned = _jump_neighbours(data.rows, validation_columns(task, data), task.resources.target or "")
+    order = [i for i in range(n) if i not in pinned]
+    random.Random(seed).shuffle(order)
+    everyone = set(range(n))
+    return [(sorted(everyone - set(order[k::folds])), sorted(order[k::folds])) for k in range(folds)
+            if order[k::folds]]
 
 
 def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor: float = 10.0) -> set[int]:
@@ -120,7 +254,7 @@ def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor:
         return set()
     try:
         pts = sorted((float(row[features[0]]), float(row[target]), i) for i, row in enumerate(rows))
-    except ValueError:
+    except (KeyError, ValueError):
         return set()
     steps = [abs(b[1] - a[1]) for a, b in zip(pts, pts[1:])]
     typical = sorted(steps)[len(steps) // 2] or 1e-12
@@ -129,3 +263,123 @@ def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor:
         if step > factor * typical:
             pinned |= {pts[k][2], pts[k + 1][2]}
     return pinned
+
+
+# --- one fold's files --------------------------------------------------------------------------
+def make_split(task: Task, workdir: Path, seed: int = 0, fold: int = 0, plan: SplitPlan | None = None) -> ValidationSplit:
+    """The files of fold ``fold`` of ``plan`` (default: the task's plan)."""
+    plan = plan or plan_validation(task)
+    data = _data(task)
+    folds = fold_rows(task, plan, data, seed)
+    fit_idx, val_idx = folds[fold % len(folds)]
+    return _write_split(task, data, workdir, fit_idx, val_idx)
+
+
+def _write_split(task: Task, data: _Data, workdir: Path, fit_idx: list[int], val_idx: list[int]) -> ValidationSplit:
+    r = task.resources
+    columns = validation_columns(task, data)
+    workdir.mkdir(parents=True, exist_ok=True)
+    fit_path, val_path, truth_path = workdir / "fit.csv", workdir / "validation_features.csv", workdir / "truth.csv"
+    with fit_path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=data.header)
+        w.writeheader()
+        w.writerows(data.rows[i] for i in fit_idx)
+    targets = {str(k): data.rows[i][r.target] for k, i in enumerate(val_idx)}
+    with val_path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([r.id_column, *columns])
+        for k, i in enumerate(val_idx):
+            w.writerow([k, *(data.rows[i][c] for c in columns)])
+    with truth_path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([r.id_column, r.target])
+        w.writerows(targets.items())
+    return ValidationSplit({r.files["train"]: fit_path, r.files["test_features"]: val_path}, truth_path, targets,
+                           len(fit_idx), len(val_idx))
+
+
+# --- scoring -----------------------------------------------------------------------------------
+def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes) -> dict:
+    """The task's metric on one fold, computed by the engine: the fallback for an evaluate.py
+    that does not take ``--truth`` yet (README, 'Task folders')."""
+    r = task.resources
+    try:
+        fn = metric_fn(task.metric.name)
+    except KeyError as exc:
+        return {"ok": False, "error": f"{exc.args[0]}; make evaluate.py accept --truth (README, 'Task folders') "
+                "so that Trellis scores validation folds with it"}
+    try:
+        rows = list(csv.DictReader(io.StringIO(predictions_csv.decode("utf-8"))))
+        by_id = {str(int(float(row[r.id_column]))): row[r.target] for row in rows}
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        return {"ok": False, "error": f"validation predictions unreadable: {exc}"}
+    missing = [i for i in split.targets if i not in by_id]
+    if missing:
+        return {"ok": False, "error": f"validation predictions miss {len(missing)} of {len(split.targets)} ids"}
+    ids = list(split.targets)
+    try:
+        pred = [float(by_id[i]) for i in ids]
+        true = [float(split.targets[i]) for i in ids]
+    except ValueError as exc:
+        return {"ok": False, "error": f"validation predictions are not numbers: {exc}"}
+    return {"ok": True, "metric": task.metric.name, "value": fn(pred, true),
+            "higher_is_better": task.metric.higher_is_better, "n": len(ids), "scorer": "built-in"}
+
+
+def validate_program(task: Task, code: str, executor: Executor, seed: int = 0,
+                     plan: SplitPlan | None = None) -> tuple[dict, ExecutionResult]:
+    """Run ``code`` on every fold of the task's split and score each with the task's metric.
+
+    Every fold's program runs first; then all folds are scored at once (one evaluate.py
+    process, see evaluation.evaluate_folds). A failing fold stops the validation with its
+    reason. The per-fold values are kept (``split_values``) so that two programs validated
+    with the same seed and plan can be compared fold by fold (paired noise)."""
+    plan = plan or plan_validation(task)
+    data = _data(task)
+    folds = fold_rows(task, plan, data, seed)
+    last: ExecutionResult | None = None
+    with tempfile.TemporaryDirectory(prefix="trellis-val-") as tmp:
+        splits: list[ValidationSplit] = []
+        predictions: list[Path] = []
+        for k, (fit_idx, val_idx) in enumerate(folds):
+            split = _write_split(task, data, Path(tmp) / f"fold{k}", fit_idx, val_idx)
+            last = executor.run(ExecutionRequest(code=code, input_files=split.files, limits=task.resources.limits))
+            produced, problem = _read_predictions(task, last)
+            if problem:
+                return {"ok": False, "error": f"{problem} (validation fold {k + 1} of {len(folds)})",
+                        "validation": plan.to_dict()}, last
+            path = Path(tmp) / f"fold{k}" / "predictions.csv"
+            path.write_bytes(produced)
+            splits.append(split)
+            predictions.append(path)
+        scores = _score_folds(task, splits, predictions)
+    assert last is not None
+    failed = next((s for s in scores if not s.get("ok")), None)
+    if failed:
+        return {**failed, "validation": plan.to_dict()}, last
+    values = [float(s["value"]) for s in scores]
+    first = scores[0]
+    return {"ok": True, "metric": first.get("metric", task.metric.name), "value": sum(values) / len(values),
+            "higher_is_better": bool(first.get("higher_is_better", task.metric.higher_is_better)),
+            "n": sum(int(s.get("n") or 0) for s in scores), "split": "validation", "splits": len(values),
+            "split_values": [round(v, 6) for v in values], "scorer": first.get("scorer", "evaluate.py"),
+            "validation": plan.to_dict()}, last
+
+
+def _read_predictions(task: Task, result: ExecutionResult) -> tuple[bytes, str]:
+    if not result.ok:
+        return b"", f"program {result.status} on the validation split"
+    try:
+        return result.read_file(task.resources.predictions_file), ""
+    except FileNotFoundError:
+        return b"", "program wrote no predictions on the validation split"
+    except UnsafeOutput as exc:
+        return b"", f"predictions refused: {exc}"
+
+
+def _score_folds(task: Task, splits: list[ValidationSplit], predictions: list[Path]) -> list[dict]:
+    if supports_truth(task):
+        scored = evaluate_folds(task, [FoldJob(p, s.truth) for p, s in zip(predictions, splits)])
+        return [{**s, "scorer": "evaluate.py"} if s.get("ok") else
+                {**s, "error": f"validation fold {k + 1}: {s.get('error')}"} for k, s in enumerate(scored)]
+    return [score_predictions(task, s, p.read_bytes()) for s, p in zip(splits, predictions)]

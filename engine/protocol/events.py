@@ -72,6 +72,18 @@ class CheckResult(Strict):
     agent: str | None = None
 
 
+class ValidationPlan(Strict):
+    """engine.validation.SplitPlan.to_dict(): how in-loop validation splits the training rows."""
+
+    split: Literal["kfold", "holdout_range", "group", "time"]
+    folds: int
+    column: str | None = None
+    side: Literal["upper", "lower"] | None = None
+    fraction: float = 0.2
+    chosen_by: Literal["task", "trellis", "default"] = "default"
+    reason: str = ""
+
+
 class Metric(Strict):
     """A score: evaluate.py's (engine.evaluation), the in-loop validation's (engine.validation)
     or an error. ``ok`` False comes with ``error`` and nothing else."""
@@ -87,6 +99,8 @@ class Metric(Strict):
     split: str | None = None
     splits: int | None = None
     split_values: list[float] | None = None
+    scorer: str | None = None                 # "evaluate.py" (--truth) or "built-in" (engine/metrics.py)
+    validation: ValidationPlan | None = None  # the split the folds came from
 
 
 class MutationRecord(Strict):
@@ -527,6 +541,14 @@ class NodeRetired(Payload):
     iteration: int | None = None
 
 
+class ValidationPlanned(Payload):
+    """How a search validates candidates, said once at its start (engine.validation.plan_validation)."""
+
+    kind: ClassVar[str] = "validation_planned"
+    plan: ValidationPlan
+    description: str
+
+
 # Emission order: a run's events, the ways it stops, then the searches'.
 PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     RunStarted, AgentStarted, ModelCall, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
@@ -534,7 +556,7 @@ PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     # the model could not be called at all (unknown model, missing key, provider down)
     RunFailed, SearchFailed,
     # search-level events (one search runs many probes, each a run with its own trace)
-    SearchStarted, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Archive, SearchFinished,
+    SearchStarted, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Archive, SearchFinished,
     # evolutionary tree search
     SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,
     # SciMARS harness self-improvement
@@ -564,11 +586,11 @@ __all__ = [
     "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "parse_payload",
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
-    "SearchEnd", "StartInfo", "Strict", "Usage",
+    "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan",
     # one model per kind
     "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
     "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "RunFailed", "SearchFailed",
-    "SearchStarted", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Archive",
+    "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Archive",
     "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",
     "ReuseReceipt", "Composition", "Reflection",
 ]

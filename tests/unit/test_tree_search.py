@@ -53,7 +53,10 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
 
     class GuardedPopen(real_popen):
         def __init__(self, args, *a, **k):
-            if "evaluate.py" in " ".join(map(str, args if isinstance(args, (list, tuple)) else [args])):
+            command = " ".join(map(str, args if isinstance(args, (list, tuple)) else [args]))
+            # Validation folds are scored by evaluate.py --truth through the fold scorer, which
+            # refuses it the answer key (tests/adversarial/test_in_loop_scoring.py); nothing else.
+            if "evaluate.py" in command and "fold_scorer.py" not in command:
                 refuse(f"subprocess {args}")
             super().__init__(args, *a, **k)
 
@@ -152,7 +155,8 @@ def test_selector_votes_are_traced_and_the_majority_decides(search):
 def test_search_never_reads_heldout_or_runs_the_evaluator(search):
     assert search.touched == []
     for e in _of(search.events, "tool_call") + _of(search.events, "code_execution"):
-        text = json.dumps(e.payload)
+        # (a validation score names its scorer, evaluate.py --truth, run by the engine: not the program)
+        text = json.dumps(e.payload).replace('"scorer": "evaluate.py"', "")
         assert "evaluate.py" not in text and "heldout" not in text
     assert {e.payload["purpose"] for e in _of(search.events, "code_execution")} == {
         "exploratory analysis", "in-loop validation"}

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from engine.preflight import preflight
 from engine.task import load_task
 
 from . import live
@@ -41,8 +42,10 @@ class QueueUnavailable(ControlError):
 
 
 def task_for_folder(project: Project, folder: str | Path) -> Task:
-    """Register a task folder in a project (validated by the engine's task loader)."""
+    """Register a task folder in a project, validated by the engine's task loader and its data
+    checked by preflight (a PreflightError lists every problem; nothing is registered)."""
     spec = load_task(folder)
+    preflight(spec, cache_dir=Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
     task, _ = Task.objects.update_or_create(project=project, name=spec.name, defaults=dict(
         title=spec.title, folder=str(Path(folder).resolve()), metric_name=spec.metric.name,
         higher_is_better=spec.metric.higher_is_better))
