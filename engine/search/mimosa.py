@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ModelCallError
 from ..mutations import Mutation, diff
+from ..selection import Gain, paired_gain
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.events import Judgement, MutationProposed, SearchIteration
 from ..protocol.checkpoints import MimosaState
@@ -34,6 +35,19 @@ STOP_J = 0.9
 def accepts(j_new: float | None, j_old: float | None) -> bool:
     """Mimosa's rule: strictly better, and a failed judgement never wins."""
     return j_new is not None and (j_old is None or j_new > j_old)
+
+
+def accept_rule(j_new: float | None, j_old: float | None, gain: Gain | None) -> tuple[bool, str]:
+    """Mimosa's rule with noise-aware selection: J strictly better and, where both candidates
+    were validated on the same folds, a validation gain beyond the paired noise (selection.py).
+    (Whether it accepts, and why, in words.)"""
+    if not accepts(j_new, j_old):
+        return False, "J did not improve"
+    if gain is None:
+        return True, "J improved"
+    if not gain.significant:
+        return False, f"J improved but the {gain.describe()}: noise, not an improvement"
+    return True, f"J improved and the {gain.describe()}"
 
 
 @dataclass
@@ -160,11 +174,12 @@ class MimosaSearch(Search):
     def proposal(self, n: int, candidate: Candidate) -> Proposal:
         probe, j_old = candidate.probe, self._j(self.incumbent)
         j_new = self._j(probe)
-        rule = accepts(j_new, j_old)
         metric = self.ctx.task.metric
+        rule, why = accept_rule(j_new, j_old, paired_gain(probe.result.metric, self.incumbent.result.metric,
+                                                           metric.higher_is_better))
         return Proposal(
             search=self.name, n=n, key=candidate.child.hash, change=Change(**candidate.mutation.to_dict()),
-            rule_accepts=rule, rule="J improved" if rule else "J did not improve", diff=candidate.change,
+            rule_accepts=rule, rule=why, diff=candidate.change,
             evidence=Evidence(basis="judge", J=j_new, incumbent_J=j_old,
                               judgement=probe.judgement.to_dict() if probe.judgement else None,
                               checks=[Check(**check_fields(c)) for c in probe.checks], validation=probe.validation,

@@ -21,6 +21,7 @@ from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, extract_json, fenced_json
+from ..selection import paired_gain
 from ..trace import Tracer
 from ..workflow import Workflow
 from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
@@ -147,13 +148,17 @@ def selection_key(probe: Probe, higher_is_better: bool) -> tuple:
 
 
 def is_supported(candidate: Probe, reference: Probe, higher_is_better: bool) -> bool:
-    """Checks at least as good as the reference's, and a strictly better validation score."""
+    """Checks at least as good as the reference's, and a better validation score: beyond the
+    paired noise across folds where both were validated on the same folds (selection.py)."""
     if candidate.result.status == "stopped" or candidate.validation is None:
         return False
     if (candidate.all_checks_pass, candidate.checks_passed) < (reference.all_checks_pass, reference.checks_passed):
         return False
     if reference.validation is None:
         return True
+    gain = paired_gain(candidate.result.metric, reference.result.metric, higher_is_better)
+    if gain is not None:
+        return gain.significant
     return _validation_key(candidate, higher_is_better) > _validation_key(reference, higher_is_better)
 
 
@@ -496,9 +501,11 @@ class ScimarsSearch(Search):
             checks = (p.probe or {}).get("checks", [])
             value = ((p.probe or {}).get("validation") or {}).get("value")
             reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
+            gain = paired_gain((p.probe or {}).get("validation"), (r.reference or {}).get("validation"), self.hib)
             lines.append(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}: checks "
                          f"{sum(c['passed'] for c in checks)}/{len(checks)} validation {_num(value)}"
-                         f"{' supported' if p.supported else ''}{reused}")
+                         f"{' supported' if p.supported else ''}{reused}"
+                         + (f"\n{'':30}{gain.describe()}" if gain else ""))
         lines.append(f"         decision: {r.decision}{' (' + ', '.join(r.chosen) + ')' if r.chosen else ''}  "
                      f"budget left {r.budget_left.get('tokens')} tokens")
         self.ctx.say("\n".join(lines))

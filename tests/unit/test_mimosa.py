@@ -12,6 +12,7 @@ import engine.evaluation
 import engine.evolve
 import engine.official  # noqa: F401  (imported before a test forbids the evaluator it binds)
 import engine.runner
+import engine.search.mimosa
 import engine.search.probe
 from engine.budget import Budget
 from engine.evolve import evolve
@@ -100,6 +101,8 @@ def test_search_keeps_only_strict_improvements_and_never_touches_the_official_ev
     official, calls = no_official_evaluator
     # initial 0.5, then worse, better, equal (rejected: strict), better again
     scripted_judge(monkeypatch, [0.5, 0.4, 0.6, 0.6, 0.7, 0.7, 0.7, 0.7])
+    # The J part of the rule alone; its noise-aware part is tested in test_selection.py.
+    monkeypatch.setattr(engine.search.mimosa, "paired_gain", lambda *a, **k: None)
     result, events = _evolve(tmp_path, iterations=4, seed=4, official=official)
     iterations = [p for p in _iterations(events) if p.get("J") is not None]
     assert result.stopped == "iteration budget reached"
