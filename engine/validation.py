@@ -144,10 +144,19 @@ def _declared_plan(task: Task, declared, data: _Data) -> SplitPlan:
                              f"{task.resources.files['train']}")
         if split in {"holdout_range", "time"} and _numbers(data.rows, column) is None:
             raise ValueError(f"Data_config.json validation.column {column!r} must be numeric for a {split} split")
-    return SplitPlan(split, int(_field(declared, "folds") or DEFAULT_FOLDS[split]), column=column,
+    fraction = float(_field(declared, "fraction") or 0.2)
+    folds = int(_field(declared, "folds") or DEFAULT_FOLDS[split])
+    if split == "holdout_range":
+        folds = min(folds, range_bands(fraction))
+    return SplitPlan(split, folds, column=column,
                      side=(_field(declared, "side") or "upper") if split == "holdout_range" else None,
-                     fraction=float(_field(declared, "fraction") or 0.2), chosen_by="task",
-                     reason="declared in Data_config.json")
+                     fraction=fraction, chosen_by="task", reason="declared in Data_config.json")
+
+
+def range_bands(fraction: float) -> int:
+    """How many validation bands of ``fraction`` fit while every fold still fits on at least
+    MIN_FIT_SHARE of the rows."""
+    return max(1, int((1 - MIN_FIT_SHARE) / fraction + 1e-9))
 
 
 def _extrapolation(task: Task, data: _Data) -> SplitPlan | None:
@@ -171,7 +180,8 @@ def _extrapolation(task: Task, data: _Data) -> SplitPlan | None:
     where = "above the training maximum" if side == "upper" else "below the training minimum"
     reason = (f"{count} of {len(data.test_rows)} test rows ({share:.0%}) have `{column}` {where} {edge:.6g}, "
               "so the official test asks for extrapolation")
-    return SplitPlan("holdout_range", DEFAULT_FOLDS["holdout_range"], column=column, side=side, fraction=0.2,
+    return SplitPlan("holdout_range", min(DEFAULT_FOLDS["holdout_range"], range_bands(0.2)), column=column,
+                     side=side, fraction=0.2,
                      chosen_by="trellis", reason=reason)
 
 

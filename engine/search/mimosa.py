@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 
 from ..errors import ModelCallError
+from ..console import shorten
 from ..mutations import Mutation, diff
 from ..selection import Gain, paired_gain
 from ..prompt_format import build_messages, fenced_json
@@ -64,6 +65,7 @@ class IterationRecord:
     budget_left: dict = field(default_factory=dict)
     diff: dict | None = None
     probe_run: Probe | None = field(default=None, repr=False)
+    reason: str = ""  # why it was accepted or rejected (the rule's words, or a person's)
 
 
 @dataclass
@@ -203,7 +205,8 @@ class MimosaSearch(Search):
             workflow=candidate.child.to_dict() if accepted else None))
         self._record(IterationRecord(n, mutation, True, probe=probe.summary(), J=j_new, incumbent_J=j_old,
                                      accepted=accepted, decided_by=decision.decided_by if decision else "",
-                                     budget_left=left, diff=candidate.change, probe_run=probe))
+                                     budget_left=left, diff=candidate.change, probe_run=probe,
+                                     reason=decision.reason if decision else ""))
         if accepted:
             self.incumbent = probe
 
@@ -229,16 +232,17 @@ class MimosaSearch(Search):
     def _record(self, r: IterationRecord) -> None:
         self.records.append(r)
         if not r.valid:
-            self.ctx.say(f"iter {r.n:>2}  invalid proposal: {r.problems[0][:100]}")
+            self.ctx.say(f"iter {r.n:>2}  invalid proposal: {shorten(r.problems[0], 100)}")
             return
         m = r.mutation or {}
         checks = r.probe["checks"] if r.probe else []
         passed = sum(1 for c in checks if c["passed"])
         inc = "-" if r.incumbent_J is None else f"{r.incumbent_J:.3f}"
-        self.ctx.say(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {m.get('rationale', '')[:60]}\n"
+        self.ctx.say(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {shorten(m.get('rationale', ''), 60)}\n"
                      f"         checks {passed}/{len(checks)}  J {fmt(r.J)} vs {inc}  "
                      f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  "
-                     f"budget left {r.budget_left.get('tokens')} tokens")
+                     f"budget left {r.budget_left.get('tokens')} tokens"
+                     + (f"\n         {shorten(r.reason, 160)}" if r.reason else ""))
 
 
 def check_fields(check: dict) -> dict:

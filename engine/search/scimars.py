@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..artifacts import ArtifactStore, sha256_file
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
+from ..console import shorten
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, extract_json, fenced_json
@@ -496,7 +497,7 @@ class ScimarsSearch(Search):
         for p in r.proposals:
             m = p.mutation or {}
             if not p.valid:
-                lines.append(f"         {p.editor:<20} invalid: {(p.problems or ['?'])[0][:80]}")
+                lines.append(f"         {p.editor:<20} invalid: {shorten((p.problems or ['?'])[0], 80)}")
                 continue
             checks = (p.probe or {}).get("checks", [])
             value = ((p.probe or {}).get("validation") or {}).get("value")
