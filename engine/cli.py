@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from .baselines import describe as describe_baselines, official_baselines
 from .budget import Budget
 from .console import ConsoleSink, print_summary
 from .errors import TrellisError
@@ -92,6 +93,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                        cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None)
     result = run_workflow(task, workflow, config, sinks=[ConsoleSink(out, verbose=args.verbose)])
     print_summary(result, out)
+    out.write(f"baselines  {describe_baselines(official_baselines(task), result.metric)}\n")
     return result
 
 

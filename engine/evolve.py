@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
+from .baselines import describe as describe_baselines, official_baselines
 from .budget import Budget
 from .errors import ModelUnavailable
 from .preflight import preflight
@@ -40,6 +41,7 @@ class EvolveResult:
     start: dict = field(default_factory=dict)  # warm start or de novo
     archived: dict = field(default_factory=dict)  # {"entry": id} or {"skipped": why}
     trace: str = ""  # this attempt's search trace (search.jsonl, then search.2.jsonl after a resume)
+    baselines: dict = field(default_factory=dict)  # trivial baselines' official scores (engine/baselines.py)
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
@@ -124,7 +126,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
-                              time.perf_counter() - started, start=start_info, trace=str(trace_path))
+                              time.perf_counter() - started, start=start_info, trace=str(trace_path),
+                              baselines=official_baselines(task))
         if archive is not None:
             why_not = not_archivable(final, budget)
             if why_not:
@@ -192,6 +195,8 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
                   f"{num(d['validation']):>12} {official(d):>22}\n")
     out.write(f"({'higher' if task.metric.higher_is_better else 'lower'} is better; official = evaluate.py on "
               f"held-out data, run once after the final commitment)\n")
+    if r.baselines:
+        out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
     out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
     if r.archived.get("skipped"):
         out.write(f"archive    not archived: {r.archived['skipped']}\n")

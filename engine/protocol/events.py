@@ -475,6 +475,7 @@ class SearchFinished(Payload):
     start: StartInfo
     archived: dict[str, str] = Field(default_factory=dict)   # {"entry": id}, {"skipped": why} or {}
     trace: str = ""
+    baselines: dict[str, Metric] = Field(default_factory=dict)  # engine/baselines.py: name -> official score
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------

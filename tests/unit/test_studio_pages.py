@@ -210,3 +210,16 @@ def test_a_scimars_round_that_a_person_approved_becomes_a_version(run):
                 workflow_hash=child["hash"], workflow=None)
     assert list(run.versions.values_list("number", "author")) == [(1, "engine"), (2, "user:ada")]
     assert run.events.filter(kind="composition").count() == 2
+
+
+def test_a_finished_runs_page_shows_the_trivial_baselines_beside_the_team(run, client):
+    run.result = {"initial": {"workflow_hash": "a" * 64, "J": 0.7, "validation": 0.4,
+                              "official": {"ok": True, "value": 0.41}},
+                  "final": {"workflow_hash": "a" * 64, "J": 0.7, "validation": 0.4,
+                            "official": {"ok": True, "value": 0.41}},
+                  "baselines": {"constant": {"ok": True, "value": 0.0031},
+                                "nearest_neighbour": {"ok": True, "value": 0.2201}}}
+    run.save()
+    page = client.get(f"/runs/{run.pk}/header").content.decode()
+    assert "baseline: constant" in page and "0.0031" in page
+    assert "baseline: nearest neighbour" in page and "0.2201" in page

@@ -1,0 +1,126 @@
+"""Trivial baselines: what a team's result must beat to mean anything.
+
+Two predictors any scientist would try first, computed by the engine itself (no model, no
+sandbox, no tokens): the constant (the training mean for a regression, the majority class for a
+classification) and the nearest neighbour (each test row gets the target of the closest training
+row, numeric features standardised on the training rows). Both are scored by the task's own
+evaluate.py, once, after the search's final commitment, beside the team's official score.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import Counter
+from pathlib import Path
+
+from .evaluation import evaluate_predictions
+from .task import Task
+
+BASELINES = ("constant", "nearest_neighbour")
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _is_classification(task: Task, targets: list[str]) -> bool:
+    kind = getattr(task.resources, "kind", None)
+    if kind:
+        return kind == "classification"
+    contract = task.resources.prediction_columns.get(task.resources.target or "", "float")
+    return contract in {"int", "str", "bool"} and len(set(targets)) <= 20
+
+
+def _label(text: str, contract: str) -> str:
+    """A class label written the way the contract wants it (2.0 -> 2 for an int contract)."""
+    value = _number(text)
+    if contract == "int" and value is not None and value == int(value):
+        return str(int(value))
+    return text
+
+
+def trivial_predictions(task: Task) -> dict[str, bytes]:
+    """Each baseline's predictions for the task's test rows, as a contract-following CSV."""
+    r = task.resources
+    _, train = _rows(task.folder / r.files["train"])
+    _, test = _rows(task.folder / r.files["test_features"])
+    target, id_column = r.target or "", r.id_column or "id"
+    targets = [row[target] for row in train]
+    classification = _is_classification(task, targets)
+    contract = r.prediction_columns.get(target, "float")
+    if classification:
+        constant = _label(Counter(targets).most_common(1)[0][0], contract)
+    else:
+        values = [v for v in (_number(t) for t in targets) if v is not None]
+        constant = repr(sum(values) / len(values)) if values else "0"
+    neighbour = _nearest(train, test, [f for f in r.features if f in (train[0] if train else {})], targets)
+    out = {}
+    for name, predict in (("constant", lambda i: constant),
+                          ("nearest_neighbour", lambda i: _label(neighbour[i], contract) if classification
+                           else neighbour[i])):
+        buffer = io.StringIO()
+        w = csv.writer(buffer, lineterminator="\n")
+        w.writerow([id_column, target])
+        for i, row in enumerate(test):
+            w.writerow([row[id_column], predict(i)])
+        out[name] = buffer.getvalue().encode()
+    return out
+
+
+def _nearest(train: list[dict], test: list[dict], features: list[str], targets: list[str]) -> list[str]:
+    numeric = [f for f in features if all(_number(row.get(f, "")) is not None for row in train)]
+    if not numeric or not train:
+        most = Counter(targets).most_common(1)[0][0] if targets else "0"
+        return [most] * len(test)
+    scale = {}
+    for f in numeric:
+        col = [_number(row[f]) or 0.0 for row in train]
+        mean = sum(col) / len(col)
+        sd = math.sqrt(sum((v - mean) ** 2 for v in col) / len(col)) or 1.0
+        scale[f] = (mean, sd)
+    points = [[((_number(row[f]) or 0.0) - scale[f][0]) / scale[f][1] for f in numeric] for row in train]
+    out = []
+    for row in test:
+        x = [((_number(row.get(f, "")) or 0.0) - scale[f][0]) / scale[f][1] for f in numeric]
+        best = min(range(len(points)), key=lambda j: sum((a - b) ** 2 for a, b in zip(points[j], x)))
+        out.append(targets[best])
+    return out
+
+
+def official_baselines(task: Task) -> dict[str, dict]:
+    """Each trivial baseline's official score (evaluate.py on the held-out targets). Run after
+    the final commitment only, like the team's own official score."""
+    try:
+        predictions = trivial_predictions(task)
+    except (OSError, KeyError, ValueError, IndexError) as exc:
+        return {name: {"ok": False, "error": f"baseline not computed: {exc}"} for name in BASELINES}
+    return {name: evaluate_predictions(task, data) for name, data in predictions.items()}
+
+
+def describe(baselines: dict[str, dict], team: dict | None) -> str:
+    """One line: each baseline's official score, and whether the team beat it."""
+    def fmt(d: dict) -> str:
+        return f"{d['value']:.6g}" if d.get("ok") else "n/a"
+
+    parts = [f"{name.replace('_', ' ')} {fmt(d)}" for name, d in baselines.items()]
+    line = " · ".join(parts)
+    if team and team.get("ok"):
+        hib = bool(team.get("higher_is_better"))
+        beaten = [name.replace("_", " ") for name, d in baselines.items() if d.get("ok") and
+                  (team["value"] > d["value"] if hib else team["value"] < d["value"])]
+        missed = [name.replace("_", " ") for name, d in baselines.items() if d.get("ok") and
+                  name.replace("_", " ") not in beaten]
+        line += f"   team {fmt(team)}: " + ("beats every baseline" if not missed else
+                                           f"does NOT beat {', '.join(missed)}")
+    return line

@@ -1,0 +1,44 @@
+"""Trivial baselines (issue 11): computed by the engine without a model, scored by evaluate.py,
+printed beside the team's official score."""
+import csv
+import io
+import json
+from pathlib import Path
+
+from engine.baselines import describe, official_baselines, trivial_predictions
+from engine.task import load_task
+from tests.unit.test_validation import make_task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _column(data: bytes, name: str) -> list[str]:
+    return [row[name] for row in csv.DictReader(io.StringIO(data.decode()))]
+
+
+def test_regression_baselines_are_the_training_mean_and_the_nearest_training_row(tmp_path):
+    folder = make_task(tmp_path, [[x, x % 4, 3 * x] for x in range(10)], [[2, 2], [8.9, 0]])
+    predictions = trivial_predictions(load_task(folder))
+    assert [float(v) for v in _column(predictions["constant"], "y")] == [13.5, 13.5]
+    # nearest in (x, site) standardised: (2, 2) is a training row; (8.9, 0) is nearest to (8, 0)
+    assert [float(v) for v in _column(predictions["nearest_neighbour"], "y")] == [6.0, 24.0]
+    assert _column(predictions["constant"], "id") == ["0", "1"]
+
+
+def test_classification_baselines_predict_labels_in_the_contracts_type():
+    task = load_task(ROOT / "examples" / "wine-cultivar")
+    predictions = trivial_predictions(task)
+    target = task.resources.target
+    for data in predictions.values():
+        assert all(v.isdigit() for v in _column(data, target))  # 2, never 2.0
+    assert len(set(_column(predictions["constant"], target))) == 1
+
+
+def test_the_summary_line_says_which_baseline_the_team_did_not_beat(tmp_path):
+    folder = make_task(tmp_path, [[x, x % 4, 3 * x] for x in range(10)], [[2, 2], [8.9, 0]])
+    (folder / "heldout" / "test_targets.csv").write_text("id,y\n0,6\n1,26.7\n")
+    baselines = official_baselines(load_task(folder))
+    assert all(b["ok"] for b in baselines.values()), baselines
+    line = describe(baselines, {"ok": True, "value": 5.0, "higher_is_better": False})
+    assert "does NOT beat nearest neighbour" in line and "constant" in line
+    assert "beats every baseline" in describe(baselines, {"ok": True, "value": 0.1, "higher_is_better": False})
