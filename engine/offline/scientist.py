@@ -229,6 +229,10 @@ def _coder(system: str, user: str, rng: random.Random) -> str:
     return f"{note}\n\n```python\n{code.rstrip()}\n```"
 
 
+# Errors whose cause is the data or the files, not the program: a code change cannot fix them
+# (a column the program names but the data lacks is only a KeyError fix_bug cannot place).
+_NOT_IN_THE_CODE = frozenset({"FileNotFoundError", "PermissionError", "IsADirectoryError", "EmptyDataError",
+                              "ParserError", "UnicodeDecodeError", "KeyError"})
 # Failed checks that say the approach itself is wrong for the task, not a line of its code.
 _WRONG_APPROACH = {
     "values_vary": "the predictions do not vary: {key} learns nothing from the inputs",
@@ -253,6 +257,13 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     named = extract_strategy(code)
     strategy, params = strategy_from(code, facts)
     options = applicable(facts)
+    cause = _last_error_line(stderr) or "unclear from the evidence"
+    raised = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Warning))\b", cause)
+    exception = raised.group(1).rsplit(".", 1)[-1] if raised else ""
+    if exception in _NOT_IN_THE_CODE:
+        # The data or the files differ from what the task declares: no code change fixes that.
+        return (f"STATUS: FAILURE\n{NO_REPAIR}: {cause}. The program reads what the task declares; the "
+                "data does not match it, so the task's files or Data_config.json need fixing, not the code.")
     failed = set(re.findall(r'"name": "([a-z_]+)",\s*"passed": false', evidence))
     failed |= set(re.findall(r"^- FAIL ([a-z_]+)", evidence, re.M))
     wrong = [_WRONG_APPROACH[c].format(key=strategy.key) for c in sorted(failed) if c in _WRONG_APPROACH]
@@ -260,28 +271,36 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
         wrong.insert(0, f"{named[0]} does not apply to this {facts.family.replace('_', ' ')} task")
     elif strategy not in options:
         wrong.insert(0, f"{strategy.key} cannot extrapolate, and the task must")
+    slow = "timeout" in evidence or "memory" in evidence
+    if slow:
+        cheapest = strategy.default_params()
+        if {k: v for k, v in params.items() if k in strategy.param_grid} != cheapest:
+            rewritten = strategy.render(cheapest, spec, seed_of(user, rng))
+            return (f"Cause: the run exceeded its limits. Kept {strategy.key} with its cheapest settings."
+                    f"\n\n```python\n{rewritten.rstrip()}\n```")
+        wrong.append(f"{strategy.key} exceeds the limits even at its cheapest settings")
+    elif exception and not wrong:
+        wrong.append(f"{cause} was raised while fitting: {strategy.key} breaks on this data")
     if wrong:
         # No repair of this approach helps: change it, to one that fits what the task needs.
         others = [s for s in options if s.key != strategy.key and "baseline" not in s.tags] or \
             [s for s in options if s.key != strategy.key]
         wanted = facts.desired_tags() | ({"extrapolation", "parametric"} if failed & {"within_range", "finite"}
-                                         else set())
+                                         else {"fast"} if slow else set())
         others = [s for s in others if s.tags & wanted] or others
         if others:
             new = rng.choice(others)
-            new_params = {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
+            new_params = new.default_params() if slow else \
+                {k: rng.choice(list(v)) for k, v in sorted(new.param_grid.items())}
             rewritten = new.render(new_params, spec, seed_of(user, rng))
             return (f"Cause: {'; '.join(wrong)}. Switched to {new.title}.\n\n"
                     f"```python\n{rewritten.rstrip()}\n```")
     # Not a bug it recognises: rewrite the script cleanly from the strategy it implements.
-    if "timeout" in evidence or "memory" in evidence:
-        params = strategy.default_params()  # the cheapest settings
     try:
         rewritten = strategy.render({k: v for k, v in params.items() if k in strategy.param_grid}, spec,
                                     seed_of(user, rng))
     except ValueError:
         rewritten = strategy.render(strategy.default_params(), spec, seed_of(user, rng))
-    cause = _last_error_line(stderr) or "unclear from the evidence"
     if _same_program(rewritten, code):
         # Handing back the code that just failed would only repeat the failure.
         return (f"STATUS: FAILURE\n{NO_REPAIR}: the failure ({cause}) is not in the code; rewriting "

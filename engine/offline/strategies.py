@@ -1072,10 +1072,11 @@ def _fix_key_error(code: str, failure: _Failure) -> str | None:
     if id_const is None or len(keys) != 1:
         return None
     id_var = re.search(rf"^\s*(\w+)\s*=\s*\w+\[{id_const}\]", code, re.M)
-    frame = re.search(r"pd\.DataFrame\(\{(?!\s*%s\s*:)" % id_const, code)
-    if not id_var or not frame:
+    frame = re.search(r"pd\.DataFrame\(\{([^{}]*)\}", code)
+    # Only a frame that lacks the column is this mistake; a column missing from the data is not.
+    if not id_var or not frame or re.search(rf"(?<!\w){id_const}\s*:", frame.group(1)):
         return None
-    return code[:frame.end()] + f"{id_const}: {id_var.group(1)}, " + code[frame.end():]
+    return code[:frame.start(1)] + f"{id_const}: {id_var.group(1)}, " + code[frame.start(1):]
 
 
 _ONE_D_SYMPTOMS = ("Expected 2D array", "Expected a 2-dimensional", "array is 1-dimensional",
