@@ -55,6 +55,13 @@ def trivial_predictions(task: Task) -> dict[str, bytes]:
     r = task.resources
     _, train = _rows(task.folder / r.files["train"])
     _, test = _rows(task.folder / r.files["test_features"])
+    return predict(task, train, test)
+
+
+def predict(task: Task, train: list[dict[str, str]], test: list[dict[str, str]]) -> dict[str, bytes]:
+    """Each baseline fitted on ``train`` rows and predicting ``test`` rows (which carry the id
+    column), as contract-following CSVs: for the task's test file, or for a validation fold."""
+    r = task.resources
     target, id_column = r.target or "", r.id_column or "id"
     targets = [row[target] for row in train]
     classification = _is_classification(task, targets)
@@ -64,37 +71,38 @@ def trivial_predictions(task: Task) -> dict[str, bytes]:
     else:
         values = [v for v in (_number(t) for t in targets) if v is not None]
         constant = repr(sum(values) / len(values)) if values else "0"
-    neighbour = _nearest(train, test, [f for f in r.features if f in (train[0] if train else {})], targets)
+    features = [f for f in r.features if train and f in train[0] and test and f in test[0]]
+    neighbour = _nearest(train, test, features, targets)
     out = {}
-    for name, predict in (("constant", lambda i: constant),
-                          ("nearest_neighbour", lambda i: _label(neighbour[i], contract) if classification
-                           else neighbour[i])):
+    for name, predict_row in (("constant", lambda i: constant),
+                              ("nearest_neighbour", lambda i: _label(neighbour[i], contract) if classification
+                               else neighbour[i])):
         buffer = io.StringIO()
         w = csv.writer(buffer, lineterminator="\n")
         w.writerow([id_column, target])
         for i, row in enumerate(test):
-            w.writerow([row[id_column], predict(i)])
+            w.writerow([row[id_column], predict_row(i)])
         out[name] = buffer.getvalue().encode()
     return out
 
 
 def _nearest(train: list[dict], test: list[dict], features: list[str], targets: list[str]) -> list[str]:
-    numeric = [f for f in features if all(_number(row.get(f, "")) is not None for row in train)]
+    import numpy as np
+
+    numeric = [f for f in features if all(_number(row.get(f, "")) is not None for row in train + test)]
     if not numeric or not train:
         most = Counter(targets).most_common(1)[0][0] if targets else "0"
         return [most] * len(test)
-    scale = {}
-    for f in numeric:
-        col = [_number(row[f]) or 0.0 for row in train]
-        mean = sum(col) / len(col)
-        sd = math.sqrt(sum((v - mean) ** 2 for v in col) / len(col)) or 1.0
-        scale[f] = (mean, sd)
-    points = [[((_number(row[f]) or 0.0) - scale[f][0]) / scale[f][1] for f in numeric] for row in train]
-    out = []
-    for row in test:
-        x = [((_number(row.get(f, "")) or 0.0) - scale[f][0]) / scale[f][1] for f in numeric]
-        best = min(range(len(points)), key=lambda j: sum((a - b) ** 2 for a, b in zip(points[j], x)))
-        out.append(targets[best])
+    fit = np.array([[float(row[f]) for f in numeric] for row in train])
+    new = np.array([[float(row[f]) for f in numeric] for row in test]).reshape(len(test), len(numeric))
+    mean, sd = fit.mean(axis=0), fit.std(axis=0)
+    sd[sd == 0] = 1.0
+    fit, new = (fit - mean) / sd, (new - mean) / sd
+    out: list[str] = []
+    for start in range(0, len(new), 256):  # bounded memory: 256 x n_train distances at a time
+        block = new[start:start + 256]
+        d = (block ** 2).sum(1)[:, None] - 2 * block @ fit.T + (fit ** 2).sum(1)[None, :]
+        out += [targets[j] for j in d.argmin(axis=1)]
     return out
 
 

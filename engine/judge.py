@@ -21,8 +21,9 @@ CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "ans
 JUDGE_PROCEDURE = (
     "Judge one execution of a research team. Score each criterion in [0, 1]: goal_alignment (did the "
     "team deliver what the task asks, in its contract), collaboration_efficiency (retries, wasted calls, "
-    "tokens for what was achieved), output_quality (the validation score against what this problem "
-    "allows), answer_plausibility (are the values believable; do the public checks support them). "
+    "tokens for what was achieved), output_quality (the validation score against the trivial baselines' "
+    "scores on the same folds, shown beside it: no better than the best baseline is 0, a perfect score is 1), "
+    "answer_plausibility (are the values believable; do the public checks support them). "
     "Ground every score in the evidence shown; do not reward claims the evidence does not support."
 )
 ANSWER_FORMAT = ('Reply with one JSON object only: {"goal_alignment": {"score": <0..1>, "feedback": "..."}, '
@@ -74,7 +75,8 @@ def execution_summary(events: list[Event]) -> dict:
         "last_stdout": execs[-1]["stdout_tail"][-1200:] if execs else "",
         "final_report": next((p["outputs"].get("final_report", "") for a, p in reversed(list(finished.items()))
                               if "final_report" in p.get("outputs", {})), ""),
-        "validation": {k: evaluation.get(k) for k in ("ok", "metric", "value", "higher_is_better", "split", "error")},
+        "validation": {k: evaluation.get(k) for k in ("ok", "metric", "value", "higher_is_better", "split", "error",
+                                                       "baselines")},
     }
 
 

@@ -362,18 +362,47 @@ def validate_program(task: Task, code: str, executor: Executor, seed: int = 0,
             path.write_bytes(produced)
             splits.append(split)
             predictions.append(path)
-        scores = _score_folds(task, splits, predictions)
+        # The trivial baselines on the very same folds, scored in the same batch: what a score
+        # means on this task (a judge calibrates output quality against them).
+        trivial: dict[str, list[Path]] = {}
+        for k, (fit_idx, val_idx) in enumerate(folds):
+            for name, data_ in _baselines_for_fold(task, data, fit_idx, val_idx).items():
+                path = Path(tmp) / f"fold{k}" / f"baseline-{name}.csv"
+                path.write_bytes(data_)
+                trivial.setdefault(name, []).append(path)
+        names = sorted(trivial)
+        scores = _score_folds(task, splits * (1 + len(names)), predictions + [p for n in names for p in trivial[n]])
     assert last is not None
-    failed = next((s for s in scores if not s.get("ok")), None)
+    own, rest = scores[:len(folds)], scores[len(folds):]
+    failed = next((s for s in own if not s.get("ok")), None)
     if failed:
         return {**failed, "validation": plan.to_dict()}, last
-    values = [float(s["value"]) for s in scores]
-    first = scores[0]
+    values = [float(s["value"]) for s in own]
+    first = own[0]
+    baselines = {}
+    for i, name in enumerate(names):
+        mine = rest[i * len(folds):(i + 1) * len(folds)]
+        if mine and all(s.get("ok") for s in mine):
+            baselines[name] = round(sum(float(s["value"]) for s in mine) / len(mine), 6)
     return {"ok": True, "metric": first.get("metric", task.metric.name), "value": sum(values) / len(values),
             "higher_is_better": bool(first.get("higher_is_better", task.metric.higher_is_better)),
-            "n": sum(int(s.get("n") or 0) for s in scores), "split": "validation", "splits": len(values),
+            "n": sum(int(s.get("n") or 0) for s in own), "split": "validation", "splits": len(values),
             "split_values": [round(v, 6) for v in values], "scorer": first.get("scorer", "evaluate.py"),
-            "validation": plan.to_dict()}, last
+            "baselines": baselines, "validation": plan.to_dict()}, last
+
+
+def _baselines_for_fold(task: Task, data: _Data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
+    """engine/baselines.py's predictors fitted on a fold's fit rows, predicting its validation
+    rows (numbered as the program's validation file numbers them)."""
+    from .baselines import predict
+
+    r = task.resources
+    columns = validation_columns(task, data)
+    test = [{r.id_column: str(k), **{c: data.rows[i][c] for c in columns}} for k, i in enumerate(val_idx)]
+    try:
+        return predict(task, [data.rows[i] for i in fit_idx], test)
+    except (KeyError, ValueError, IndexError):
+        return {}
 
 
 def _read_predictions(task: Task, result: ExecutionResult) -> tuple[bytes, str]:

@@ -44,7 +44,10 @@ def judge(system: str, user: str, rng: random.Random) -> str:
     q = _quality(validation)
     a = passed / len(checks) if checks else 0.0
     value = validation.get("value")
-    shown = f"{validation.get('metric')} = {value:.4g} on the validation split" if delivered else \
+    best = _best_baseline(validation)
+    shown = (f"{validation.get('metric')} = {value:.4g} on the validation split"
+             + (f" (best trivial baseline on the same folds: {best[0].replace('_', ' ')} {best[1]:.4g})" if best else "")
+             ) if delivered else \
         f"no validated answer ({validation.get('error', 'nothing delivered')})"
     answer = {
         "goal_alignment": {"score": round(g, 3), "feedback": (
@@ -61,11 +64,28 @@ def judge(system: str, user: str, rng: random.Random) -> str:
     return json.dumps(answer, indent=1)
 
 
+def _best_baseline(validation: dict) -> tuple[str, float] | None:
+    items = [(n, float(b)) for n, b in (validation.get("baselines") or {}).items() if b is not None]
+    if not items:
+        return None
+    return (max if validation.get("higher_is_better") else min)(items, key=lambda item: item[1])
+
+
 def _quality(validation: dict) -> float:
+    """Skill over the best trivial baseline on the same folds (1 - error / baseline error; for a
+    score, the share of the way from the baseline to a perfect 1), not an absolute scale on
+    which any model looks good when the target is far from zero."""
     if not validation.get("ok") or validation.get("value") is None:
         return 0.0
-    v = float(validation["value"])
-    if validation.get("higher_is_better"):
+    v, higher = float(validation["value"]), bool(validation.get("higher_is_better"))
+    refs = [float(b) for b in (validation.get("baselines") or {}).values() if b is not None]
+    if refs:
+        best = max(refs) if higher else min(refs)
+        if higher and best < 1.0:
+            return max(0.0, min(1.0, (v - best) / (1.0 - best)))
+        if not higher and best > 0.0:
+            return max(0.0, min(1.0, 1.0 - v / best))
+    if higher:
         return max(0.0, min(1.0, v))  # r2 / accuracy already live in [0, 1] when they are any good
     return 1.0 / (1.0 + 10.0 * max(0.0, v))  # an error: 0 is perfect
 

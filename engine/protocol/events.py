@@ -100,6 +100,7 @@ class Metric(Strict):
     splits: int | None = None
     split_values: list[float] | None = None
     scorer: str | None = None                 # "evaluate.py" (--truth) or "built-in" (engine/metrics.py)
+    baselines: dict[str, float] | None = None  # trivial baselines on the same folds (engine/baselines.py)
     validation: ValidationPlan | None = None  # the split the folds came from
 
 
