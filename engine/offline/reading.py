@@ -202,7 +202,7 @@ def read_facts(system: str, user: str) -> TaskFacts:
     extrapolate = _fact("must extrapolate", _EXTRAPOLATE, prose + "\n" + evaluation, evidence)
     if not extrapolate and re.match(r"(holdout_range|time)\b|.*\bextrapolat", validation):
         extrapolate = True
-        evidence.append("must extrapolate: the task validates on the far end of an input")
+        evidence.append("must extrapolate: the task's validation holds out the far end of an input")
     if not extrapolate and mentions(report, r"\boutside the training range\b"):
         extrapolate = True
         evidence.append("must extrapolate: the data report finds test inputs outside the training range")
@@ -249,7 +249,7 @@ def _lower_bound(constraints: str) -> float | None:
 
 def _fact(name: str, pattern: str, text: str, evidence: list[str], source: str = "the task text") -> bool:
     if mentions(text, pattern):
-        evidence.append(f"{name}: {source} says so")
+        evidence.append(f"{name}: stated by {source}")
         return True
     return False
 
