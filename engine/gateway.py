@@ -43,7 +43,7 @@ class Completion:
 
 class ModelGateway:
     def __init__(self, budget: Budget, tracer: Tracer, seed: int = 0, model_override: str | None = None,
-                 max_output_tokens: int = 2048, cache_dir: Path | None = None, retries: int = 2,
+                 max_output_tokens: int = 4096, cache_dir: Path | None = None, retries: int = 2,
                  timeout_s: float | None = None, control: Control | None = None):
         self.budget = budget
         # Asked before every model call: the step boundary where a pause or cancel takes effect.
@@ -51,6 +51,8 @@ class ModelGateway:
         self.tracer = tracer
         self.seed = seed
         self.model_override = model_override
+        # Room for a whole program or analysis script in one answer (the offline analyzer's
+        # script alone is ~3k tokens); every call reserves this much before it is made.
         self.max_output_tokens = max_output_tokens
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.retries = retries
