@@ -135,10 +135,11 @@ def _params_for(strategy: Strategy, parent: tuple[str, dict] | None, hints: list
 
 
 def _proposal_score(s: Strategy, parent_key: str | None, ktags: set[str], report: set[str],
-                    hinted: set[str], rng: random.Random) -> float:
-    # Chance, nudged by the knowledge entry (strongly) and by the reports (less); a constant
-    # predictor is a floor, never a proposal worth a child.
+                    hinted: set[str], rng: random.Random, needed: frozenset[str] = frozenset()) -> float:
+    # Chance, nudged by the knowledge entry (strongly), by what the task needs (a law, a jump)
+    # and by the reports (less); a constant predictor is a floor, never a proposal worth a child.
     score = rng.random() + 0.6 * min(len(s.tags & ktags), 3) + 0.2 * min(len(s.tags & report), 2)
+    score += 0.4 * min(len(s.tags & needed), 3)
     score += 1.0 if s.key in hinted else 0.0
     score += 0.25 if s.key == parent_key else 0.0  # refining what works is often a good move
     score -= 3.0 if s.key == scientist.CONSTANT_STRATEGY else 0.0
@@ -160,8 +161,10 @@ def _proposer(system: str, user: str, rng: random.Random) -> str:
     if parent:
         blocked.add(_fingerprint(options[parent[0]], parent[1], spec))
     hinted = {k for k, _ in hints}
+    needed = frozenset(read_facts(system, user).desired_tags())
     ranked = sorted((s for s in options.values() if s.key not in avoid),
-                    key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report, hinted, rng))
+                    key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report, hinted, rng,
+                                                   needed))
     for strategy in ranked:
         found = _params_for(strategy, parent, hints, blocked, spec, rng)
         if found is not None:
