@@ -55,7 +55,7 @@ def _start(examples, user=None, **options) -> Run:
     project = Project.objects.create(name="Fault tests")
     if user:
         add_member(project, user, "reviewer")
-    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    task = controls.task_for_folder(project, examples / "discontinuous-1d")
     return controls.start_run(task, **options)
 
 
@@ -146,7 +146,7 @@ def test_faults_redis_killed_is_noticed_restarted_and_runs_go_on(supervised, exa
     studio.redis.proc.wait(10)
     code, health = studio.health()
     assert code == 503 and health["redis"] == "error" and health["database"] == "ok" and not health["ok"]
-    page = client.post("/runs/new", {"project": "Fault tests", "task_folder": str(examples / "diabetes-progression"),
+    page = client.post("/runs/new", {"project": "Fault tests", "task_folder": str(examples / "discontinuous-1d"),
                                      "search": "mimosa", "iterations": 1, "gate_policy": "automatic", "seed": 0,
                                      "max_tokens": 200_000, "model": ""})
     assert page.status_code == 503 and b"could not be queued" in page.content

@@ -53,7 +53,7 @@ def page(request, studio, demo_user, monkeypatch):
 def _start(examples, **options) -> Run:
     project = Project.objects.create(name="Browser tests")
     add_member(project, "ada", "owner")  # the signed-in person (demo_user)
-    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    task = controls.task_for_folder(project, examples / "discontinuous-1d")
     return controls.start_run(task, search="mimosa", gate_policy=GatePolicy.MANUAL, **options)
 
 
@@ -71,7 +71,7 @@ def _pending_mutation(page: Page):
 
 def test_start_a_run_from_the_home_page_and_watch_agents_run_live(page):
     page.get_by_label("Project").fill("Browser project")
-    page.get_by_label("Task").select_option(label="diabetes-progression")
+    page.get_by_label("Task").select_option(label="discontinuous-1d")
     page.get_by_label("Search").select_option("mimosa")
     page.get_by_label("Gate").select_option(label="Every mutation waits for a person")
     page.get_by_label("Iterations").fill("2")
@@ -122,8 +122,11 @@ def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, exampl
     expect(page.locator("#run-status")).to_have_attribute("data-status", "completed", timeout=PROBE_MS)
     official = page.locator("table.official")
     expect(official).to_contain_text("Official metric")
-    expect(official.locator("tbody tr")).to_have_count(2)  # initial and final
+    # initial and final, and the two trivial baselines beside them
+    expect(official.locator("tbody tr")).to_have_count(4)
     expect(official).to_contain_text("final")
+    expect(official.locator("tr.baseline")).to_have_count(2)
+    expect(official).to_contain_text("baseline: nearest neighbour")
     expect(page.locator("#timeline li")).to_have_count(2)  # the veto left no v3
     expect(page.locator("#timeline")).not_to_contain_text("v3")
     assert page.evaluate("window.__marker") == 1, "the run page reloaded itself"

@@ -16,7 +16,7 @@ def _start(examples, reviewer=None, **options) -> Run:
     project = Project.objects.create(name="Live tests")
     if reviewer:  # the person who decides and controls the run must be one of its project's reviewers
         add_member(project, reviewer, "reviewer")
-    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    task = controls.task_for_folder(project, examples / "discontinuous-1d")
     return controls.start_run(task, **options)
 
 

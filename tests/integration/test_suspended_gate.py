@@ -36,7 +36,7 @@ def _active_tasks() -> list[dict]:
 
 def test_a_run_waiting_for_a_person_holds_no_worker(studio, examples, demo_user):
     project = _project(demo_user)
-    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    task = controls.task_for_folder(project, examples / "discontinuous-1d")
     waiting = controls.start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: waiting.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
                        what="a mutation to wait for a person")
@@ -73,7 +73,7 @@ def test_a_run_waiting_for_a_person_holds_no_worker(studio, examples, demo_user)
 
 def test_pausing_and_cancelling_a_waiting_run_take_effect_at_once(studio, examples, demo_user):
     project = _project(demo_user)
-    task = controls.task_for_folder(project, examples / "diabetes-progression")
+    task = controls.task_for_folder(project, examples / "discontinuous-1d")
     # Four iterations: a proposal that breaks the workflow's rules never reaches the gate.
     run = controls.start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
