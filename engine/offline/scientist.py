@@ -17,7 +17,7 @@ from typing import Callable
 from ..prompt_format import (extract_code, extract_strategy, feedback, input_heading, inputs, json_block, role_of,
                              section, strategy_line, task_sections)
 from .reading import TaskFacts, read_facts, report_text, tags_asked
-from .strategies import DataSpec, Strategy, family_of, fix_bug, inject_bug, render_analysis_script, strategies_for
+from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
 BUG_RATE = 0.3  # how often a first draft has a mistake for the debugger to find

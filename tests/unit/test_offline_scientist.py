@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import pytest
 
 from engine import prompt_format as pf
 from engine.harness import DEFAULT_PROCEDURES
