@@ -98,8 +98,15 @@ def debugger(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
         return StepOutcome("SUCCESS", {"code": bag["code"]}, "no failure to debug; code handed on unchanged")
     failing = feedback.get("detail", {}).get("code") or bag["code"]  # fix what actually ran, not the first draft
     detail = {k: v for k, v in feedback.get("detail", {}).items() if k != "code"}
-    code = extract_code(_ask(ctx, agent, "debugger", {"code": failing}, {**feedback, "detail": detail}, temperature=0.2))
+    answer = _ask(ctx, agent, "debugger", {"code": failing}, {**feedback, "detail": detail}, temperature=0.2)
+    code = extract_code(answer)
     if code is None:
+        # A debugger that says it cannot repair this (e.g. the data lacks a column) is heard in
+        # its own words; only a malformed answer gets the generic message.
+        said = next((ln.strip() for ln in answer.splitlines()
+                     if ln.strip() and not ln.strip().upper().startswith("STATUS")), "")
+        if extract_status(answer) == "FAILURE" and said:
+            return StepOutcome("FAILURE", message=f"debugger: {said[:300]}")
         return StepOutcome("FAILURE", message="the debugger's answer had no ```python block")
     return StepOutcome("SUCCESS", {"code": code}, "code repaired")
 

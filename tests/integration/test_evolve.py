@@ -1,6 +1,7 @@
 """The evolve command end to end, one real search of each kind (real sandboxed training): search,
 final commitment, then the official evaluator once. The search logic itself is tested on the
 fake executor in tests/unit/."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,8 @@ def test_evolve_command_prints_each_iteration(tmp_path):
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.count("iter ") >= 1 and "budget left" in out and "checks 5/5" in out
+    assert out.count("iter ") >= 1 and "budget left" in out
+    assert re.search(r"checks (\d+)/\1 ", out), out  # every public check, plausibility included, passed
     assert ("ACCEPTED" in out) or ("rejected" in out)
     assert "initial " in out and "final " in out and "official r2" in out
 

@@ -16,14 +16,10 @@ from engine.task import load_task
 ROOT = Path(__file__).resolve().parents[2]
 METRIC_LINE = re.compile(r"^metric\s+(\S+) = (\S+)\s+\((lower|higher) is better; computed by evaluate\.py\)", re.M)
 
-# Each example added for issue 11 (an extrapolation, a classification and a group split). Where
-# today's offline scientist cannot yet finish one, the test says why and expects the failure
-# (not strictly: it passes as soon as the scientist learns the task).
+# Each example added for issue 11: an extrapolation, a classification and a group split.
 NEW_EXAMPLES = [
     pytest.param("pendulum-extrapolation", id="pendulum-extrapolation"),
-    pytest.param("wine-cultivar", id="wine-cultivar", marks=pytest.mark.xfail(
-        strict=False, reason="the offline scientist writes a regressor for integer class labels: its float "
-        "outputs break the predictions' int contract and the debugger cannot repair that (issue 11, item 7)")),
+    pytest.param("wine-cultivar", id="wine-cultivar"),
     pytest.param("soil-respiration-sites", id="soil-respiration-sites"),
 ]
 

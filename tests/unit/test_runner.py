@@ -155,3 +155,16 @@ def test_model_choice_per_role_from_environment():
     assert resolve_model("planner", agent_model="ollama/llama3", env=env) == "ollama/llama3"
     assert resolve_model("coder", override="groq/x", env=env) == "groq/x"
     assert resolve_model("coder", env={}) == "trellis/offline-scientist"
+
+
+def test_a_debugger_that_cannot_repair_says_why_instead_of_repeating_the_code(disc, tmp_path):
+    # The data has no column 'y2': no change to the code can fix that.
+    missing = Outcome("error", stderr=traceback_of("KeyError: 'y2'", line=12))
+    executor = FakeExecutor(tmp_path / "sandbox", script=fail_first("PREDICTIONS_FILE", missing, times=10))
+    result, events = _run(disc, team_workflow(disc), tmp_path, executor=executor, seed=3)
+    debugged = [e for e in events if e.kind == "model_call" and e.payload["role"] == "debugger"]
+    finished = [e.payload for e in events if e.kind == "agent_finished" and e.agent == "debugger"
+                and e.payload["status"] == "FAILURE"]
+    assert result.status != "completed"
+    assert len(debugged) == 1, "one answer saying 'no repair', not three identical repairs"
+    assert finished and finished[0]["message"].startswith("debugger: ") and "repair" in finished[0]["message"]
