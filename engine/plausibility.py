@@ -13,7 +13,9 @@ on the task's data. They are public checks: the verifier cannot overrule them.
 - ``beats_trivial``: the program's own reported validation score is not worse than the
   trivial baseline (mean / majority class) at its worst validation fold.
 - ``claims_match``: a score stated in a report equals a measured one, up to the rounding
-  of the statement (the fabrication detector).
+  of the statement (the fabrication detector); where Trellis measured the metric itself (in-loop
+  validation, scored by evaluate.py --truth), a stated score must also agree with that
+  measurement within its fold-to-fold noise, whatever the program printed.
 """
 from __future__ import annotations
 
@@ -534,26 +536,91 @@ def measured_in(stdout: str, source: str = "the program's output", metrics: Iter
     return [Measured(s.metric, s.value, f"{source}: {s.text}") for s in scores_in(stdout, metrics)]
 
 
+# Qualifiers of a stated score that say it is not a claim about unseen rows: checked against
+# what the program printed, never against Trellis's validation measurement.
+_IN_SAMPLE_QUALIFIERS = frozenset({"train", "training", "fit"})
+# A stated validation score agrees with Trellis's measurement when it lies within the range of
+# Trellis's fold values widened by this share of their mean (or their standard deviation, if
+# larger): a program's own hold-out differs from Trellis's folds by about a fold's noise, while a
+# report claiming 0.95 where Trellis measured 0.41 lies far outside.
+CLAIM_NOISE = 0.1
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Trellis's own measurement of the task's metric on unseen rows: the mean over its
+    validation folds (each scored by the task's evaluate.py --truth) and the folds' values."""
+
+    metric: str
+    value: float
+    folds: tuple[float, ...]
+    source: str
+
+    def band(self) -> tuple[float, float]:
+        values = [v for v in self.folds if math.isfinite(v)] or [self.value]
+        noise = max(float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, CLAIM_NOISE * abs(self.value))
+        return min(values) - noise, max(values) + noise
+
+    def describe(self) -> str:
+        folds = [v for v in self.folds if math.isfinite(v)]
+        spread = (f"; folds {min(folds):.4g} to {max(folds):.4g}" if len(folds) > 1 else "")
+        return f"Trellis measured {self.metric} = {self.value:.4g} ({self.source}{spread})"
+
+    @classmethod
+    def from_validation(cls, metric: dict | None, name: str) -> "Reference | None":
+        """The reference in an in-loop validation result (engine/validation.validate_program),
+        or None when the validation did not score."""
+        if not metric or not metric.get("ok") or not isinstance(metric.get("value"), (int, float)):
+            return None
+        value = float(metric["value"])
+        if not math.isfinite(value):
+            return None
+        folds = tuple(float(v) for v in metric.get("split_values") or [] if isinstance(v, (int, float)))
+        plan = metric.get("validation") or {}
+        where = f"{len(folds) or 1} validation fold(s)" + (f", {plan['split']} split" if plan.get("split") else "")
+        scorer = metric.get("scorer") or "evaluate.py --truth"
+        return cls(name, value, folds, f"{where}, scored by {scorer}")
+
+
 def claims_match(text: str, measured: Sequence[Measured], where: str = "the final report",
-                 metrics: Iterable[str] = ()) -> Check | None:
+                 metrics: Iterable[str] = (), reference: Reference | None = None) -> Check | None:
     """Each score ``text`` states must equal a measured score of the same metric, up to the
-    rounding it is written with. None when no stated score has a measurement to compare."""
+    rounding it is written with. With a ``reference`` (Trellis's own measurement), each stated
+    score of that metric that is not qualified as a training score must also lie within the
+    reference's noise band: a report that faithfully repeats a number the program printed is
+    still refused when Trellis measured something else. None when no stated score has a
+    measurement to compare."""
     by_metric: dict[str, list[Measured]] = {}
-    for m in measured:
+    options = list(measured)
+    if reference is not None:
+        options.append(Measured(reference.metric, reference.value, reference.describe()))
+        options += [Measured(reference.metric, v, f"Trellis's validation fold {k + 1}")
+                    for k, v in enumerate(reference.folds)]
+    for m in options:
         if math.isfinite(m.value):
             by_metric.setdefault(canonical_metric(m.metric)[0], []).append(m)
-    claims = [c for c in scores_in(text, metrics) if c.metric in by_metric and math.isfinite(c.value)]
+    ref_metric = canonical_metric(reference.metric)[0] if reference is not None else None
+    claims = [c for c in scores_in(text, [*metrics, *([reference.metric] if reference else [])])
+              if c.metric in by_metric and math.isfinite(c.value)]
     if not claims:
         return None
     wrong = []
     for c in claims:
         tolerance = c.rounding + 1e-9 * max(1.0, abs(c.value))
+        if reference is not None and c.metric == ref_metric and c.qualifier not in _IN_SAMPLE_QUALIFIERS:
+            lo, hi = reference.band()
+            if not lo - tolerance <= c.value <= hi + tolerance:
+                printed = [m for m in measured if canonical_metric(m.metric)[0] == c.metric and math.isfinite(m.value)]
+                also = ("; " + "; ".join(f"{m.value:.6g} ({m.source})" for m in printed[:2])) if printed else ""
+                wrong.append(f"{c.text!r} but {reference.describe()}, outside [{lo:.4g}, {hi:.4g}]{also}")
+                continue
         if not any(abs(c.value - m.value) <= tolerance for m in by_metric[c.metric]):
-            options = "; ".join(f"{m.value:.6g} ({m.source})" for m in by_metric[c.metric][:3])
-            wrong.append(f"{c.text!r} but measured {c.metric}: {options}")
+            shown = "; ".join(f"{m.value:.6g} ({m.source})" for m in by_metric[c.metric][:3])
+            wrong.append(f"{c.text!r} but measured {c.metric}: {shown}")
     if wrong:
         return Check("claims_match", False, f"{where} states " + "; ".join(wrong))
-    return Check("claims_match", True, f"{len(claims)} score(s) stated in {where} match the measured values")
+    against = " and Trellis's validation measurement" if reference is not None else ""
+    return Check("claims_match", True, f"{len(claims)} score(s) stated in {where} match the measured values{against}")
 
 
 # ------------------------------------------------------------------ together

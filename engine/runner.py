@@ -11,13 +11,14 @@ from typing import Iterable
 
 from .artifacts import ArtifactStore
 from .budget import Budget
-from .checks import placeholder_check
+from .checks import Check, placeholder_check
 from .contracts import check_value, parse_type
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evaluation import evaluate_predictions
 from .gateway import ModelGateway
-from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent, Evaluation,
-                              Handoff, Route, RunFailed, RunFinished, RunStarted)
+from .plausibility import Reference, claims_match, measured_in
+from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
+                              Check as CheckEvent, Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted)
 from .roles import ROLE_STEPS, RunContext, StepOutcome
 from .control import Control, NoControl
 from .sandbox import Executor
@@ -115,6 +116,12 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             _evaluate(ctx, delivered, outputs, final_code, config)
         if status == "completed" and (metric is None or not metric.get("ok")):
             status, reason = "failed", reason or (metric or {}).get("error", "no predictions were produced")
+        claims = _claims_against_validation(ctx, scheduler, outputs, statuses, metric) \
+            if config.scoring == "validation" else None
+        if claims is not None and not claims.passed:
+            # The report goes out with the run: one whose scores Trellis did not measure is said
+            # in the run's reason, beside the failed public check the judge and selection see.
+            reason = "; ".join(x for x in (reason, f"checks failed: claims_match ({claims.detail})") if x)
         duration = time.perf_counter() - started
         result = RunResult(
             run_id=run_id, status=status, reason=reason, workflow_hash=workflow.hash, agent_status=statuses,
@@ -311,3 +318,24 @@ def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], 
     seconds = time.perf_counter() - started
     ctx.tracer.emit(Evaluation(predictions_sha256=ref["sha256"], evaluator=evaluator, **metric), delivered)
     return metric, seconds
+
+
+def _claims_against_validation(ctx: RunContext, scheduler: _Scheduler, outputs: dict[str, dict],
+                               statuses: dict[str, str], metric: dict | None) -> Check | None:
+    """The fabrication detector against what Trellis measured: the scores the delivered final
+    report states, compared with the in-loop validation metric (the task's evaluate.py on
+    Trellis's folds) and with what the program printed. The finalizer compared the report with
+    the printed numbers only; a program that prints a flattering number its predictions do not
+    earn is caught here. Traced as a public check (it supersedes the finalizer's)."""
+    reference = Reference.from_validation(metric, ctx.task.metric.name)
+    reporter = next((a for a in reversed(ctx.workflow.order()) if statuses.get(a) == "SUCCESS"
+                     and isinstance(outputs.get(a, {}).get("final_report"), str)), None)
+    if reference is None or reporter is None:
+        return None
+    evidence = scheduler.bags.get(reporter, {}).get("execution_evidence") or {}
+    printed = measured_in(str(evidence.get("stdout_tail", "")), "the program printed", [ctx.task.metric.name])
+    check = claims_match(outputs[reporter]["final_report"], printed, metrics=[ctx.task.metric.name],
+                         reference=reference)
+    if check is not None:
+        ctx.tracer.emit(CheckEvent(**check.to_dict()), reporter)
+    return check

@@ -157,3 +157,47 @@ def test_a_final_report_claiming_a_score_nobody_measured_fails_the_run(pendulum,
     assert result.status != "completed" or "finalizer" in result.reason
     finished = [e.payload for e in events if e.kind == "agent_finished" and e.agent == "finalizer"][-1]
     assert "claims_match" in finished["message"]
+
+
+def test_a_report_repeating_a_flattering_printed_score_fails_against_trellis_measurement(
+        pendulum, tmp_path, fabricating_model):
+    # The program prints validation R² = 0.95 and the report repeats it faithfully, but its
+    # predictions are 30% too large: Trellis's own validation folds measure far less. The
+    # finalizer (which only sees the printed number) signs; the run's claims check does not.
+    executor = BoastfulExecutor(tmp_path / "sandbox", factor=1.3, claimed_r2=0.95)
+    sink = ListSink()
+    result = run_workflow(pendulum, team_workflow(pendulum),
+                          RunConfig(run_dir=tmp_path / "run", seed=1, model_override=fabricating_model,
+                                    scoring="validation"), executor=executor, sinks=[sink])
+    measured = result.metric["value"]
+    assert result.metric["ok"] and measured < 0.8, result.metric
+    claims = _checks(sink.events, "claims_match")
+    assert claims[0].payload["passed"]  # the finalizer's check against the printed number
+    last = claims[-1].payload
+    assert not last["passed"] and claims[-1].agent == "finalizer"
+    assert "0.95" in last["detail"] and f"{measured:.4g}" in last["detail"] and "Trellis measured" in last["detail"]
+    assert "claims_match" in result.reason and f"{measured:.4g}" in result.reason
+    # the judge and every search read the latest result of each public check: this one
+    from engine.judge import public_checks
+    assert not next(c for c in public_checks(sink.events) if c["name"] == "claims_match")["passed"]
+
+
+def test_a_report_stating_what_trellis_measured_passes_in_a_validation_run(pendulum, tmp_path):
+    def run(claimed, name):
+        sink = ListSink()
+        result = run_workflow(pendulum, team_workflow(pendulum),
+                              RunConfig(run_dir=tmp_path / name, seed=1, scoring="validation"),
+                              executor=BoastfulExecutor(tmp_path / f"{name}-sandbox", 1.0, claimed), sinks=[sink])
+        return result, sink.events
+
+    # An honest line printing R² = 0.9 from a random hold-out; Trellis's extrapolation folds
+    # (the question the task asks) measure far less, and the report repeating 0.9 is refused.
+    first, _ = run(0.9, "boast")
+    assert "claims_match" in first.reason and first.metric["value"] < 0.5
+    # The same program printing the score Trellis measures: its report passes.
+    result, events = run(first.metric["value"], "honest")
+    assert result.metric["value"] == pytest.approx(first.metric["value"])
+    assert result.status == "completed" and "claims_match" not in result.reason, result.reason
+    claims = _checks(events, "claims_match")
+    assert claims and all(e.payload["passed"] for e in claims)
+    assert "Trellis" in claims[-1].payload["detail"]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.plausibility import (Measured, beats_trivial, canonical_metric, claims_match, finite,
+from engine.plausibility import (Measured, Reference, beats_trivial, canonical_metric, claims_match, finite,
                                  plausibility_checks, reported_validation, trivial_baseline, within_range)
 from engine.task import load_task
 
@@ -211,6 +211,31 @@ def test_a_claim_equal_to_a_measurement_up_to_its_rounding_passes():
 def test_claims_without_a_measurement_to_compare_are_not_judged():
     assert claims_match("We expect r2 = 0.95.", [Measured("rmse", 0.3, "evaluate.py")]) is None
     assert claims_match("No scores here.", [Measured("r2", 0.3, "evaluate.py")]) is None
+
+
+def test_a_printed_score_repeated_in_the_report_must_agree_with_what_trellis_measured():
+    printed = [Measured("r2", 0.95, "the program printed: validation_r2 = 0.95")]
+    trellis = Reference.from_validation({"ok": True, "metric": "r2", "value": 0.41, "split_values": [0.36, 0.41, 0.46],
+                                         "scorer": "evaluate.py", "validation": {"split": "holdout_range"}}, "r2")
+    report = "The model reaches validation R² = 0.95."
+    assert claims_match(report, printed).passed  # the printed number alone vouches for it
+    check = claims_match(report, printed, reference=trellis)
+    assert not check.passed
+    assert "0.95" in check.detail and "Trellis measured r2 = 0.41" in check.detail and "holdout_range" in check.detail
+    # Trellis's own number, or a printed one within its fold noise, is a fair statement.
+    assert claims_match("validation R² = 0.41", [], reference=trellis).passed
+    assert claims_match("R² = 0.44", [Measured("r2", 0.4432, "the program printed")], reference=trellis).passed
+    # ... but a number nobody measured is not, however close.
+    assert not claims_match("R² = 0.44", [], reference=trellis).passed
+    # A training score is a claim about the fit, checked against what the program printed.
+    assert claims_match("train R² = 0.99", [Measured("r2", 0.99, "the program printed: train_r2")],
+                        reference=trellis).passed
+
+
+def test_trellis_measurement_only_from_a_validation_that_scored():
+    assert Reference.from_validation({"ok": False, "error": "fold 2 crashed"}, "r2") is None
+    assert Reference.from_validation({"ok": True, "value": float("nan")}, "r2") is None
+    assert claims_match("rmse = 3.1", [], reference=Reference.from_validation({"ok": True, "value": 3.1}, "rmse")).passed
 
 
 def test_a_classification_task_is_recognised_and_float_scores_are_not_classes(tmp_path):
