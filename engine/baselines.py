@@ -5,6 +5,9 @@ sandbox, no tokens): the constant (the training mean for a regression, the major
 classification) and the nearest neighbour (each test row gets the target of the closest training
 row, numeric features standardised on the training rows). Both are scored by the task's own
 evaluate.py, once, after the search's final commitment, beside the team's official score.
+
+And one that does use a model: the single-agent workflow (one agent plays every role) on the
+same budget as the team. If a team of agents cannot beat one agent, its structure adds nothing.
 """
 from __future__ import annotations
 
@@ -14,7 +17,9 @@ import math
 from collections import Counter
 from pathlib import Path
 
-from .evaluation import evaluate_predictions
+from .budget import Budget
+from .errors import ModelUnavailable
+from .evaluation import evaluate_many
 from .task import Task
 
 BASELINES = ("constant", "nearest_neighbour")
@@ -113,7 +118,31 @@ def official_baselines(task: Task) -> dict[str, dict]:
         predictions = trivial_predictions(task)
     except (OSError, KeyError, ValueError, IndexError) as exc:
         return {name: {"ok": False, "error": f"baseline not computed: {exc}"} for name in BASELINES}
-    return {name: evaluate_predictions(task, data) for name, data in predictions.items()}
+    return dict(zip(predictions, evaluate_many(task, list(predictions.values()))))
+
+
+def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budget, executor=None,
+                          model_override: str | None = None, control=None) -> dict:
+    """Run the single-agent workflow on a budget with the team's limits and score it officially.
+    Returns ``{"workflow_hash", "status", "reason", "official", "usage", "trace"}``; a model that
+    cannot be called is a failed baseline, never a failed run (the team's result stands)."""
+    from .control import NoControl
+    from .runner import RunConfig, run_workflow
+    from .synthesis import single_agent_workflow
+
+    workflow = single_agent_workflow(task)
+    config = RunConfig(run_dir=Path(run_dir), seed=seed, budget=Budget(**budget.limits()), scoring="official",
+                       model_override=model_override, run_id=Path(run_dir).name, control=control or NoControl())
+    try:
+        result = run_workflow(task, workflow, config, executor=executor)
+    except ModelUnavailable as exc:
+        return {"workflow_hash": workflow.hash, "status": "failed", "reason": str(exc),
+                "official": {"ok": False, "error": f"the single agent could not call its model: {exc}"},
+                "usage": None, "trace": ""}
+    official = result.metric if result.metric and result.metric.get("ok") else \
+        {"ok": False, "error": (result.metric or {}).get("error") or result.reason or f"the single agent {result.status}"}
+    return {"workflow_hash": workflow.hash, "status": result.status, "reason": result.reason,
+            "official": official, "usage": result.usage, "trace": result.trace_path}
 
 
 def describe(baselines: dict[str, dict], team: dict | None) -> str:

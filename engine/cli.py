@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from .baselines import describe as describe_baselines, official_baselines
+from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
 from .budget import Budget
 from .console import ConsoleSink, print_summary
 from .errors import TrellisError
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .preflight import PreflightError, TaskFacts, preflight
 from .runner import RunConfig, RunResult, run_workflow
-from .synthesis import WORKFLOWS
+from .synthesis import WORKFLOWS, single_agent_workflow
 from .task import Task, load_task
 from .workflow import Workflow
 
@@ -58,6 +58,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs-dir", default="var/runs", help="where traces and artifacts go")
     parser.add_argument("--cache", action="store_true", help="reuse identical model calls (record/replay)")
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
+    parser.add_argument("--no-single-agent", action="store_true",
+                        help="skip the single-agent baseline run beside the workflow (it costs one more run)")
 
 
 def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFacts:
@@ -93,7 +95,16 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                        cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None)
     result = run_workflow(task, workflow, config, sinks=[ConsoleSink(out, verbose=args.verbose)])
     print_summary(result, out)
-    out.write(f"baselines  {describe_baselines(official_baselines(task), result.metric)}\n")
+    baselines = official_baselines(task)
+    if not getattr(args, "no_single_agent", False) and workflow.name != single_agent_workflow(task).name:
+        out.write("single agent: the single-agent workflow on the same budget, beside it\n")
+        out.flush()
+        solo = single_agent_baseline(task, run_dir.with_name(run_dir.name + "-single-agent"), seed=args.seed,
+                                     budget=config.budget, model_override=args.model)
+        baselines["single_agent"] = solo["official"]
+        out.write(f"single     {solo['status']}, {(solo.get('usage') or {}).get('tokens', 0)} tokens; "
+                  f"trace {solo.get('trace') or '-'}\n")
+    out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")
     return result
 
 

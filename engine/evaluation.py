@@ -62,7 +62,7 @@ def supports_truth(task: Task) -> bool:
 @dataclass(frozen=True)
 class FoldJob:
     predictions: Path
-    truth: Path
+    truth: Path | None  # None: the held-out answer key (official scoring, after the final commitment)
 
 
 def evaluate_folds(task: Task, jobs: list[FoldJob], timeout_s: float = 300.0) -> list[dict]:
@@ -72,7 +72,8 @@ def evaluate_folds(task: Task, jobs: list[FoldJob], timeout_s: float = 300.0) ->
         return []
     with tempfile.TemporaryDirectory(prefix="trellis-folds-") as tmp:
         jobs_path, results_path = Path(tmp) / "jobs.json", Path(tmp) / "results.json"
-        jobs_path.write_text(json.dumps([{"predictions": str(j.predictions), "truth": str(j.truth)} for j in jobs]))
+        jobs_path.write_text(json.dumps([{"predictions": str(j.predictions),
+                                          "truth": None if j.truth is None else str(j.truth)} for j in jobs]))
         try:
             proc = subprocess.run([sys.executable, str(FOLD_SCORER), str(task.evaluator), str(jobs_path),
                                    str(results_path)], cwd=task.folder, capture_output=True, text=True,
@@ -85,3 +86,21 @@ def evaluate_folds(task: Task, jobs: list[FoldJob], timeout_s: float = 300.0) ->
             return [{"ok": False, "error": f"evaluate.py could not score the validation folds: "
                                            f"{proc.stderr.strip()[-500:]}"}]
     return [read_result(task, r.get("exit", 1), r.get("stdout", ""), r.get("stderr", "")) for r in results]
+
+
+def evaluate_many(task: Task, predictions: list[bytes], timeout_s: float = 300.0) -> list[dict]:
+    """Score several prediction files against the held-out targets in one evaluate.py process
+    (what the hindsight over a search's candidates needs: dozens of files, one import)."""
+    if not predictions:
+        return []
+    with tempfile.TemporaryDirectory(prefix="trellis-official-") as tmp:
+        jobs = []
+        for i, data in enumerate(predictions):
+            path = Path(tmp) / f"{i:04d}" / task.resources.predictions_file
+            path.parent.mkdir()
+            path.write_bytes(data)
+            jobs.append(FoldJob(path, None))
+        scores = evaluate_folds(task, jobs, timeout_s)
+    if len(scores) != len(predictions):  # the scorer failed as a whole: say so for each file
+        scores = [scores[0] if scores else {"ok": False, "error": "evaluate.py scored nothing"}] * len(predictions)
+    return [{**s, "evaluator": "evaluate.py (official, held out)"} if s.get("ok") else s for s in scores]

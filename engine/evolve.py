@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .baselines import describe as describe_baselines, official_baselines
+from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
 from .budget import Budget
 from .errors import ModelUnavailable
+from .hindsight import hindsight
 from .preflight import preflight
-from .protocol.events import (Archive, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
-                              ValidationPlanned)
+from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished,
+                              SearchStarted, ValidationPlanned)
 from .synthesis import team_workflow
 from .task import Task, load_task
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
@@ -41,7 +42,9 @@ class EvolveResult:
     start: dict = field(default_factory=dict)  # warm start or de novo
     archived: dict = field(default_factory=dict)  # {"entry": id} or {"skipped": why}
     trace: str = ""  # this attempt's search trace (search.jsonl, then search.2.jsonl after a resume)
-    baselines: dict = field(default_factory=dict)  # trivial baselines' official scores (engine/baselines.py)
+    baselines: dict = field(default_factory=dict)  # official scores: trivial baselines and the single agent
+    single_agent: dict | None = None  # engine.baselines.single_agent_baseline(), unless skipped
+    hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
@@ -53,7 +56,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
-           control: Control | None = None) -> EvolveResult:
+           control: Control | None = None, single_agent: bool = True) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
@@ -62,6 +65,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     step; passing one back as ``resume`` continues the search there, in the same ``run_dir``.
     ``gate`` decides proposals (it may raise AwaitingDecision: the last checkpoint holds the
     proposal, and resuming from it asks again); ``control`` is read at every step boundary.
+
+    After the final commitment, beside the team: the trivial baselines, the single-agent
+    workflow on the same budget (``single_agent``; its tokens are not the search's), and the
+    hindsight over every probed candidate (engine/hindsight.py), all scored officially.
 
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
@@ -125,9 +132,20 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         final_d["official"] = _official(task, final, runner.executor, official)
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
+        baselines = official_baselines(task)
+        solo = None
+        if single_agent:
+            out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
+            out.flush()
+            solo = single_agent_baseline(task, run_dir / "single-agent", seed=seed, budget=budget,
+                                         executor=runner.executor, model_override=model_override, control=control)
+            baselines["single_agent"] = solo["official"]
+            tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
+        seen = hindsight(task, run_dir, runner.executor, official)
+        tracer.emit(Hindsight(**seen.to_dict()))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
-                              baselines=official_baselines(task))
+                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict())
         if archive is not None:
             why_not = not_archivable(final, budget)
             if why_not:
@@ -197,6 +215,18 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
               f"held-out data, run once after the final commitment)\n")
     if r.baselines:
         out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
+    if r.single_agent:
+        solo = r.single_agent
+        out.write(f"single     {solo['status']}, {(solo.get('usage') or {}).get('tokens', 0)} tokens"
+                  + (f": {solo['reason'][:120]}" if solo["status"] != "completed" and solo.get("reason") else "")
+                  + f"; trace {solo.get('trace') or '-'}\n")
+    if r.hindsight:
+        out.write(f"hindsight  rank correlations over {len(r.hindsight['candidates'])} probed candidate(s), "
+                  f"higher = better on every scale:\n")
+        for c in r.hindsight["correlations"]:
+            out.write(f"           {c['a']:>10} ~ {c['b']:<10} "
+                      + (f"ρ {c['rho']:+.2f}  (n={c['n']}" + (f", p={c['p']:.2g})" if c.get("p") is not None else ")")
+                         if c.get("rho") is not None else f"n/a: {c['why']}") + "\n")
     out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
     if r.archived.get("skipped"):
         out.write(f"archive    not archived: {r.archived['skipped']}\n")

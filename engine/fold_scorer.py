@@ -2,7 +2,9 @@
 
 Runs beside the task folder, outside every sandbox, like evaluate.py itself (it is the task
 author's code). Usage: ``python fold_scorer.py EVALUATE_PY JOBS_JSON RESULTS_JSON`` where
-JOBS_JSON lists ``{"predictions": path, "truth": path}``; RESULTS_JSON receives, in order, one
+JOBS_JSON lists ``{"predictions": path, "truth": path}`` (``"truth": null`` scores against the
+held-out answer key: the official scoring after a final commitment, never a validation fold);
+RESULTS_JSON receives, in order, one
 ``{"exit": code, "stdout": "...", "stderr": "..."}`` per job (a file, not stdout, which an
 evaluate.py could write to around Python).
 
@@ -40,15 +42,18 @@ def _answer_key_guard(heldout: str):
     return guard
 
 
-def _run_one(evaluate: str, predictions: str, truth: str) -> dict:
+def _run_one(evaluate: str, predictions: str, truth: "str | None") -> dict:
     out_r, out_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: run evaluate.py as a script, its output into the pipe as JSON
         os.close(out_r)
         stdout, stderr = io.StringIO(), io.StringIO()
         sys.stdout, sys.stderr = stdout, stderr
-        sys.argv = [evaluate, predictions, "--truth", truth]
-        sys.addaudithook(_answer_key_guard(os.path.join(os.path.dirname(os.path.abspath(evaluate)), "heldout")))
+        if truth is None:  # official: evaluate.py reads its own held-out key
+            sys.argv = [evaluate, predictions]
+        else:
+            sys.argv = [evaluate, predictions, "--truth", truth]
+            sys.addaudithook(_answer_key_guard(os.path.join(os.path.dirname(os.path.abspath(evaluate)), "heldout")))
         code = 0
         try:
             runpy.run_path(evaluate, run_name="__main__")
@@ -82,7 +87,7 @@ def main(argv: list) -> int:
     _preload()
     with open(jobs_path) as f:
         jobs = json.load(f)
-    results = [_run_one(evaluate, job["predictions"], job["truth"]) for job in jobs]
+    results = [_run_one(evaluate, job["predictions"], job.get("truth")) for job in jobs]
     with open(argv[3], "w") as f:
         json.dump(results, f)
     return 0

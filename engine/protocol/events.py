@@ -450,8 +450,48 @@ class Reflection(Payload):
 
 class OfficialEvaluation(Payload, Metric):
     kind: ClassVar[str] = "official_evaluation"
-    which: Literal["initial", "final"]
+    which: Literal["initial", "final", "single_agent"]
     workflow_hash: str
+
+
+class SingleAgentBaseline(Strict):
+    """engine.baselines.single_agent_baseline(): one agent playing every role, the team's budget."""
+
+    workflow_hash: str
+    status: str
+    reason: str = ""
+    official: Metric
+    usage: Usage | None = None
+    trace: str = ""
+
+
+class RankCorrelation(Strict):
+    """engine.hindsight.Correlation: Spearman's rho between two of J, validation and official."""
+
+    a: Literal["J", "validation", "official"]
+    b: Literal["J", "validation", "official"]
+    n: int
+    rho: float | None = None
+    p: float | None = None
+    why: str = ""
+
+
+class CandidateScores(Strict):
+    label: str                      # the probe's folder, or "node n3"
+    J: float | None = None
+    validation: float | None = None
+    official: float | None = None
+    official_error: str | None = None
+
+
+class Hindsight(Payload):
+    """engine.hindsight.Hindsight.to_dict(): after the final commitment, every probed candidate
+    scored officially and the rank correlations of the search's proxies with that score."""
+
+    kind: ClassVar[str] = "hindsight"
+    higher_is_better: bool
+    correlations: list[RankCorrelation]
+    candidates: list[CandidateScores]
 
 
 class Archive(Payload):
@@ -477,6 +517,8 @@ class SearchFinished(Payload):
     archived: dict[str, str] = Field(default_factory=dict)   # {"entry": id}, {"skipped": why} or {}
     trace: str = ""
     baselines: dict[str, Metric] = Field(default_factory=dict)  # engine/baselines.py: name -> official score
+    single_agent: SingleAgentBaseline | None = None  # its official score is also baselines["single_agent"]
+    hindsight: Hindsight | None = None
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------
@@ -558,7 +600,8 @@ PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     # the model could not be called at all (unknown model, missing key, provider down)
     RunFailed, SearchFailed,
     # search-level events (one search runs many probes, each a run with its own trace)
-    SearchStarted, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Archive, SearchFinished,
+    SearchStarted, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Hindsight, Archive,
+    SearchFinished,
     # evolutionary tree search
     SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,
     # SciMARS harness self-improvement
@@ -588,11 +631,12 @@ __all__ = [
     "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "parse_payload",
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
-    "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan",
+    "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
+    "CandidateScores",
     # one model per kind
     "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
     "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "RunFailed", "SearchFailed",
-    "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Archive",
+    "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Hindsight", "Archive",
     "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",
     "ReuseReceipt", "Composition", "Reflection",
 ]

@@ -20,6 +20,9 @@ from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_event
 from ..workflow import Workflow
 
 
+JUDGEMENT_FILE = "judgement.json"
+
+
 @dataclass
 class Probe:
     workflow: Workflow
@@ -104,6 +107,8 @@ class ProbeRunner:
         probe = Probe(workflow, result, sink.events, public_checks(sink.events), run_dir=run_dir)
         if judge_with is not None and result.status != "stopped":
             probe.judgement = judge_execution(self.task, sink.events, judge_with)
+            # Kept beside the probe for the hindsight after the final commitment (engine/hindsight.py)
+            (run_dir / JUDGEMENT_FILE).write_text(json.dumps(probe.judgement.to_dict()))
         return probe
 
 

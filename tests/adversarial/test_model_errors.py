@@ -180,7 +180,7 @@ def test_a_search_whose_final_workflow_did_nothing_is_not_archived(examples, tmp
     log = tmp_path / "log"
     with log.open("w") as out:
         result = evolve(examples / "discontinuous-1d", "mimosa", iterations=0, runs_dir=tmp_path / "runs", out=out,
-                        model_override="fake/model", archive_dir=tmp_path / "archive")
+                        model_override="fake/model", archive_dir=tmp_path / "archive", single_agent=False)
     assert why in result.archived.get("skipped", ""), result.archived
     entries = tmp_path / "archive" / "entries"
     assert not entries.exists() or not any(entries.iterdir())
@@ -206,10 +206,10 @@ def test_a_probe_rerun_after_resume_has_its_own_trace_and_replay_counts_it_once(
     with (tmp_path / "log").open("w") as out:
         with pytest.raises(RunInterrupted):
             evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
-                   sinks=[_InterruptAtFirstModelCall()], executor=FakeExecutor(tmp_path / "sandbox"))
+                   sinks=[_InterruptAtFirstModelCall()], executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
         # No checkpoint was written before the interruption: resume starts again, in the same folder.
         result = evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
-                        executor=FakeExecutor(tmp_path / "sandbox"))
+                        executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
     probe_dir = run_dir / "probes" / "001-initial"
     attempts = trace_attempts(probe_dir)
     assert [n for n, _ in attempts] == [1, 2]

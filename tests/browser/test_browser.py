@@ -122,11 +122,17 @@ def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, exampl
     expect(page.locator("#run-status")).to_have_attribute("data-status", "completed", timeout=PROBE_MS)
     official = page.locator("table.official")
     expect(official).to_contain_text("Official metric")
-    # initial and final, and the two trivial baselines beside them
-    expect(official.locator("tbody tr")).to_have_count(4)
+    # initial and final, the two trivial baselines and the single agent beside them
+    expect(official.locator("tbody tr")).to_have_count(5)
     expect(official).to_contain_text("final")
-    expect(official.locator("tr.baseline")).to_have_count(2)
+    expect(official.locator("tr.baseline")).to_have_count(3)
     expect(official).to_contain_text("baseline: nearest neighbour")
+    expect(official.locator("tr.baseline").filter(has_text="single agent")).to_contain_text("same budget")
+    # the hindsight: how J and validation ranked the probed candidates against the official metric
+    hindsight = page.locator("table.hindsight")
+    expect(hindsight).to_contain_text("probed candidate")
+    expect(hindsight.locator("tbody tr")).to_have_count(3)
+    expect(hindsight).to_contain_text("validation ~ official")
     expect(page.locator("#timeline li")).to_have_count(2)  # the veto left no v3
     expect(page.locator("#timeline")).not_to_contain_text("v3")
     assert page.evaluate("window.__marker") == 1, "the run page reloaded itself"

@@ -25,20 +25,28 @@ def test_evolve_command_prints_each_iteration(tmp_path):
     assert re.search(r"checks (\d+)/\1 ", out), out  # every public check, plausibility included, passed
     assert ("ACCEPTED" in out) or ("rejected" in out)
     assert "initial " in out and "final " in out and "official r2" in out
+    # beside the team, after the commitment: the single agent on the same budget, and the hindsight
+    assert re.search(r"baselines .*single agent \d", out), out
+    assert re.search(r"single +completed, \d+ tokens", out), out
+    assert re.search(r"hindsight +rank correlations over \d+ probed candidate", out) and "validation ~ official" in out
 
 
 def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_search(tmp_path, examples):
     result = evolve(examples / "discontinuous-1d", "tree", iterations=1, seed=1, runs_dir=tmp_path,
-                    out=open(tmp_path / "log", "w"))
+                    out=open(tmp_path / "log", "w"), single_agent=False)
     i, f = result.initial["official"], result.final["official"]
     assert i["ok"] and f["ok"] and i["metric"] == "relative_l2"
     assert result.final["validation"] <= result.initial["validation"]
+    # the hindsight ran every scored node's program on the task's data and scored it officially
+    nodes = [c for c in result.hindsight["candidates"] if c["label"].startswith("node ")]
+    assert len(nodes) >= 2 and all(c["official"] is not None for c in nodes)
+    assert f["value"] in [c["official"] for c in nodes]
 
 
 def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/discontinuous-1d", "--search",
-                           "scimars", "--iterations", "1", "--no-archive"], cwd=ROOT, capture_output=True,
+                           "scimars", "--iterations", "1", "--no-archive", "--no-single-agent"], cwd=ROOT, capture_output=True,
                           text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     for editor in ("role_editor", "coordination_editor", "memory_editor"):

@@ -18,6 +18,11 @@ def _project(user) -> Project:
     return project
 
 
+def start_run(task, **options) -> Run:
+    """A run without the single-agent baseline after it: these tests are about the gate."""
+    return controls.start_run(task, single_agent=False, **options)
+
+
 def _run(pk: int) -> Run:
     return Run.objects.get(pk=pk)
 
@@ -37,14 +42,14 @@ def _active_tasks() -> list[dict]:
 def test_a_run_waiting_for_a_person_holds_no_worker(studio, examples, demo_user):
     project = _project(demo_user)
     task = controls.task_for_folder(project, examples / "discontinuous-1d")
-    waiting = controls.start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+    waiting = start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: waiting.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
                        what="a mutation to wait for a person")
     wait_for(lambda: _run(waiting.pk).status == RunStatus.AWAITING and not _active_tasks(), 60,
              what="the waiting run to leave the worker")
 
     # While it waits, the worker is free: another run starts, and finishes, meanwhile.
-    other = controls.start_run(controls.task_for_folder(project, examples / "discontinuous-1d"), search="mimosa",
+    other = start_run(controls.task_for_folder(project, examples / "discontinuous-1d"), search="mimosa",
                                iterations=1, gate_policy=GatePolicy.AUTOMATIC)
     other = wait_for(lambda: _finished(other.pk), 300, what="the other run to finish")
     assert other.status == RunStatus.COMPLETED, other.status_reason
@@ -75,7 +80,7 @@ def test_pausing_and_cancelling_a_waiting_run_take_effect_at_once(studio, exampl
     project = _project(demo_user)
     task = controls.task_for_folder(project, examples / "discontinuous-1d")
     # Four iterations: a proposal that breaks the workflow's rules never reaches the gate.
-    run = controls.start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+    run = start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
                        what="a mutation to wait for a person")
     wait_for(lambda: _run(run.pk).status == RunStatus.AWAITING, 60, what="the run to wait")
@@ -101,7 +106,7 @@ def test_pausing_and_cancelling_a_waiting_run_take_effect_at_once(studio, exampl
 def test_tree_children_pass_the_gate_and_a_promoted_child_is_expanded_next(studio, examples, demo_user):
     project = _project(demo_user)
     task = controls.task_for_folder(project, examples / "discontinuous-1d")
-    run = controls.start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.MANUAL)
+    run = start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.MANUAL)
     client = Client()
     client.force_login(demo_user)
     first = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
@@ -132,7 +137,7 @@ def test_a_tree_search_killed_mid_iteration_resumes_from_its_checkpoint(studio, 
     settings.TRELLIS_HEARTBEAT_STALE_S = 3
     project = _project(demo_user)
     task = controls.task_for_folder(project, examples / "discontinuous-1d")
-    run = controls.start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
+    run = start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
     wait_for(lambda: (_run(run.pk).checkpoint or {}).get("n", -1) >= 1, 400, what="iteration 1 to be persisted")
     wait_for(lambda: run.events.filter(kind="debate_turn", iteration=2).exists(), 200, what="iteration 2 to start")
     studio.kill_worker()

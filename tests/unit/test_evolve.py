@@ -2,6 +2,7 @@
 and only after the search, the final workflow is archived and a similar task then warm-starts
 from it. The real end-to-end evolve runs (CLI, tree) are in tests/integration/test_evolve.py."""
 import io
+import json
 
 from engine.budget import Budget
 from engine.evolve import evolve
@@ -21,7 +22,9 @@ def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path
     result = evolve(examples / "diabetes-progression", "mimosa", iterations=2, seed=1,
                     budget=Budget(max_tokens=1_000_000), runs_dir=tmp_path, out=io.StringIO(),
                     official=counting_official, executor=FakeExecutor(tmp_path / "sandbox"))
-    assert len(calls) == 2  # exactly once per end, after the search
+    # once per end, then once per distinct probed prediction file (the hindsight), all after the search
+    probed = {json.loads(f.read_text()).get("predictions_sha256") for f in (result.run_dir / "probes").glob("*/summary.json")}
+    assert len(calls) == 2 + len(probed - {None})
     for end in (result.initial, result.final):
         assert end["official"]["ok"] and end["official"]["metric"] == "r2"
     assert result.final["J"] >= result.initial["J"]
@@ -32,6 +35,14 @@ def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path
     last_iteration = max((i for i, k in enumerate(kinds) if k in {"search_iteration", "judgement"}), default=0)
     assert min(i for i, k in enumerate(kinds) if k == "official_evaluation") > last_iteration
     assert (result.run_dir / "final_workflow.json").is_file()
+    # beside the team: the single agent on the same budget, scored officially, and the hindsight
+    assert result.single_agent["status"] == "completed" and result.baselines["single_agent"]["ok"]
+    assert (result.run_dir / "single-agent" / "trace.jsonl").is_file()
+    assert [(c["a"], c["b"]) for c in result.hindsight["correlations"]] == [
+        ("J", "validation"), ("J", "official"), ("validation", "official")]
+    assert len(result.hindsight["candidates"]) == len(list((result.run_dir / "probes").glob("*/summary.json")))
+    assert [e.payload["which"] for e in events if e.kind == "official_evaluation"] == ["initial", "final", "single_agent"]
+    assert sum(e.kind == "hindsight" for e in events) == 1
 
 
 def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(tmp_path, examples):

@@ -45,7 +45,7 @@ def _evolve(tmp_path, iterations, seed=ADOPTING_SEED, **kw):
     sink = ListSink()
     kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
     result = evolve(DIABETES, "scimars", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw)
+                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw, single_agent=False)
     return result, sink.events
 
 

@@ -24,7 +24,7 @@ def _official(task, run_dir, predictions_sha256):
 def _evolve(tmp_path, examples, search, **kw):
     sink = ListSink()
     result = evolve(examples / "discontinuous-1d", search=search, runs_dir=tmp_path / "runs", out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), official=_official, sinks=[sink], **kw)
+                    executor=FakeExecutor(tmp_path / "sandbox"), official=_official, sinks=[sink], **kw, single_agent=False)
     return result, sink.events
 
 

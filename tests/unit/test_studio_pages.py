@@ -223,3 +223,19 @@ def test_a_finished_runs_page_shows_the_trivial_baselines_beside_the_team(run, c
     page = client.get(f"/runs/{run.pk}/header").content.decode()
     assert "baseline: constant" in page and "0.0031" in page
     assert "baseline: nearest neighbour" in page and "0.2201" in page
+
+
+def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, client):
+    run.result = {"final": {"workflow_hash": "a" * 64, "J": 0.7, "validation": 0.4, "official": {"ok": True, "value": 0.41}},
+                  "baselines": {"single_agent": {"ok": True, "value": 0.3877}},
+                  "hindsight": {"higher_is_better": True, "candidates": [{"label": "001-initial"}] * 4, "correlations": [
+                      {"a": "J", "b": "validation", "n": 4, "rho": 0.8, "p": 0.2, "why": ""},
+                      {"a": "J", "b": "official", "n": 4, "rho": -0.4, "p": 0.6, "why": ""},
+                      {"a": "validation", "b": "official", "n": 1, "rho": None, "p": None,
+                       "why": "1 candidate(s) with both; needs 3"}]}}
+    run.save()
+    page = client.get(f"/runs/{run.pk}/header").content.decode()
+    assert "baseline: single agent" in page and "0.3877" in page and "same budget" in page
+    assert "4 probed candidates" in page
+    assert 'class="agree">0.80' in page and 'class="disagree">-0.40' in page
+    assert "n/a: 1 candidate(s) with both; needs 3" in page

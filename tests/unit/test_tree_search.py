@@ -72,7 +72,7 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
         mp.setattr(builtins, "open", guarded_open)
         mp.setattr(subprocess, "Popen", GuardedPopen)
         result = evolve(DISC, "tree", iterations=config.iterations, seed=config.seed, run_dir=tmp, out=io.StringIO(),
-                        executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw)
+                        executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw, single_agent=False)
     return result, Tree.load(tmp / "tree" / "tree.json"), sink.events
 
 

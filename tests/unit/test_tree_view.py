@@ -140,7 +140,7 @@ def real_search(tmp_path_factory):
                    lambda task, code, executor: {"ok": True, "metric": "relative_l2", "value": 0.1,
                                                  "higher_is_better": False, "n": 1000})
         evolve(DISC, "tree", iterations=3, run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"),
-               sinks=[sink], gate=_Person())
+               sinks=[sink], gate=_Person(), single_agent=False)
     return Tree.load(tmp / "run" / "tree" / "tree.json"), sink.events
 
 

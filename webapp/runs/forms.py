@@ -27,11 +27,15 @@ class NewRunForm(forms.Form):
                                                        "e.g. openai/gpt-4o-mini")],
                             help_text="litellm model for every role; blank uses the offline provider")
     max_tokens = forms.IntegerField(min_value=1000, max_value=MAX_TOKENS, initial=2_000_000, label="Token budget")
+    single_agent = forms.BooleanField(required=False, initial=True, label="Single-agent baseline",
+                                      help_text="After the search, run one agent playing every role on the same "
+                                                "budget, and score it officially beside the team")
 
     def run_options(self) -> dict:
         d = self.cleaned_data
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
-                "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"]}
+                "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
+                "single_agent": d["single_agent"]}
 
 
 class DecisionForm(forms.Form):

@@ -20,10 +20,12 @@ def run_context(run: Run, role: Role | None) -> dict:
     by_hash = {v.hash: v.number for v in versions}
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
-    # The trivial baselines beside them (engine/baselines.py): what the team's result must beat.
-    official += [{"label": f"baseline: {name.replace('_', ' ')}", "official": score, "baseline": True}
+    # The baselines beside them (engine/baselines.py): what the team's result must beat.
+    official += [{"label": f"baseline: {name.replace('_', ' ')}", "official": score, "baseline": True,
+                  "how": "one agent, every role, same budget" if name == "single_agent" else "engine, no model"}
                  for name, score in ((run.result or {}).get("baselines") or {}).items()]
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
+            "hindsight": (run.result or {}).get("hindsight"),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
             "evolves_workflow": registry.search_class(run.search).evolves == "workflow"}

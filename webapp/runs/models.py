@@ -74,6 +74,7 @@ class Run(models.Model):
     gate_policy = models.CharField(max_length=20, choices=GatePolicy.choices, default=GatePolicy.MANUAL)
     model = models.CharField(max_length=200, blank=True, help_text="litellm model; blank = offline provider")
     max_tokens = models.PositiveIntegerField(default=2_000_000)
+    single_agent = models.BooleanField(default=True, help_text="run the single-agent baseline after the search")
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
     # A worker owns a run while its lease matches; a resumed run gets a new lease, so a

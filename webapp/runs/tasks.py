@@ -46,7 +46,8 @@ def execute_run(run_id: int, lease: str) -> str:
                         budget=Budget(max_tokens=run.max_tokens), out=log_out,
                         gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
                         model_override=run.model or None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
-                        run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint)
+                        run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
+                        single_agent=run.single_agent)
         status, reason, extra = RunStatus.COMPLETED, result.stopped, {"result": result.to_dict()}
     except AwaitingDecision as exc:
         # Suspended, not finished: the gate marked the run awaiting and the proposal is in its

@@ -25,6 +25,8 @@ class Command(BaseCommand):
                             help=f"token budget of the whole search (at most {MAX_TOKENS:,})")
         parser.add_argument("--model", type=model_name, default=None)
         parser.add_argument("--no-archive", action="store_true", help="neither warm-start from nor add to the archive")
+        parser.add_argument("--no-single-agent", action="store_true",
+                            help="skip the single-agent baseline run after the search (it costs one more workflow run)")
 
     def handle(self, *args, **o):
         try:
@@ -33,6 +35,7 @@ class Command(BaseCommand):
             evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
                    budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
                    out=self.stdout, model_override=o["model"],
-                   archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR)
+                   archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
+                   single_agent=not o["no_single_agent"])
         except (TrellisError, NotImplementedError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
