@@ -625,11 +625,28 @@ def claims_match(text: str, measured: Sequence[Measured], where: str = "the fina
 
 # ------------------------------------------------------------------ together
 
-def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str) -> list[Check]:
-    """finite, within_range (regression) and beats_trivial for one verified execution."""
+def fold_data(task: Task, fit_csv: bytes, features_csv: bytes) -> TaskData | None:
+    """A validation fold as the checks see a task: the rows the program was fitted on as its
+    training data, the fold's validation features as its test file (so bounds, monotonicity and
+    the reach beyond the fitted range are those of the question this fold asked). The task's
+    kind and features stay the whole task's."""
+    whole = task_data(task)
+    target = task.resources.target
+    if whole is None or target is None:
+        return None
+    fit = pd.read_csv(io.BytesIO(fit_csv))
+    if target not in fit.columns:
+        raise ValueError(f"the fold's training rows have no target column {target!r}")
+    test = pd.read_csv(io.BytesIO(features_csv))
+    return TaskData(whole.kind, fit[target].dropna(), fit, test, whole.features)
+
+
+def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str, data: TaskData | None = None) -> list[Check]:
+    """finite, within_range (regression) and beats_trivial for one verified execution: on the
+    task's own data, or on ``data`` (a validation fold, see ``fold_data``)."""
     r = task.resources
     try:
-        data = task_data(task)
+        data = data if data is not None else task_data(task)
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         return [Check("finite", False, f"could not read the task's data to check the predictions: {exc}")]
     if data is None or r.target is None:

@@ -8,6 +8,12 @@ change (proposer vs critic, N rounds), the engineer writes it, the debugger repa
 it runs, it is trained and scored on a split of the training data, and a result analyst
 reports. A node retires after ``max_children`` children.
 
+Every scored node's predictions on each validation fold pass the same public plausibility checks
+as a team's (finite, within_range, beats_trivial; engine/plausibility.py), traced as ``check``
+events; a node that fails one ranks below every node that passes, so it is never the champion
+over one. The final commitment runs the champion on the task's own data and checks those
+predictions too; when no candidate delivers there, the search fails with the reason.
+
 Scoring uses engine.validation only: the official evaluator (evaluate.py, heldout/) is never
 inside the loop. Every model call goes through the run's gateway and so draws on its one
 budget; running out stops the search cleanly with the tree and champion found so far.
@@ -22,11 +28,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..errors import ModelCallError
+from ..checks import Check, execution_checks
+from ..errors import ModelCallError, TrellisError
 from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
+from ..plausibility import fold_data, plausibility_checks
 from .. import prompt_format
 from ..prompt_format import extract_code
 from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
@@ -37,10 +45,12 @@ from ..task import Task
 from ..trace import Tracer
 from ..validation import validate_program
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
+from ..protocol.events import Check as CheckEvent
 from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
                                SelectorVote, ToolCall, TreeNode)
 from ..protocol.checkpoints import TreeState
 from ..protocol.gate import Change, Decision, Evidence, Proposal
+from ..protocol.gate import Check as GateCheck
 from . import base
 
 
@@ -53,6 +63,11 @@ class TreeConfig:
     max_debug: int = 3          # debugger attempts before a child is given up
     max_children: int = 10      # a node retires after this many children
     seed: int = 0               # also seeds the validation split, so all nodes share one
+    final_tries: int = 3        # best nodes tried, in rank order, at the final commitment
+
+
+class CommitmentFailed(TrellisError):
+    """The search ends without a program that delivers predictions on the task's own data."""
 
 
 @dataclass
@@ -78,10 +93,15 @@ class Node:
     vetoed: bool = False                # a person vetoed it: never a parent, never the champion
     promoted: bool = False              # a person promoted it: expanded in the next iteration
     decided_by: str = ""                # who passed it through the gate (policy:... or user:...)
+    checks: list[dict] = field(default_factory=list)  # plausibility on its validation folds: name, passed, detail
 
     @property
     def index(self) -> int:
         return int(self.id[1:])
+
+    @property
+    def failed_checks(self) -> list[str]:
+        return [c["name"] for c in self.checks if not c.get("passed")]
 
     def strategy_line(self) -> str:
         if not self.strategy:
@@ -123,12 +143,15 @@ class Tree:
             return parent
         return None
 
-    def sort_key(self, node: Node) -> tuple[float, int]:
+    def sort_key(self, node: Node) -> tuple[int, float, int]:
+        # Plausible before implausible: a validation score earned by predictions that fail a
+        # public check is no score to build on or to ship.
         score = node.score if node.score is not None else math.inf
-        return (-score if self.higher_is_better else score, node.index)
+        return (1 if node.failed_checks else 0, -score if self.higher_is_better else score, node.index)
 
     def ranked(self, nodes: Iterable[Node] | None = None) -> list[Node]:
-        """Scored nodes, best first (ties: the older node)."""
+        """Scored nodes, best first: those whose predictions pass every plausibility check,
+        then the rest (ties: the older node)."""
         pool = self.nodes.values() if nodes is None else nodes
         return sorted((n for n in pool if n.status == "scored" and not n.vetoed), key=self.sort_key)
 
@@ -154,7 +177,8 @@ class Tree:
         """One row per node, for reports and the CLI."""
         return [{"id": n.id, "parent": n.parent, "iteration": n.iteration, "strategy": n.strategy,
                  "score": n.score, "status": n.status, "children": n.children, "retired": n.retired,
-                 "vetoed": n.vetoed, "knowledge": n.knowledge, "verdict": n.verdict} for n in self.nodes.values()]
+                 "vetoed": n.vetoed, "knowledge": n.knowledge, "verdict": n.verdict,
+                 "failed_checks": n.failed_checks} for n in self.nodes.values()]
 
     def to_dict(self) -> dict:
         return {"version": 1, "task": self.task, "metric": self.metric, "higher_is_better": self.higher_is_better,
@@ -418,18 +442,65 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
 
 
 # --- engineering, debugging and validation ---------------------------------------------------------------
-def _validate(ctx: SearchContext, agent: str, node_id: str, code: str, attempt: int) -> tuple[dict, ExecutionResult]:
-    """In-loop validation: run on a seeded split of the training rows, traced like any tool."""
+class _FoldChecker:
+    """The executor validate_program runs each fold on: it checks each fold's predictions as
+    the fold ends, while the fold's files exist (they vanish with validate_program's folder)."""
+
+    def __init__(self, task: Task, inner: Executor):
+        self.task, self.inner, self.name = task, inner, inner.name
+        self.folds: list[list[Check]] = []
+
+    def run(self, request: ExecutionRequest) -> ExecutionResult:
+        result = self.inner.run(request)
+        self.folds.append(_fold_checks(self.task, request, result))
+        return result
+
+    def summary(self, node_id: str) -> list[Check]:
+        """One check per name over every fold: failed if any fold failed (naming the first)."""
+        n, out = len(self.folds), []
+        for name in dict.fromkeys(c.name for checks in self.folds for c in checks):
+            per = [(k, c) for k, checks in enumerate(self.folds) for c in checks if c.name == name]
+            failed = [(k, c) for k, c in per if not c.passed]
+            k, c = failed[0] if failed else per[-1]
+            if failed:
+                more = f" (and {len(failed) - 1} more fold(s))" if len(failed) > 1 else ""
+                out.append(Check(name, False, f"{node_id}, validation fold {k + 1} of {n}{more}: {c.detail}"))
+            else:
+                out.append(Check(name, True, f"{node_id}, all {len(per)} validation fold(s); fold {k + 1}: {c.detail}"))
+        return out
+
+
+def _fold_checks(task: Task, request: ExecutionRequest, result: ExecutionResult) -> list[Check]:
+    r = task.resources
+    if not result.ok or "train" not in r.files or "test_features" not in r.files:
+        return []
+    try:
+        predictions = result.read_file(r.predictions_file)
+    except (OSError, ValueError):
+        return []  # no predictions: validate_program says why, and the node is not scored
+    try:
+        data = fold_data(task, Path(request.input_files[r.files["train"]]).read_bytes(),
+                         Path(request.input_files[r.files["test_features"]]).read_bytes())
+    except Exception as exc:  # noqa: BLE001 - an engine fault is not a verdict on the node's answer
+        return [Check("finite", True, f"not checked: the fold could not be read ({type(exc).__name__}: {exc})")]
+    return plausibility_checks(task, predictions, result.stdout, data) if data is not None else []
+
+
+def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
+              attempt: int) -> tuple[dict, ExecutionResult, list[Check]]:
+    """In-loop validation: run on a seeded split of the training rows, traced like any tool,
+    with the plausibility of every fold's predictions."""
     train = ctx.task.resources.files.get("train", "")
     ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name,
                              purpose="in-loop validation", node=node_id, attempt=attempt, code=code,
                              data=f"validation split of {train} (seed {ctx.config.seed})",
                              limits=asdict(ctx.task.resources.limits)), agent)
-    metric, result = validate_program(ctx.task, code, ctx.executor, seed=ctx.config.seed)
+    checker = _FoldChecker(ctx.task, ctx.executor)
+    metric, result = validate_program(ctx.task, code, checker, seed=ctx.config.seed)
     ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
                                   **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir), validation=metric), agent)
-    return metric, result
+    return metric, result, checker.summary(node_id)
 
 
 def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
@@ -439,20 +510,22 @@ def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
     return {"from": "validation", "status": "RETRY", "detail": detail}
 
 
-def _build(ctx: SearchContext, node_id: str, proposal: str, parent: Node | None) -> tuple[str, dict, ExecutionResult, int]:
+def _build(ctx: SearchContext, node_id: str, proposal: str,
+           parent: Node | None) -> tuple[str, dict, ExecutionResult, int, list[Check]]:
     """Engineer writes the code; the debugger repairs it from sandbox evidence until it runs
-    and scores, or ``max_debug`` attempts are spent. Returns the last code that ran."""
+    and scores, or ``max_debug`` attempts are spent. Returns the last code that ran, with its
+    validation, its last fold's execution, the attempts and its plausibility checks."""
     inputs: dict = {"proposal": proposal}
     if parent is not None:
         inputs["parent_code"] = parent.code
     code = extract_code(ctx.ask("engineer", "engineer", inputs, temperature=0.2)) or ""
     attempt = 0
     while True:
-        metric, result = _validate(ctx, "engineer" if attempt == 0 else "debugger", node_id, code, attempt)
+        metric, result, checks = _validate(ctx, "engineer" if attempt == 0 else "debugger", node_id, code, attempt)
         if metric.get("ok") and _finite(metric.get("value")):
-            return code, metric, result, attempt
+            return code, metric, result, attempt, checks
         if attempt >= ctx.config.max_debug:
-            return code, metric, result, attempt
+            return code, metric, result, attempt, checks
         attempt += 1
         answer = ctx.ask("debugger", "debugger", {"code": code}, temperature=0.2,
                          procedure=DEFAULT_PROCEDURES["debugger"], answer_format=ANSWER_FORMATS["debugger"],
@@ -468,7 +541,8 @@ def _result_report(ctx: SearchContext, tree: Tree, parent: Node, child: Node, re
     comparison = "\n".join([
         f"direction: {ctx.direction}", f"metric: {tree.metric}",
         f"parent: {parent.id} {parent.strategy or 'unknown'} score={_fmt(parent.score)}",
-        f"child: {child.id} {child.strategy or 'unknown'} score={_fmt(child.score)}"])
+        f"child: {child.id} {child.strategy or 'unknown'} score={_fmt(child.score)}",
+        *(f"child check failed: {c['name']}: {c['detail']}" for c in child.checks if not c.get("passed"))])
     return ctx.ask("result_analyst", "result_analyst", {
         "comparison": comparison, "child_strategy": child.strategy_line(),
         "execution": result.stdout[-1500:] or result.stderr[-1500:],
@@ -512,14 +586,17 @@ class Child:
 def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int, node_id: str,
                proposal: str, turns: list[dict], knowledge: Match | None) -> Node:
     """Engineer, debugger, validation and result analyst, for a debated proposal."""
-    code, metric, result, attempts = _build(ctx, node_id, proposal, parent)
+    code, metric, result, attempts, checks = _build(ctx, node_id, proposal, parent)
     header = parse_strategy(code) or parse_strategy(proposal)
     ok = bool(metric.get("ok")) and _finite(metric.get("value"))
+    if ok:  # a node that never scored has no predictions worth a verdict
+        for c in checks:
+            ctx.tracer.emit(CheckEvent(**c.to_dict()), "engineer" if attempts == 0 else "debugger")
     node = Node(id=node_id, parent=parent.id if parent else None, iteration=iteration, code=code,
                 score=float(metric["value"]) if ok else None, status="scored" if ok else "failed",
                 report="", strategy=header[0] if header else None, params=header[1] if header else {},
                 proposal=proposal, knowledge=[knowledge.entry.id] if knowledge else [], debate=turns,
-                debug_attempts=attempts, validation=metric)
+                debug_attempts=attempts, validation=metric, checks=[c.to_dict() for c in checks] if ok else [])
     if parent is None:
         node.report = tree.data_report
     elif ok:
@@ -633,14 +710,19 @@ class TreeSearch(base.Search):
         parent, metric = child.parent, self.ctx.task.metric
         better = parent.score is None or (node.score > parent.score if metric.higher_is_better
                                           else node.score < parent.score)
+        failed = node.failed_checks
+        implausible = (f"; it fails {', '.join(failed)}, so it ranks below every node that passes"
+                       if failed else "")
         return Proposal(
             search=self.name, n=n, key=node.id,
             change=Change(kind="tree_child", target=parent.id, author="proposer", rationale=node.proposal[:4000],
                           params={"strategy": node.strategy, "params": node.params}),
             rule_accepts=True, rule="it ran and scored" + (f", better than {parent.id}" if better else
-                                                            f", not better than {parent.id}"),
+                                                            f", not better than {parent.id}") + implausible,
             evidence=Evidence(basis="validation", validation=node.score, reference_validation=parent.score,
-                              metric=metric.name, higher_is_better=metric.higher_is_better),
+                              metric=metric.name, higher_is_better=metric.higher_is_better,
+                              checks=[GateCheck(name=str(c.get("name", "")), passed=bool(c.get("passed")),
+                                                detail=str(c.get("detail", ""))) for c in node.checks]),
             parent=parent.id, code=node.code, can_promote=True)
 
     def adopt(self, n: int, child: Child, decision: Decision | None) -> None:
@@ -666,20 +748,102 @@ class TreeSearch(base.Search):
         if self.stopped.startswith("budget exhausted"):
             ctx.tracer.emit(BudgetExhaustedEvent(reason=self.stopped, used=ctx.budget.used.to_dict(),
                                                  limits=ctx.budget.limits(), nodes=len(tree.nodes)))
-        champion = tree.champion()
+        notes = _passed_over(tree)
+        champion, committed = _commit(self.tools, tree) if tree.champion() is not None else (None, [])
+        notes += committed
         path = self.tools.run_dir / "tree.json"
         tree.save(path)
         if champion is not None:
             (self.tools.run_dir / "champion.py").write_text(champion.code)
-        result = TreeResult(tree, champion, champion.code if champion else None, self.done, self.stopped, "", path)
+        reason = "; ".join(notes)
+        result = TreeResult(tree, champion, champion.code if champion else None, self.done, self.stopped, reason, path)
         ctx.tracer.emit(SearchIteration(phase="finished", **result.summary()))
         for row in tree.table():
             ctx.say("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+        for note in notes:
+            ctx.say(f"  champion: {note}")
         root = next((nd for nd in tree.nodes.values() if nd.parent is None), None)
         if root is None or champion is None:
-            raise RuntimeError(f"the tree search produced no scored candidate ({self.stopped})")
+            why = reason or self.stopped
+            raise CommitmentFailed(f"the tree search has no program to commit to ({why})")
         # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
         return base.SearchOutcome(
             base.Endpoint(ctx.initial, root.score, code=root.code, node=root.id),
             base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id),
             self.done, self.stopped, [result])
+
+
+def _passed_over(tree: Tree) -> list[str]:
+    """Nodes that scored better than the plausible champion but failed a check, said once."""
+    ranked = tree.ranked()
+    best = ranked[0] if ranked else None
+    if best is None or best.failed_checks:
+        return []
+    sign = 1 if tree.higher_is_better else -1
+    better = [n for n in ranked if n.failed_checks and n.score is not None and best.score is not None
+              and sign * (n.score - best.score) > 0]
+    return [f"{n.id} scored {_fmt(n.score)} {tree.metric}, better than {best.id}'s {_fmt(best.score)}, but "
+            f"fails {', '.join(n.failed_checks)}, so it is not the champion" for n in better[:3]]
+
+
+# The execution checks that say a program delivered a well-formed predictions file at all.
+_DELIVERED = ("exit_ok", "output_exists", "output_schema")
+
+
+def _commit(ctx: SearchContext, tree: Tree) -> tuple[Node | None, list[str]]:
+    """The final commitment: the best node's program run on the task's own data (what the
+    official evaluation will score), its predictions checked as a verifier checks a team's.
+    A node that does not deliver there, or delivers predictions failing a check, gives way to
+    the next best (up to ``final_tries``); with none clean, the best that delivered is shipped
+    and the notes say what it fails; with none delivering, there is nothing to commit to."""
+    notes: list[str] = []
+    delivered: tuple[Node, list[Check]] | None = None
+    ranked = tree.ranked()
+    for node in ranked[:max(1, ctx.config.final_tries)]:
+        checks = _run_on_task_data(ctx, node)
+        for c in checks:
+            ctx.tracer.emit(CheckEvent(**c.to_dict()), "final_commitment")
+        failed = [c for c in checks if not c.passed]
+        ran = not any(c.name in _DELIVERED for c in failed)
+        if not failed:
+            if node is not ranked[0]:
+                notes.append(f"committed to {node.id} ({_fmt(node.score)} {tree.metric}) instead")
+            return node, notes
+        notes.append(f"{node.id}'s program on the task's data: " + "; ".join(f"{c.name} failed ({c.detail[:300]})"
+                                                                             for c in failed))
+        if ran and delivered is None:
+            delivered = (node, failed)
+    if delivered is not None:
+        node, failed = delivered
+        notes.append(f"committed to {node.id} although its predictions on the task's data fail "
+                     f"{', '.join(c.name for c in failed)}")
+        return node, notes
+    return None, notes
+
+
+def _run_on_task_data(ctx: SearchContext, node: Node) -> list[Check]:
+    """Run a node's program on the task's training and test files, as the official evaluation
+    will; the execution and plausibility checks on what it wrote (never scored here)."""
+    task, r = ctx.task, ctx.task.resources
+    request = ExecutionRequest(code=node.code, input_files=task.input_files(), limits=r.limits)
+    ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose="final commitment",
+                             node=node.id, code=node.code, data=sorted(request.input_files),
+                             limits=asdict(request.limits)), "final_commitment")
+    result = ctx.executor.run(request)
+    ctx.tracer.emit(CodeExecution(purpose="final commitment", node=node.id, **result.evidence(),
+                                  stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
+                                  workdir=str(result.workdir)), "final_commitment")
+    data = b""
+    predictions = None
+    sha = result.files.get(r.predictions_file)
+    if sha is not None:
+        try:
+            data = result.read_file(r.predictions_file)
+            predictions = {"path": r.predictions_file, "sha256": sha}
+        except (OSError, ValueError):
+            predictions = None
+    checks = execution_checks(result.evidence(), predictions, r.prediction_contract(), r.target,
+                              lambda digest: data if digest == sha else None)
+    if predictions is not None and all(c.passed for c in checks if c.name in _DELIVERED):
+        checks += plausibility_checks(task, data, result.stdout)
+    return [Check(c.name, c.passed, f"{node.id} on the task's data: {c.detail}") for c in checks]

@@ -161,7 +161,11 @@ def test_search_never_reads_heldout_or_runs_the_evaluator(search):
         text = json.dumps(e.payload).replace('"scorer": "evaluate.py"', "")
         assert "evaluate.py" not in text and "heldout" not in text
     assert {e.payload["purpose"] for e in _of(search.events, "code_execution")} == {
-        "exploratory analysis", "in-loop validation"}
+        "exploratory analysis", "in-loop validation", "final commitment"}
+    # The final commitment runs the champion alone on the task's own files (never scored here).
+    commitment = [e.payload for e in _of(search.events, "tool_call") if e.payload["purpose"] == "final commitment"]
+    assert [c["node"] for c in commitment] == [search.tree.champion().id]
+    assert commitment[0]["data"] == ["data/test_features.csv", "data/train.csv"]
 
 
 # --- unit rules ----------------------------------------------------------------------------------------

@@ -1,0 +1,181 @@
+"""The tree search's programs pass the public plausibility checks (finite, within_range,
+beats_trivial) on every validation fold, traced as ``check`` events; a node that fails one is
+never the champion over one that passes, and the trace says so. The final commitment runs the
+champion on the task's own data: one that cannot deliver there gives way to the next best, and
+a search with none that delivers fails with the reason instead of ending "completed".
+Fake executor, offline models (tests/unit/test_tree_search.py has the search itself)."""
+import csv
+import io
+
+import pytest
+
+from engine.budget import Budget
+from engine.errors import TrellisError
+from engine.search.base import AutoGate
+from engine.search.tree import CommitmentFailed, Node, Tree, TreeConfig, _FoldChecker
+from engine.task import load_task
+from engine.validation import validate_program
+from tests.fakes import FakeExecutor, Outcome, traceback_of
+from tests.unit.test_tree_search import DISC, guarded_tree_search
+
+CONFIG = TreeConfig(iterations=2, seed=0, extra_parents=1, debate_rounds=1, selectors=3)
+
+
+def _of(events, kind):
+    return [e for e in events if e.kind == kind]
+
+
+class HonestRootOnly(FakeExecutor):
+    """The first training program (the root) is the fake's line with its code-seeded offset.
+    Every later program predicts the exact line (a better validation score than the root's)
+    but prints a validation relative L2 worse than the mean's: it fails beats_trivial."""
+
+    def __init__(self, root):
+        super().__init__(root)
+        self.first = None
+
+    def _predictions(self, code, train, test):
+        self.first = self.first or code
+        if code == self.first:
+            return super()._predictions(code, train, test)
+        scale, self.scale = self.scale, 0.0
+        try:
+            text, summary = super()._predictions(code, train, test)
+        finally:
+            self.scale = scale
+        return text, summary + "validation_relative_l2: 99.0\n"
+
+
+class RecordingGate(AutoGate):
+    def __init__(self):
+        self.proposals = []
+
+    def decide(self, proposal):
+        self.proposals.append(proposal)
+        return super().decide(proposal)
+
+
+def test_a_node_failing_a_check_is_never_champion_over_one_that_passes(tmp_path):
+    gate = RecordingGate()
+    result, tree, events = guarded_tree_search(tmp_path / "run", [], CONFIG, executor=HonestRootOnly(tmp_path / "sb"),
+                                               budget=Budget(max_tokens=2_000_000), gate=gate)
+    root = tree.nodes["n0"]
+    children = [n for n in tree.nodes.values() if n.parent]
+    assert children and all(n.score < root.score for n in children)  # every child validated better ...
+    assert all(n.failed_checks == ["beats_trivial"] for n in children)  # ... with a printed score worse than the mean's
+    assert root.checks and not root.failed_checks
+    assert {c["name"] for c in root.checks} == {"finite", "within_range", "beats_trivial"}
+    assert tree.champion() is root and result.final["node"] == "n0" and result.final["validation"] == root.score
+    # traced: each node's checks, naming the node and the fold
+    trivial = [e.payload for e in _of(events, "check") if e.payload["name"] == "beats_trivial"]
+    failed = [c for c in trivial if not c["passed"]]
+    assert {c["detail"].split(",")[0] for c in failed} == {n.id for n in children}
+    assert all("validation fold 1 of" in c["detail"] and "99" in c["detail"] for c in failed)
+    # and the search's end says why the better scores were passed over
+    finished = [e.payload for e in _of(events, "search_iteration") if e.payload.get("phase") == "finished"][-1]
+    assert finished["champion"] == "n0"
+    for n in children:
+        assert f"{n.id} scored" in finished["reason"] and "fails beats_trivial" in finished["reason"]
+    # the person at the gate sees the failed check beside the better score
+    assert gate.proposals and all("fails beats_trivial" in p.rule for p in gate.proposals)
+    assert all(not next(c for c in p.evidence.checks if c.name == "beats_trivial").passed for p in gate.proposals)
+
+
+def test_ranking_puts_every_plausible_node_before_any_implausible_one():
+    tree = Tree(task="t", metric="r2", higher_is_better=True)
+    bad = {"name": "within_range", "passed": False, "detail": "3 of 30 predictions above 9"}
+    good = {"name": "within_range", "passed": True, "detail": "bounds [0, 9]"}
+    for i, (score, checks) in enumerate([(0.95, [bad]), (0.60, [good]), (0.70, []), (0.99, [good, bad])]):
+        tree.add(Node(id=f"n{i}", parent=None, iteration=0, code="", score=score, status="scored", report="",
+                      checks=checks))
+    assert [n.id for n in tree.ranked()] == ["n2", "n1", "n3", "n0"]
+    assert tree.champion().id == "n2"
+    # a tree saved before nodes had checks still loads, every node plausible
+    old = tree.to_dict()
+    for n in old["nodes"]:
+        del n["checks"]
+    assert Tree.from_dict(old).champion().id == "n3"
+
+
+class Scaled(FakeExecutor):
+    """Every training program predicts ``factor`` times the fake's line."""
+
+    def __init__(self, root, factor):
+        super().__init__(root)
+        self.factor = factor
+
+    def _predictions(self, code, train, test):
+        text, summary = super()._predictions(code, train, test)
+        rows = list(csv.DictReader(io.StringIO(text)))
+        target = list(rows[0])[1]
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**r, target: repr(float(r[target]) * self.factor)} for r in rows)
+        return out.getvalue(), summary
+
+
+def test_predictions_4000x_too_large_fail_within_range_on_every_fold(tmp_path):
+    task = load_task(DISC)
+    code = "import pandas as pd\npd.read_csv('data/train.csv')\nopen('predictions.csv', 'w')\n"
+    checker = _FoldChecker(task, Scaled(tmp_path / "big", 4000.0))
+    metric, _ = validate_program(task, code, checker, seed=0)
+    assert metric["ok"] and len(checker.folds) == metric["splits"]
+    checks = {c.name: c for c in checker.summary("n7")}
+    assert not checks["within_range"].passed and checks["finite"].passed
+    assert checks["within_range"].detail.startswith("n7, validation fold 1 of")
+    assert "above" in checks["within_range"].detail and "more fold(s)" in checks["within_range"].detail
+
+    honest = _FoldChecker(task, Scaled(tmp_path / "ok", 1.0))
+    validate_program(task, code, honest, seed=0)
+    assert all(c.passed for c in honest.summary("n8"))
+
+
+class BrokenOnTaskData(FakeExecutor):
+    """Programs run as usual on validation folds; on the task's own files (the final
+    commitment) the first ``times`` of them crash (None: all of them)."""
+
+    def __init__(self, root, times=None):
+        super().__init__(root)
+        self.times, self.validated, self.crashed = times, set(), []
+
+    def run(self, request):
+        on_task = all(str(DISC) in str(p) for p in request.input_files.values())
+        if not on_task:
+            self.validated.add(request.code)
+        elif request.code in self.validated and (self.times is None or len(self.crashed) < self.times):
+            self.crashed.append(request.code)
+            self.script = {"": Outcome("error", stderr=traceback_of("MemoryError"))}
+            try:
+                return super().run(request)
+            finally:
+                self.script = None
+        return super().run(request)
+
+
+def test_a_champion_that_cannot_deliver_on_the_task_data_gives_way_to_the_next_best(tmp_path):
+    executor = BrokenOnTaskData(tmp_path / "sb", times=1)
+    result, tree, events = guarded_tree_search(tmp_path / "run", [], CONFIG, executor=executor,
+                                               budget=Budget(max_tokens=2_000_000))
+    best, runner_up = tree.ranked()[:2]
+    assert executor.crashed == [best.code]
+    assert result.final["node"] == runner_up.id and result.final["validation"] == runner_up.score
+    assert (tmp_path / "run" / "tree" / "champion.py").read_text() == runner_up.code
+    finished = [e.payload for e in _of(events, "search_iteration") if e.payload.get("phase") == "finished"][-1]
+    assert finished["champion"] == runner_up.id
+    assert f"{best.id}'s program on the task's data: exit_ok failed" in finished["reason"]
+    assert f"committed to {runner_up.id}" in finished["reason"]
+    commitment = [e.payload for e in _of(events, "check") if e.agent == "final_commitment"]
+    assert any(not c["passed"] and c["detail"].startswith(best.id) for c in commitment)
+    assert all(c["passed"] for c in commitment if c["detail"].startswith(runner_up.id))
+
+
+def test_a_search_whose_final_commitment_fails_does_not_end_completed(tmp_path):
+    executor = BrokenOnTaskData(tmp_path / "sb")
+    with pytest.raises(CommitmentFailed) as caught:
+        guarded_tree_search(tmp_path / "run", [], CONFIG, executor=executor, budget=Budget(max_tokens=2_000_000))
+    assert isinstance(caught.value, TrellisError)  # the CLI prints it as one line; the studio fails the run
+    message = str(caught.value)
+    assert "no program to commit to" in message and "exit_ok failed" in message
+    assert len(executor.crashed) == CONFIG.final_tries  # the best three nodes were each tried once
+    assert all(code in executor.validated for code in executor.crashed)
