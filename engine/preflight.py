@@ -8,9 +8,16 @@ edit can fix them all, and each sentence names the file and the column.
 
 Its TaskFacts (kind, classes, ranges) are what later stages need to know about the data
 (in-loop validation, plausibility checks); warnings are problems that do not stop a run.
+
+Every problem is reported in well under a second (benchmarks/preflight.py): the data checks
+need no pandas, evaluate.py starts in the background before them and is stopped unread once the
+data has failed, and the metric name evaluate.py prints is read from its source (an AST scan)
+so that a mismatch needs no run; a run that finishes in time is the authority, and a source the
+scan cannot read for certain is left to the run.
 """
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
 import json
@@ -48,9 +55,11 @@ SHOWN = 8                # names or line numbers quoted in one message
 class PreflightError(TaskSpecError):
     """Every problem preflight found, each a sentence naming its file and column."""
 
-    def __init__(self, task_name: str, problems: list[str], warnings: list[str] | None = None):
+    def __init__(self, task_name: str, problems: list[str], warnings: list[str] | None = None,
+                 timings: dict[str, float] | None = None):
         self.problems = list(problems)
         self.warnings = list(warnings or [])
+        self.timings = dict(timings or {})  # as TaskFacts.timings
         listed = "\n".join([*(f"  - {p}" for p in self.problems), *(f"  - warning: {w}" for w in self.warnings)])
         super().__init__(task_name, f"the task's data fails preflight ({len(self.problems)} problem(s)); "
                          f"nothing was run and no model was called:\n{listed}")
@@ -87,6 +96,9 @@ class TaskFacts:
     evaluate_supports_truth: bool = False
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # where the time went: "data" (reading and checking the files), "evaluate" (evaluate.py's
+    # run, until read or stopped; 0 when its answer was remembered), "total"
+    timings: dict[str, float] = field(default_factory=dict)
 
     def beyond_training_range(self, min_share: float = EXTRAPOLATION_SHARE) -> dict[str, str]:
         """Features on which the test set extrapolates: at least ``min_share`` of the test rows lie
@@ -120,10 +132,11 @@ def preflight(task: Task, timeout_s: float = 30.0, cache_dir: Path | None = None
     started = time.perf_counter()
     checker = _Checker(task)
     facts = checker.run(timeout_s, cache_dir)
+    timings = {**checker.timings, "total": round(time.perf_counter() - started, 4)}
     if checker.problems:
-        raise PreflightError(task.name, checker.problems, checker.warnings)
+        raise PreflightError(task.name, checker.problems, checker.warnings, timings)
     assert facts is not None
-    return replace(facts, seconds=round(time.perf_counter() - started, 3))
+    return replace(facts, seconds=round(time.perf_counter() - started, 3), timings=timings)
 
 
 def _names(items: list[str] | tuple[str, ...], quote: bool = True) -> str:
@@ -148,6 +161,7 @@ class _Checker:
         self.r = task.resources
         self.problems: list[str] = []
         self.warnings: list[str] = []
+        self.timings: dict[str, float] = {}
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -173,13 +187,21 @@ class _Checker:
         train_path, test_path = r.files["train"], r.files["test_features"]
         scorer = _EvaluateRun(self.task, timeout_s, cache_dir)
         scorer.start(self._tiny_truth(train_path, test_path))
+        wait = False
         try:
+            started = time.perf_counter()
             train = self._read(train_path)
             test = self._read(test_path)
             facts = self._check_data(train, test, train_path, test_path) if train is not None and test is not None else None
+            self.timings["data"] = round(time.perf_counter() - started, 4)
+            static = printed_metric(scorer.source)
+            # With something already wrong, say it now: evaluate.py's answer is used if it is in
+            # already, otherwise it is stopped unread (it runs again once the task is fixed).
+            wait = not self.problems and not static.contradicts(self.task.metric)
         finally:
-            outcome = scorer.finish()
-        metric = self._check_evaluate(outcome)
+            outcome = scorer.finish(wait=wait)
+            self.timings["evaluate"] = round(scorer.seconds, 4)
+        metric = self._check_evaluate(outcome, static)
         if facts is None:
             return None
         return replace(facts, evaluate_metric=metric, evaluate_supports_truth=scorer.with_truth,
@@ -485,26 +507,29 @@ class _Checker:
         mean = sum(numbers) / len(numbers)  # type: ignore[arg-type]
         return str(round(mean)) if typ == "int" else repr(mean)
 
-    def _check_evaluate(self, outcome: dict | None) -> str | None:
-        if outcome is None:
-            return None
+    def _check_evaluate(self, outcome: dict | None, static: "StaticMetric") -> str | None:
+        """evaluate.py's metric name and direction against Evaluation.md's: as its run printed
+        them, or (when it was not run to the end) as its source says for certain."""
+        outcome = outcome or {}
         if outcome.get("warning"):
             self.warn(outcome["warning"])
         if outcome.get("problem"):
             self.problem(outcome["problem"])
             return None
-        printed = outcome["metric"]
+        printed, hib, seen = outcome.get("metric"), outcome.get("higher_is_better"), ""
         if printed is None:
+            printed, hib = static.name, static.higher_is_better
+            seen = " (read from its source, without running it)"
+        if printed is None and not isinstance(hib, bool):
             return None
         declared = self.task.metric
-        if printed != declared.name:
-            self.problem(f"evaluate.py prints the metric '{printed}' but Evaluation.md's '## Metric' says "
+        if printed is not None and printed != declared.name:
+            self.problem(f"evaluate.py prints the metric '{printed}'{seen} but Evaluation.md's '## Metric' says "
                          f"name: {declared.name}; they must be the same name")
-        hib = outcome.get("higher_is_better")
         if isinstance(hib, bool) and hib != declared.higher_is_better:
-            self.problem(f"evaluate.py prints higher_is_better: {str(hib).lower()} but Evaluation.md says "
+            self.problem(f"evaluate.py prints higher_is_better: {str(hib).lower()}{seen} but Evaluation.md says "
                          f"'{'higher' if declared.higher_is_better else 'lower'} is better'")
-        return printed
+        return printed if outcome.get("metric") is not None else None
 
 
 class _EvaluateRun:
@@ -525,16 +550,20 @@ class _EvaluateRun:
         self.with_truth = False
         self.warning: str | None = None
         self.how = ""
+        self.started_at: float | None = None
+        self.seconds = 0.0                 # evaluate.py's run, until read or stopped
+        try:
+            self.source = task.evaluator.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            self.source = ""
 
     def start(self, sample: dict | None) -> None:
         if sample is None:
             return
         r = self.task.resources
-        try:
-            source = self.task.evaluator.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        if not self.source:
             return
-        self.with_truth = "--truth" in source
+        self.with_truth = "--truth" in self.source
         if not self.with_truth:
             self.warning = ("evaluate.py does not support --truth, so in-loop validation cannot score with the "
                             "task's own metric and falls back to Trellis's built-in metrics; see README "
@@ -559,6 +588,7 @@ class _EvaluateRun:
             _write_csv(folder / "truth.csv", truth)
             argv += ["--truth", str(folder / "truth.csv")]
         try:
+            self.started_at = time.perf_counter()
             self.proc = subprocess.Popen(argv, cwd=self.task.folder, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, text=True)
         except OSError as exc:
@@ -601,12 +631,18 @@ class _EvaluateRun:
         except OSError:
             pass  # a cache that cannot be written only costs time
 
-    def finish(self) -> dict | None:
+    def finish(self, wait: bool = True) -> dict | None:
+        """What evaluate.py said. ``wait=False``: only if it has already ended; a run still
+        going is stopped, and the outcome names no metric (nothing is remembered)."""
         if self.cached is not None:
             return {**self.cached, "warning": self.warning}
         if self.proc is None:
             return {"metric": None, "warning": self.warning} if self.warning else None
         try:
+            if not wait and self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.communicate()
+                return {"metric": None, "warning": self.warning}
             try:
                 stdout, stderr = self.proc.communicate(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
@@ -615,6 +651,7 @@ class _EvaluateRun:
                 return {"metric": None, "warning": self.warning,
                         "problem": f"evaluate.py did not finish within {self.timeout_s:.0f} s {self.how}"}
         finally:
+            self.seconds = time.perf_counter() - (self.started_at or time.perf_counter())
             if self.tmp is not None:
                 self.tmp.cleanup()
         outcome = self._read(self.proc.returncode, stdout, stderr)
@@ -638,6 +675,121 @@ class _EvaluateRun:
 
 # evaluate.py's answers in this process, by _EvaluateRun._key
 _MEMO: dict[str, dict] = {}
+
+
+# --- evaluate.py's result line, read from its source ------------------------------------------------
+@dataclass(frozen=True)
+class StaticMetric:
+    """The metric name and direction evaluate.py's result line carries, as far as its source
+    says for certain; None where only running it can tell."""
+
+    name: str | None = None
+    higher_is_better: bool | None = None
+
+    def contradicts(self, declared) -> bool:
+        """Does it disagree with Evaluation.md's metric (``Task.metric``)?"""
+        return (self.name is not None and self.name != declared.name) or \
+            (self.higher_is_better is not None and self.higher_is_better != declared.higher_is_better)
+
+
+_UNKNOWN = object()
+_RESULT_KEYS = ("metric", "higher_is_better")
+
+
+def printed_metric(source: str) -> StaticMetric:
+    """Read evaluate.py's metric name and direction without running it (a few milliseconds
+    where its run takes most of a second, mostly importing pandas).
+
+    Every dict literal, and every call keyword, that sets ``"metric"`` (or ``"higher_is_better"``)
+    must give it the same literal, or a module-level name bound once to one (``METRIC = "r2"``,
+    ``METRIC, HIGHER = "rmse", False``); an item assigned by subscript (``out["metric"] = ...``),
+    a name bound twice, rebound in a function or declared global, an expression, an f-string, a
+    dict unpacked into another: not certain, None."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return StaticMetric()
+    constants = _module_constants(tree)
+    found: dict[str, set] = {k: set() for k in _RESULT_KEYS}
+    uncertain: set[str] = set()
+    for node in ast.walk(tree):
+        entries: list[tuple[str, ast.AST]] = []
+        if isinstance(node, ast.Dict):
+            entries = [(k.value, v) for k, v in zip(node.keys, node.values)
+                       if isinstance(k, ast.Constant) and k.value in _RESULT_KEYS]
+            if any(k is None for k in node.keys):  # {**other}: what it brings in is unknown
+                uncertain.update(_RESULT_KEYS)
+        elif isinstance(node, ast.Call):
+            entries = [(kw.arg, kw.value) for kw in node.keywords if kw.arg in _RESULT_KEYS]
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                key = target.slice if isinstance(target, ast.Subscript) else None
+                if isinstance(key, ast.Constant) and key.value in _RESULT_KEYS:
+                    uncertain.add(key.value)  # result["metric"] = ...: set where the scan cannot follow
+        for key, value in entries:
+            resolved = _literal(value, constants)
+            if resolved is _UNKNOWN:
+                uncertain.add(key)
+            else:
+                found[key].add(resolved)
+
+    def single(key: str, kind: type):
+        values = found[key]
+        if key in uncertain or len(values) != 1:
+            return None
+        value = next(iter(values))
+        return value if type(value) is kind else None
+
+    return StaticMetric(single("metric", str), single("higher_is_better", bool))
+
+
+def _literal(node: ast.AST, constants: dict[str, object]) -> object:
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bool)):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in constants:
+        return constants[node.id]
+    return _UNKNOWN
+
+
+def _module_constants(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound exactly once in the whole file, to a string or bool literal."""
+    bindings: dict[str, int] = {}
+
+    def bind(name: str, times: int = 1) -> None:
+        bindings[name] = bindings.get(name, 0) + times
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bind(node.id)
+        elif isinstance(node, ast.arg):
+            bind(node.arg)
+        elif isinstance(node, ast.alias):
+            bind((node.asname or node.name).split(".")[0])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind(node.name)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bind(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            for name in node.names:
+                bind(name, 2)  # written from inside a function: never certain
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            bind(node.name)
+    constants: dict[str, object] = {}
+    for stmt in tree.body:
+        pairs: list[tuple[ast.AST, ast.AST]] = []
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+            if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+                pairs = list(zip(target.elts, value.elts))
+            else:
+                pairs = [(target, value)]
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            pairs = [(stmt.target, stmt.value)]
+        for target, value in pairs:
+            if isinstance(target, ast.Name) and bindings.get(target.id) == 1 and \
+                    isinstance(value, ast.Constant) and isinstance(value.value, (str, bool)):
+                constants[target.id] = value.value
+    return constants
 
 
 def _write_csv(path: Path, rows: list) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from engine.cli import main as engine_main
 from engine.errors import TaskSpecError
-from engine.preflight import PreflightError, TaskFacts, preflight
+from engine.preflight import PreflightError, StaticMetric, TaskFacts, preflight
 from engine.task import load_task
 
 # A contract-following evaluate.py (README 'Task folders'): optional --truth, one JSON line.
@@ -306,3 +306,75 @@ def test_shipped_examples_pass_and_a_second_check_is_fast(examples, tmp_path):
         started = time.perf_counter()
         preflight(task, cache_dir=tmp_path / "cache")  # evaluate.py's answer is remembered
         assert time.perf_counter() - started < 0.5, folder.name
+
+
+# --- under a second: nothing waits for evaluate.py once a problem is known --------------------------------
+SLOW = "import time\ntime.sleep(30)\n"  # an evaluate.py whose run would take half a minute
+
+
+def test_data_problems_are_reported_without_waiting_for_evaluate_py(task_dir):
+    (task_dir / "evaluate.py").write_text(EVALUATE.replace("import pandas as pd\n", "import pandas as pd\n" + SLOW))
+    _csv(task_dir / "data" / "test_features.csv", ["x1", "x2"], [[40 + k, k % 3] for k in range(10)])
+    started = time.perf_counter()
+    with pytest.raises(PreflightError) as info:
+        preflight(load_task(task_dir))
+    assert time.perf_counter() - started < 1.0
+    _one(info.value.problems, "data/test_features.csv", "'id'")
+    assert info.value.timings["evaluate"] < 1.0 and info.value.timings["data"] < 0.5
+
+
+def test_a_metric_name_mismatch_in_evaluate_py_source_is_reported_without_its_run(task_dir):
+    slow = EVALUATE.replace("import pandas as pd\n", "import pandas as pd\n" + SLOW)
+    (task_dir / "evaluate.py").write_text(slow.replace('METRIC, HIGHER = "rmse"', 'METRIC, HIGHER = "mae"'))
+    started = time.perf_counter()
+    problems = _problems(task_dir)
+    assert time.perf_counter() - started < 1.0
+    msg = _one(problems, "evaluate.py", "'mae'", "Evaluation.md")
+    assert "read from its source" in msg and "rmse" in msg
+    (task_dir / "evaluate.py").write_text(slow.replace('"rmse", False', '"rmse", True'))
+    _one(_problems(task_dir), "higher_is_better: true", "read from its source")
+
+
+def test_a_mismatch_only_the_run_can_see_is_still_caught(task_dir):
+    # the name is computed: the source scan cannot be sure of it, so the run decides
+    (task_dir / "evaluate.py").write_text(EVALUATE.replace('METRIC, HIGHER = "rmse", False',
+                                                           'METRIC, HIGHER = "RMSE".lower().replace("rm", "ma"), False'))
+    msg = _one(_problems(task_dir), "evaluate.py", "'mase'")
+    assert "read from its source" not in msg
+
+
+def test_a_source_the_scan_cannot_be_sure_of_is_left_to_the_run(task_dir):
+    # another dict names another metric: the scan is unsure, and the run (which prints rmse) passes
+    (task_dir / "evaluate.py").write_text(EVALUATE + '\nALIASES = {"metric": "mae", "why": "old name"}\n')
+    facts = preflight(load_task(task_dir))
+    assert facts.evaluate_metric == "rmse"
+    assert facts.timings["evaluate"] > 0 and facts.timings["total"] >= facts.timings["data"]
+
+
+@pytest.mark.parametrize("source, name, higher", [
+    ('METRIC, HIGHER = "rmse", False\nprint(json.dumps({"metric": METRIC, "value": v, "higher_is_better": HIGHER}))',
+     "rmse", False),
+    ('M: str = "r2"\nprint(json.dumps({"metric": M, "value": v}))', "r2", None),
+    ('print(json.dumps(dict(metric="mae", value=v, higher_is_better=False)))', "mae", False),
+    # not certain: rebound, rebound in a function, a parameter, an f-string, set by subscript, two names
+    ('METRIC = "rmse"\nif fast:\n    METRIC = "mae"\nprint(json.dumps({"metric": METRIC, "value": v}))', None, None),
+    ('METRIC = "rmse"\ndef f():\n    global METRIC\n    METRIC = "x"\nprint(json.dumps({"metric": METRIC}))', None, None),
+    ('def report(metric):\n    print(json.dumps({"metric": metric, "value": 1}))', None, None),
+    ('print(f\'{{"metric": "r2", "value": {v}}}\')', None, None),
+    ('out = {"metric": "rmse", "value": v}\nout["metric"] = args.name\nprint(json.dumps(out))', None, None),
+    ('a = {"metric": "mae"}\nb = {"metric": "rmse"}', None, None),
+    ('def broken(:', None, None),
+])
+def test_the_source_scan_reads_only_what_is_certain(source, name, higher):
+    from engine.preflight import printed_metric
+
+    assert printed_metric(source) == StaticMetric(name, higher)
+
+
+def test_every_shipped_evaluate_py_is_read_from_its_source(examples):
+    from engine.preflight import printed_metric
+
+    for folder in sorted(p for p in examples.iterdir() if (p / "evaluate.py").is_file()):
+        task = load_task(folder)
+        assert printed_metric((folder / "evaluate.py").read_text()) == StaticMetric(
+            task.metric.name, task.metric.higher_is_better), folder.name
