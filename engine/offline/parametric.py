@@ -4,8 +4,8 @@ form, and behaviour beyond the training range that follows the form rather than 
 These are what a scientist writes when the task must extrapolate or when a physical law is
 welcome: a low-degree polynomial, a power law fitted in log-log space, and a search over
 candidate functional forms judged on the far end of the training data (the part most like the
-test inputs that lie beyond it). Symbolic regression proper would need a package outside the
-scientific stack the sandbox offers; the form search is its small, honest cousin.
+test inputs that lie beyond it). The form search is the small cousin of symbolic regression
+(symbolic.py), which searches expressions instead of a fixed list of forms.
 
 Imported by strategies.py once its helpers exist; not meant to be imported on its own.
 """
@@ -17,7 +17,7 @@ _BOTH = (ONE_D, TABULAR)
 _CURVE_FIT = "from scipy.optimize import curve_fit"
 
 # Least squares of y on [1, columns]; the parametric strategies below share it.
-_LSTSQ = '''
+LSTSQ = '''
 def linear_fit(A, y):
     """Coefficients of y ~ [1, A] by least squares."""
     design = np.column_stack([np.ones(len(A)), A])
@@ -27,6 +27,26 @@ def linear_fit(A, y):
 
 def linear_predict(coef, A):
     return coef[0] + A @ coef[1:]
+'''
+
+# The far end of the training data: the HOLDOUT share of rows on the side the new inputs extend
+# past (else the upper end of the feature most correlated with the target). Strategies that
+# choose a functional form judge candidates there, the part most like inputs beyond the data.
+FAR_END = '''
+def far_end(X, y, X_new):
+    """(core rows, far-end rows) of the training data."""
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    span = np.where(hi > lo, hi - lo, 1.0)
+    above, below = (X_new.max(axis=0) - hi) / span, (lo - X_new.min(axis=0)) / span
+    if max(above.max(), below.max()) > 0:
+        column = int(np.argmax(np.maximum(above, below)))
+        upper = above[column] >= below[column]
+    else:
+        corr = [abs(np.corrcoef(X[:, j], y)[0, 1]) if X[:, j].std() > 0 else 0.0 for j in range(X.shape[1])]
+        column, upper = int(np.nanargmax(corr)), True
+    order = np.argsort(X[:, column] if upper else -X[:, column], kind="stable")
+    n_far = max(2, int(round(HOLDOUT * len(X))))
+    return order[:-n_far], order[-n_far:]
 '''
 
 PARAMETRIC: tuple[Strategy, ...] = (
@@ -61,7 +81,7 @@ PARAMETRIC: tuple[Strategy, ...] = (
         used instead, saying so.
         """,
         (),
-        _LSTSQ,
+        LSTSQ,
         """
         def power(X, *coef):
             coef = np.asarray(coef)
@@ -106,7 +126,7 @@ PARAMETRIC: tuple[Strategy, ...] = (
         positive inputs or target are skipped where they do not apply.
         """,
         (),
-        _LSTSQ,
+        LSTSQ,
         """
         HOLDOUT = $holdout  # share of training rows, at the far end, that judges the forms
         # form -> (input transform, target transform, inverse target transform, needs x > 0, needs y > 0)
@@ -128,21 +148,9 @@ PARAMETRIC: tuple[Strategy, ...] = (
             return lambda X_new: inverse(linear_predict(coef, tx(np.where(X_new > 0, X_new, np.nan))
                                                         if positive_x else tx(X_new)))
 
-
-        def far_end(X, y, X_new):
-            \"\"\"(core rows, far-end rows) of the training data.\"\"\"
-            lo, hi = X.min(axis=0), X.max(axis=0)
-            span = np.where(hi > lo, hi - lo, 1.0)
-            above, below = (X_new.max(axis=0) - hi) / span, (lo - X_new.min(axis=0)) / span
-            if max(above.max(), below.max()) > 0:
-                column = int(np.argmax(np.maximum(above, below)))
-                upper = above[column] >= below[column]
-            else:
-                corr = [abs(np.corrcoef(X[:, j], y)[0, 1]) if X[:, j].std() > 0 else 0.0 for j in range(X.shape[1])]
-                column, upper = int(np.nanargmax(corr)), True
-            order = np.argsort(X[:, column] if upper else -X[:, column], kind="stable")
-            n_far = max(2, int(round(HOLDOUT * len(X))))
-            return order[:-n_far], order[-n_far:]
+        """,
+        FAR_END,
+        """
 
 
         def fit_predict(X_train, y_train, X_new):

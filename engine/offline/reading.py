@@ -63,7 +63,7 @@ TAG_WORDS: dict[str, str] = {
     "standardis": "scaling", "standardiz": "scaling", "normalis": "scaling", "normaliz": "scaling",
     "kernel": "kernel", "baseline": "baseline", "interpretab": "interpretable", "fast": "fast",
     "parametric": "parametric", "extrapolat": "extrapolation", "physic": "physics", "law": "physics",
-    "dimensionless": "physics", "formula": "parametric", "symbolic": "parametric",
+    "dimensionless": "physics", "formula": "parametric", "symbolic": "symbolic",
     "classif": "classifier", "logistic": "linear", "neighbo": "nonparametric",
 }
 
@@ -85,6 +85,9 @@ class TaskFacts:
     n_classes: int | None = None          # distinct target values, when the report counts them
     group_column: str = ""                # rows come in groups and new groups are scored: validate by group
     asked: frozenset[str] = frozenset()   # library tags the agent's instructions ask for
+    # The only libraries the task allows ("use only numpy, scipy, ..."); empty: no such rule.
+    # A filter on strategies, not a reason to choose differently, so not part of canonical().
+    libraries: frozenset[str] = frozenset()
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -96,19 +99,23 @@ class TaskFacts:
     def desired_tags(self) -> set[str]:
         """Strategy traits these facts call for."""
         tags: set[str] = set()
-        if self.extrapolate:
-            tags |= {"extrapolation", "parametric"}
+        if self.extrapolate:  # a closed form, fitted or searched, carries beyond the data
+            tags |= {"extrapolation", "parametric", "symbolic"}
         if self.physics:
-            tags |= {"physics", "parametric"}
+            tags |= {"physics", "parametric", "symbolic"}
         if self.monotone:  # a monotone response is what a law with few parameters describes
             tags.add("parametric")
         if self.discontinuity:
             tags |= {"discontinuity", "piecewise"}
         return tags
 
+    def allows(self, packages: tuple[str, ...] | frozenset[str]) -> bool:
+        """Whether a program may import these distributions (beyond the scientific stack)."""
+        return not self.libraries or all(normalise_library(p) in self.libraries for p in packages)
+
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
-        data = {k: v for k, v in vars(self).items() if k != "evidence"}
+        data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries"}}
         data["asked"] = sorted(self.asked)
         return json.dumps(data, sort_keys=True)
 
@@ -142,6 +149,32 @@ def tags_asked(text: str) -> frozenset[str]:
         for stem, tag in TAG_WORDS.items():
             if word.startswith(stem):
                 found.add(tag)
+    return frozenset(found)
+
+
+# "Use only Python with numpy, scipy, pandas and scikit-learn", "only X and Y may be used".
+_ONLY_LIBRARIES = re.compile(r"\b(?:use|using|uses|with|import) only\b([^.;\n]*)|"
+                            r"\bonly ([^.;\n]*?) (?:may|can|are to) be (?:used|imported)\b")
+_NOT_A_LIBRARY = frozenset({"python", "with", "and", "or", "the", "its", "standard", "library", "libraries", "packages",
+                            "package", "modules", "stack", "plus", "scientific", "no", "other", "dependencies", "of"})
+_KNOWN_LIBRARIES = frozenset({"numpy", "scipy", "pandas", "scikit-learn", "statsmodels", "torch", "pytorch",
+                               "tensorflow", "jax", "xgboost", "lightgbm", "catboost", "sympy", "pyoperon", "gplearn"})
+_LIBRARY_ALIASES = {"sklearn": "scikit-learn"}
+
+
+def normalise_library(name: str) -> str:
+    name = name.strip().lower().replace("_", "-")
+    return _LIBRARY_ALIASES.get(name, name)
+
+
+def libraries_allowed(text: str) -> frozenset[str]:
+    """The closed list of libraries a task allows, when it states one; else empty."""
+    found: set[str] = set()
+    for m in _ONLY_LIBRARIES.finditer(text.lower()):
+        clause = m.group(1) or m.group(2) or ""
+        words = {normalise_library(w) for w in re.findall(r"[a-z][a-z0-9_.-]*[a-z0-9]", clause)} - _NOT_A_LIBRARY
+        if words & _KNOWN_LIBRARIES:  # "use only the length as input" names no library
+            found |= words
     return frozenset(found)
 
 
@@ -225,13 +258,17 @@ def read_facts(system: str, user: str) -> TaskFacts:
         discontinuity = True
         evidence.append("discontinuous: the data report finds a jump")
 
+    libraries = libraries_allowed(parts["Constraints"] + "\n" + prose)
+    if libraries:
+        evidence.append(f"libraries: only {', '.join(sorted(libraries))} (stated by the task's constraints)")
+
     instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
     return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
                      higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
                      positive=positive, discontinuity=discontinuity,
                      n_classes=n_classes if kind == CLASSIFICATION else None,
                      group_column=group.group(1) if group else "",
-                     asked=tags_asked(instructions), evidence=tuple(evidence))
+                     asked=tags_asked(instructions), libraries=libraries, evidence=tuple(evidence))
 
 
 def _line(resources: str, label: str) -> str:

@@ -6,12 +6,13 @@ Python program, and the sandbox really runs it (fit, validate, predict). The str
 differ genuinely in quality, so a search over them can make real progress.
 
 Also here: a small model of first-draft mistakes (``inject_bug``) together with the
-debugger that repairs them from the traceback alone (``fix_bug``). The parametric and
-classification strategies live in parametric.py and classifiers.py, the analyzer's program
-in analysis.py.
+debugger that repairs them from the traceback alone (``fix_bug``). The parametric, symbolic and
+classification strategies live in parametric.py, symbolic.py and classifiers.py, the analyzer's
+program in analysis.py.
 
 Pure Python, no Django and no third-party imports: the *rendered* programs use numpy,
-scipy, pandas and scikit-learn, but this module only writes their source.
+scipy, pandas and scikit-learn (and, where a strategy declares it in ``requires``, another
+package: pyoperon for symbolic regression), but this module only writes their source.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ ONE_D, TABULAR, CLASSIFY = FAMILIES
 TAG_VOCABULARY = frozenset({
     "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
     "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
-    "parametric", "extrapolation", "physics", "classifier",
+    "parametric", "extrapolation", "physics", "classifier", "symbolic",
 })
 BUG_KINDS = ("missing_import", "misspelled_column", "missing_id_column", "shape_error")
 
@@ -295,6 +296,9 @@ class Strategy:
     summary: str = field(default="", compare=False)       # docstring text of the program
     imports: tuple[str, ...] = field(default=(), compare=False)  # one name per line
     body: tuple[str | Variant, ...] = field(default=(), compare=False)  # Template sources
+    # Distributions beyond the scientific stack (numpy, scipy, pandas, scikit-learn) the program
+    # imports, by their PyPI name: a task that allows only that stack rules the strategy out.
+    requires: tuple[str, ...] = field(default=(), compare=False)
 
     def default_params(self) -> dict:
         """First value of every grid entry: the cheap, conventional configuration a scientist
@@ -377,11 +381,12 @@ class Strategy:
 
 
 def make_strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,
-              summary: str, imports: tuple[str, ...], *body: str | Variant) -> Strategy:
+                  summary: str, imports: tuple[str, ...], *body: str | Variant,
+                  requires: tuple[str, ...] = ()) -> Strategy:
     tag_set = frozenset(tags.split())
     assert tag_set <= TAG_VOCABULARY, tag_set - TAG_VOCABULARY
     return Strategy(key=key, title=title, families=frozenset(families), tags=tag_set,
-                    param_grid=grid, summary=summary, imports=imports, body=tuple(body))
+                    param_grid=grid, summary=summary, imports=imports, body=tuple(body), requires=requires)
 
 
 _BOTH = (ONE_D, TABULAR)
@@ -811,8 +816,9 @@ _CORE: tuple[Strategy, ...] = (
 # here, once those exist (engine/offline/__init__.py always imports this module first).
 from .classifiers import CLASSIFIERS  # noqa: E402
 from .parametric import PARAMETRIC  # noqa: E402
+from .symbolic import SYMBOLIC  # noqa: E402
 
-STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + CLASSIFIERS
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + CLASSIFIERS
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 

@@ -181,7 +181,7 @@ def test_must_extrapolate_comes_from_the_text_or_the_data_report_and_rules_out_t
                        "extrapolation")
     plain = make_task(tmp_path / "p")
     assert not facts_of(plain).extrapolate and facts_of(plain, report).extrapolate
-    safe = {"low_poly", "power_law", "form_search"}
+    safe = {"low_poly", "power_law", "form_search", "symbolic_regression"}
     assert planned_keys(beyond) <= safe and planned_keys(plain, report) <= safe
     code = pf.extract_code(scientist.respond(prompt("coder", beyond, {"plan": "strategy: power_law {}"}), seed=0))
     assert "def extrapolation_direction" in code  # it validates on the far tail, not random rows
@@ -192,7 +192,7 @@ def test_physics_monotone_and_positive_are_read_and_physics_leans_the_plan_to_la
                                              "increases with the length.")
     facts = facts_of(task)
     assert facts.physics and facts.positive and facts.monotone and not facts.extrapolate
-    lawful = {"power_law", "form_search", "low_poly"}
+    lawful = {"power_law", "form_search", "low_poly", "symbolic_regression"}
     plain = make_task(tmp_path / "plain")
     seeds = range(30)
     with_physics = sum(k in lawful for k in (pf.extract_strategy(scientist.respond(

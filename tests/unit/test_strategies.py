@@ -57,7 +57,8 @@ def test_library_covers_the_required_approaches():
             "smoothing_spline", "piecewise_poly"} <= one_d
     assert {"ridge", "lasso", "knn", "knn_unscaled", "random_forest", "gradient_boosting",
             "hist_gradient_boosting", "svr", "poly_ridge", "stacking_ensemble"} <= tabular
-    assert {"low_poly", "power_law", "form_search"} <= one_d and {"power_law", "form_search"} <= tabular
+    assert {"low_poly", "power_law", "form_search", "symbolic_regression"} <= one_d
+    assert {"power_law", "form_search", "symbolic_regression"} <= tabular
     classify = {s.key for s in strategies_for("classification")}
     assert {"logistic_regression", "random_forest_classifier", "gradient_boosting_classifier",
             "knn_classifier", "majority_baseline"} <= classify
@@ -90,11 +91,13 @@ def _every_rendering():
 def test_rendered_programs_are_valid_safe_and_self_describing():
     banned = re.compile(r"\b(subprocess|socket|urllib|requests|joblib|multiprocessing|"
                         r"threading|shutil|open\()|n_jobs=(?!1\b)|\.\./")
-    allowed_roots = {"os", "time", "warnings", "numpy", "pandas", "scipy", "sklearn"}
+    stack = {"os", "re", "time", "warnings", "numpy", "pandas", "scipy", "sklearn"}
     count = 0
     for strategy, spec, params in _every_rendering():
         code = strategy.render(params, spec, SEED)
         count += 1
+        # Beyond the scientific stack only what the strategy declares (a task may rule it out).
+        allowed_roots = stack | {package.replace("-", "_") for package in strategy.requires}
         assert code.split("\n")[0] == f"# strategy: {strategy.key} {json.dumps(params, sort_keys=True)}"
         assert parse_strategy_header(code) == (strategy.key, json.loads(json.dumps(params)))
         tree = ast.parse(code)
