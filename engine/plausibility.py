@@ -578,7 +578,8 @@ class Reference:
         folds = tuple(float(v) for v in metric.get("split_values") or [] if isinstance(v, (int, float)))
         plan = metric.get("validation") or {}
         where = f"{len(folds) or 1} validation fold(s)" + (f", {plan['split']} split" if plan.get("split") else "")
-        scorer = metric.get("scorer") or "evaluate.py --truth"
+        scorer = ("Trellis's built-in metric" if metric.get("scorer") == "built-in"
+                  else "the task's evaluate.py --truth")
         return cls(name, value, folds, f"{where}, scored by {scorer}")
 
 
