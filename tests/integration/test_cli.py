@@ -1,4 +1,5 @@
 """The command a scientist types: python manage.py run_task examples/<task>."""
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,9 @@ def test_run_task_prints_live_steps_and_the_evaluate_py_metric(tmp_path):
     assert "metric     relative_l2 = " in out and "computed by evaluate.py" in out
     trace = Path(out.split("trace      ")[1].split()[0])
     assert trace.is_file() and trace.is_relative_to(tmp_path)
+    # beside it, the single agent on the same budget, scored by the same evaluate.py
+    assert re.search(r"single +completed, \d+ tokens", out), out
+    assert re.search(r"baselines +constant [\d.]+ · nearest neighbour [\d.]+ · single agent [\d.]+", out), out
 
 
 def test_run_task_on_a_broken_folder_names_the_file(tmp_path):

@@ -29,7 +29,7 @@ NEW_EXAMPLES = [
 def test_offline_run_completes_and_prints_the_evaluate_py_metric(task, tmp_path):
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "engine", "run", f"examples/{task}", "--seed", "0",
-                           "--runs-dir", str(tmp_path / "runs")],
+                           "--runs-dir", str(tmp_path / "runs"), "--no-single-agent"],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

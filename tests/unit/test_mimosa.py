@@ -4,6 +4,7 @@ models, but no program runs. The real end-to-end search is in tests/integration/
 import ast
 import functools
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -117,7 +118,10 @@ def test_search_keeps_only_strict_improvements_and_never_touches_the_official_ev
     seen = [(round(p["J"], 3), p["accepted"]) for p in iterations]
     assert len(seen) >= 2 and seen == [(0.4, False), (0.6, True), (0.6, False), (0.7, True)][:len(seen)]
     assert result.final["J"] == pytest.approx(j)
-    assert len(calls) == 2  # the official evaluation: once per end, after the search
+    # the official evaluation: once per end, then the hindsight's once per distinct probed file,
+    # all after the search (the stand-in is forbidden inside it: no_official_evaluator)
+    probed = {json.loads(f.read_text()).get("predictions_sha256") for f in (result.run_dir / "probes").glob("*/summary.json")}
+    assert len(calls) == 2 + len(probed - {None})
     # every probe scored itself on the validation split of the training data
     evaluations = [e.payload for e in events if e.kind == "evaluation"]
     assert evaluations and all(p["split"] == "validation" for p in evaluations)
