@@ -6,18 +6,18 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
 from .budget import Budget
-from .console import ConsoleSink, print_summary
 from .errors import TrellisError
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .preflight import PreflightError, TaskFacts, preflight
-from .runner import RunConfig, RunResult, run_workflow
 from .synthesis import WORKFLOWS, single_agent_workflow
 from .task import Task, load_task
 from .workflow import Workflow
+
+if TYPE_CHECKING:
+    from .runner import RunResult
 
 
 def bounded(low: float, high: float, kind: type = int):
@@ -88,6 +88,11 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
             raise TrellisError(f"--workflow {args.workflow}: not one of {', '.join(WORKFLOWS)} and not a "
                                f"readable workflow JSON file ({exc})") from exc
         workflow = Workflow.from_json(text).validate()
+    # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
+    from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
+    from .console import ConsoleSink, print_summary
+    from .runner import RunConfig, run_workflow
+
     run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}"
     run_dir = Path(args.runs_dir) / run_id
     config = RunConfig(run_dir=run_dir, seed=args.seed, model_override=args.model, run_id=run_id,

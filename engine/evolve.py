@@ -45,6 +45,7 @@ class EvolveResult:
     baselines: dict = field(default_factory=dict)  # official scores: trivial baselines and the single agent
     single_agent: dict | None = None  # engine.baselines.single_agent_baseline(), unless skipped
     hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
+    failed: str = ""  # why the run failed although the search ended: its final workflow has no official score
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
@@ -141,13 +142,16 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
                                          executor=runner.executor, model_override=model_override, control=control)
             baselines["single_agent"] = solo["official"]
             tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
+        final_official = final_d["official"]
+        failed = "" if final_official.get("ok") else \
+            f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
         seen = hindsight(task, run_dir, runner.executor, official)
         tracer.emit(Hindsight(**seen.to_dict()))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
-                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict())
+                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed)
         if archive is not None:
-            why_not = not_archivable(final, budget)
+            why_not = failed or not_archivable(final, budget)
             if why_not:
                 result.archived = {"skipped": why_not}
                 tracer.emit(Archive(skipped=why_not, workflow_hash=final_workflow.hash))
@@ -228,6 +232,8 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
                       + (f"ρ {c['rho']:+.2f}  (n={c['n']}" + (f", p={c['p']:.2g})" if c.get("p") is not None else ")")
                          if c.get("rho") is not None else f"n/a: {c['why']}") + "\n")
     out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
+    if r.failed:
+        out.write(f"FAILED     {r.failed}\n")
     if r.archived.get("skipped"):
         out.write(f"archive    not archived: {r.archived['skipped']}\n")
     elif r.archived.get("entry"):

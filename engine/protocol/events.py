@@ -519,6 +519,7 @@ class SearchFinished(Payload):
     baselines: dict[str, Metric] = Field(default_factory=dict)  # engine/baselines.py: name -> official score
     single_agent: SingleAgentBaseline | None = None  # its official score is also baselines["single_agent"]
     hindsight: Hindsight | None = None
+    failed: str = ""                 # the search ended but its final workflow has no official score
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------

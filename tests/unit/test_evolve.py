@@ -61,3 +61,18 @@ def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(t
     assert second.initial["workflow_hash"] == first.final["workflow_hash"]
     other = run("discontinuous-1d", 0)
     assert other.start["path"] == "de_novo" and other.start["similarity"] < 0.7
+
+
+def test_a_final_workflow_without_an_official_score_fails_the_run_and_is_not_archived(tmp_path, examples):
+    def refusing_official(task, run_dir, sha):
+        return {"ok": False, "error": "evaluate.py rejected the predictions: 3 ids missing"}
+
+    out = io.StringIO()
+    result = evolve(examples / "discontinuous-1d", "mimosa", iterations=1, seed=1, runs_dir=tmp_path, out=out,
+                    official=refusing_official, archive_dir=tmp_path / "archive", single_agent=False,
+                    executor=FakeExecutor(tmp_path / "sandbox"))
+    assert result.failed.startswith("the final workflow has no official score") and "3 ids missing" in result.failed
+    assert "FAILED     the final workflow has no official score" in out.getvalue()
+    assert result.archived == {"skipped": result.failed}
+    finished = [e for e in read_events(result.run_dir / "search.jsonl") if e.kind == "search_finished"]
+    assert finished[0].payload["failed"] == result.failed

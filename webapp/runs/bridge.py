@@ -236,7 +236,9 @@ class DatabaseGate:
 
     def _policy(self, run: Run, row: Mutation, proposal: Proposal) -> None:
         checks = proposal.evidence.checks
-        all_pass = all(c.passed for c in checks)  # a search without public checks (the tree) has none to fail
+        # every search's evidence carries its public checks (the tree's: each node's plausibility on its
+        # folds), so auto-improve sends a change that fails one to a person
+        all_pass = all(c.passed for c in checks)
         if run.gate_policy == GatePolicy.AUTOMATIC:
             status = MutationStatus.AUTO_APPROVED if row.rule_accepts else MutationStatus.AUTO_REJECTED
             decide(row, status, "policy:automatic", proposal.rule)

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.budget import Budget
-from engine.errors import AwaitingDecision, ModelUnavailable, RunInterrupted
+from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 
 from . import live
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
@@ -48,7 +48,9 @@ def execute_run(run_id: int, lease: str) -> str:
                         model_override=run.model or None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                         run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
                         single_agent=run.single_agent)
-        status, reason, extra = RunStatus.COMPLETED, result.stopped, {"result": result.to_dict()}
+        # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
+        status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED
+        reason, extra = result.failed or result.stopped, {"result": result.to_dict()}
     except AwaitingDecision as exc:
         # Suspended, not finished: the gate marked the run awaiting and the proposal is in its
         # checkpoint; this worker is free, and the decision sends the run back to the queue.
@@ -59,8 +61,8 @@ def execute_run(run_id: int, lease: str) -> str:
             return "superseded"
         status = RunStatus.CANCELLED if exc.reason == "cancelled" else RunStatus.PAUSED
         reason, extra = exc.reason, {}
-    except ModelUnavailable as exc:  # a configuration problem, not a bug: the provider's words, no traceback
-        log.warning("run %s failed: %s", run_id, exc)
+    except TrellisError as exc:  # a model that cannot be called, a search that committed to nothing:
+        log.warning("run %s failed: %s", run_id, exc)  # the engine's words, no traceback
         status, reason, extra = RunStatus.FAILED, str(exc), {}
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run, which stays resumable
         log.exception("run %s failed", run_id)

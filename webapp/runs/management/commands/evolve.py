@@ -32,10 +32,12 @@ class Command(BaseCommand):
         try:
             # the data is checked before the search spends a token on it
             check_task(load_task(o["task"]), self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
-            evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
-                   budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
-                   out=self.stdout, model_override=o["model"],
-                   archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
-                   single_agent=not o["no_single_agent"])
+            result = evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
+                            budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
+                            out=self.stdout, model_override=o["model"],
+                            archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
+                            single_agent=not o["no_single_agent"])
+            if result.failed:
+                raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
