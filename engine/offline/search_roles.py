@@ -1,8 +1,9 @@
 """The offline scientist's search roles: the judge and the mutator (Mimosa's meta-agent).
 
 The judge scores from the evidence in its prompt (checks, executions, validation score);
-the mutator proposes one change grounded in the data report and the judge's feedback,
-avoiding what the history says was already tried.
+the mutator (its reasoning is in mutator.py) reads those scores and the failed checks and
+proposes the change that addresses the weakest criterion, avoiding what the history says was
+already tried.
 """
 from __future__ import annotations
 
@@ -11,21 +12,10 @@ import random
 import re
 
 from ..prompt_format import json_block
+from .mutator import HINTS, planner_id, propose
 from .scientist import input_section, register
 
-# Hints a mutator can add to a planner's instructions; words are the strategy library's tags.
-HINTS: dict[tuple[str, ...], str] = {
-    ("discontinuity", "piecewise"): "The data shows a jump: locate it and prefer a discontinuity-aware piecewise fit.",
-    ("trees", "ensemble"): "Prefer tree ensembles: they capture sharp changes and interactions without tuning.",
-    ("nonparametric",): "Prefer a nonparametric method that lets the data decide the shape.",
-    ("linear", "regularised", "scaling"): "Prefer a regularised linear model on scaled features with few parameters.",
-    ("kernel", "scaling"): "Prefer a kernel method on standardised features.",
-    ("ensemble", "linear", "scaling"): "Prefer an ensemble that stacks linear and tree models on scaled features.",
-    ("smooth",): "Prefer a smooth model that does not overfit the noise.",
-    ("neural", "scaling"): "Prefer a small neural network on standardised inputs.",
-    ("parametric", "extrapolation", "physics"): ("Prefer a parametric law with few parameters (a power law or a "
-                                                 "searched functional form) that holds beyond the training range."),
-}
+__all__ = ["HINTS", "judge", "mutator", "planner_id"]  # HINTS and planner_id: SciMARS's editor reads them here
 
 
 @register("judge")
@@ -92,87 +82,5 @@ def _quality(validation: dict) -> float:
 
 @register("mutator")
 def mutator(system: str, user: str, rng: random.Random) -> str:
-    wf = json_block(input_section(user, "workflow")) or {}
-    report = input_section(user, "report").lower()
-    history = input_section(user, "history")
-    agents = {a["id"]: a for a in wf.get("agents", [])}
-    options = [_refine_planner, _refine_procedure, _toggle_router, _memory_change, _route_cap]
-    weights = [0.55, 0.15, 0.1, 0.1, 0.1]
-    for _ in range(10):
-        make = rng.choices(options, weights)[0]
-        mutation = make(agents, wf, report, history, rng)
-        if mutation and json.dumps(mutation, sort_keys=True) not in history:
-            return "```json\n" + json.dumps(mutation, indent=1) + "\n```"
-    return "```json\n" + json.dumps(_memory_change(agents, wf, report, history, rng)) + "\n```"
-
-
-def planner_id(agents: dict) -> str | None:
-    return next((a for a, d in agents.items() if "planner" in d.get("roles", [])), None)
-
-
-def _pick_hint(report: str, history: str, rng: random.Random) -> tuple[tuple[str, ...], str]:
-    fitting = [k for k in HINTS if any(w in report for w in k)]
-    untried = [k for k in HINTS if HINTS[k] not in history]
-    pool = [k for k in fitting if k in untried] if rng.random() < 0.6 else untried
-    key = rng.choice(pool or untried or list(HINTS))
-    return key, HINTS[key]
-
-
-def _refine_planner(agents, wf, report, history, rng) -> dict | None:
-    target = planner_id(agents)
-    if not target:
-        return None
-    tags, hint = _pick_hint(report, history, rng)
-    return {"kind": "prompt_refinement", "target": target, "params": {"prompt": hint},
-            "rationale": f"judge asks for better output quality; the report suggests {', '.join(tags)}"}
-
-
-def _refine_procedure(agents, wf, report, history, rng) -> dict | None:
-    procedures = wf.get("harness", {}).get("procedures", {})
-    if "coder" not in procedures:
-        return None
-    extra = rng.choice([" Standardise features before distance- or gradient-based models.",
-                        " Use a fixed random seed everywhere and refit on all rows after validation.",
-                        " Print the validation score with six decimals."])
-    if extra.strip() in procedures["coder"]:
-        return None
-    return {"kind": "procedure_refinement", "target": "coder", "params": {"procedure": procedures["coder"] + extra},
-            "rationale": "make the coder's procedure more explicit"}
-
-
-def _toggle_router(agents, wf, report, history, rng) -> dict | None:
-    evidence = next((e["contract"] for e in wf.get("edges", []) if e["artifact"] == "execution_evidence"), None)
-    routers = [a for a, d in agents.items() if d.get("roles") == ["router"]]
-    if routers:
-        r = routers[0]
-        ins = [e for e in wf["edges"] if e["target"] == r]
-        outs = [e for e in wf["edges"] if e["source"] == r]
-        bypass = [{**o, "source": i["source"]} for i in ins for o in outs if i["artifact"] == o["artifact"]]
-        return {"kind": "agent_removal", "target": r, "params": {"bypass": bypass},
-                "rationale": "the router adds a call without changing any decision"}
-    edge = next((e for e in wf.get("edges", []) if e["artifact"] == "execution_evidence"), None)
-    if not edge or not evidence:
-        return None
-    return {"kind": "agent_addition", "target": "router", "params": {
-        "agent": {"id": "router", "roles": ["router"], "inputs": {"execution_evidence": evidence},
-                  "outputs": {"execution_evidence": evidence}},
-        "remove_edges": [edge],
-        "edges": [{**edge, "target": "router"}, {**edge, "source": "router"}]},
-        "rationale": "add a router that checks the evidence before it is finalized"}
-
-
-def _memory_change(agents, wf, report, history, rng) -> dict:
-    limit = wf.get("harness", {}).get("memory", {}).get("record_limit", 20)
-    return {"kind": "memory_policy_change", "target": "memory",
-            "params": {"record_limit": rng.choice([x for x in (5, 10, 20, 40) if x != limit])},
-            "rationale": "tune how much shared memory each role retrieves"}
-
-
-def _route_cap(agents, wf, report, history, rng) -> dict | None:
-    route = next(iter(wf.get("routes", [])), None)
-    if not route:
-        return None
-    cap = rng.choice([x for x in (1, 2, 3, 4, 5) if x != route["max_loops"]])
-    return {"kind": "route_change", "target": route["source"],
-            "params": {"on": route["on"], "target": route["target"], "max_loops": cap},
-            "rationale": f"change the repair loop cap to {cap}"}
+    # Reasoned from the judge's scores and the failed checks (mutator.py); no chance involved.
+    return "```json\n" + json.dumps(propose(system, user), indent=1) + "\n```"

@@ -259,10 +259,16 @@ def emit_judgement(tracer, probe: Probe, n: int) -> None:
 
 
 def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:
+    """The mutator's prompt: the incumbent workflow, the judge's score and feedback per criterion,
+    the incumbent's failed public checks (what a change must address first), the data report and
+    what was tried."""
     j = incumbent.judgement
     feedback = "\n".join(f"- {c}: {j.scores.get(c)} — {j.feedback.get(c)}" for c in j.scores) if j and j.ok \
         else f"(no judgement: {j.error if j else 'not judged'})"
+    failed = [c for c in incumbent.checks if not c.get("passed")]
+    failed_checks = ("\n".join(f"- FAIL {c.get('name')}: {c.get('detail', '')}" for c in failed) if failed
+                     else "(all public checks passed)" if incumbent.checks else "(no public checks ran)")
     return build_messages("mutator", MUTATOR_PROCEDURE, MUTATOR_FORMAT, runner.task.description(), {
         "workflow": fenced_json(incumbent.workflow.to_dict(), indent=1, sort_keys=False),
-        "judge_feedback": feedback, "report": incumbent.report()[:3000],
+        "judge_feedback": feedback, "failed_checks": failed_checks, "report": incumbent.report()[:3000],
         "history": "\n".join(history) or "(nothing tried yet)"})
