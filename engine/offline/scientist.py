@@ -142,8 +142,10 @@ def words(text: str) -> set[str]:
 def applicable(facts: TaskFacts) -> list[Strategy]:
     """The strategies a scientist would consider: the family's, and when the task must
     extrapolate only those whose predictions follow a trend beyond the data (trees, neighbours,
-    kernels and splines go flat or wild there)."""
-    options = strategies_for(facts.family)
+    kernels and splines go flat or wild there). Never one that imports a library the task
+    does not allow."""
+    # a program may import only what the task allows (a closed library list in its Requirements)
+    options = [s for s in strategies_for(facts.family) if facts.allows(s.requires)]
     if facts.extrapolate:
         options = [s for s in options if "extrapolation" in s.tags] or options
     return options
@@ -204,7 +206,7 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
 def strategy_from(text: str, facts: TaskFacts) -> tuple[Strategy, dict]:
     """The strategy and parameters ``text`` names, when its family fits the task; else the
     first applicable strategy that learns something, with its defaults."""
-    options = {s.key: s for s in strategies_for(facts.family)}
+    options = {s.key: s for s in strategies_for(facts.family) if facts.allows(s.requires)}
     named = extract_strategy(text)
     if named and named[0] in options:
         return options[named[0]], named[1]

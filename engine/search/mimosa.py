@@ -24,8 +24,9 @@ from .probe import Probe, ProbeRunner
 MUTATOR_PROCEDURE = (
     "Propose exactly one change to the team's workflow that addresses the judge's weakest criterion: "
     "refine an agent's prompt, refine a role procedure, add or remove an agent, rewire an edge, change a "
-    "contract or route, or change the memory policy. Ground it in the data report and the feedback; do not "
-    "repeat a change the history shows was already tried."
+    "contract or route, or change the memory policy. Ground it in the data report, the feedback and the "
+    "failed public checks; do not repeat a change the history shows was already tried. Begin the rationale "
+    "with the criterion you address and its score."
 )
 MUTATOR_FORMAT = ('Reply with one ```json block: {"kind": ..., "target": ..., "params": {...}, "rationale": ...}; '
                   "kinds: prompt_refinement, procedure_refinement, agent_addition, agent_removal, edge_rewiring, "

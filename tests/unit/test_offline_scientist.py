@@ -335,3 +335,18 @@ def test_declared_kind_constraints_and_validation_in_the_resources_are_read(tmp_
                            "- in-loop validation: group on `site`: whole groups held out (4 folds)")
     code = pf.extract_code(scientist.respond(coder, seed=0))
     assert "GROUP_COLUMN = 'site'" in code and "groups held out whole" in code
+
+
+def test_a_strategy_needing_a_library_the_task_does_not_allow_is_never_chosen():
+    from engine.offline.reading import TaskFacts, libraries_allowed
+    from engine.offline.scientist import applicable, strategy_from
+
+    stack = libraries_allowed("- Use only Python with numpy, scipy, pandas and scikit-learn. No downloads.")
+    assert stack and "pyoperon" not in stack
+    free = TaskFacts(n_features=3, extrapolate=True, physics=True)
+    bound = TaskFacts(n_features=3, extrapolate=True, physics=True, libraries=stack)
+    assert "symbolic_regression" in {s.key for s in applicable(free)}
+    assert "symbolic_regression" not in {s.key for s in applicable(bound)}
+    # a plan that names it anyway gets an allowed strategy instead
+    chosen, _ = strategy_from("strategy: symbolic_regression(max_length=25)", bound)
+    assert chosen.key != "symbolic_regression" and bound.allows(chosen.requires)
