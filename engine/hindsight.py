@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from scipy.stats import spearmanr
+import numpy as np
+from scipy.stats import permutation_test, rankdata, spearmanr
 
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
@@ -169,9 +170,21 @@ def rank_correlations(candidates: list[Candidate], higher_is_better: bool) -> li
             out.append(Correlation(a, b, n, None, why="no spread: every candidate scored the same"))
             continue
         result = spearmanr(xs, ys)
-        rho, p = float(result.statistic), float(result.pvalue)
+        rho, p = float(result.statistic), _p_value(xs, ys, float(result.pvalue))
         out.append(Correlation(a, b, n, round(rho, 4), round(p, 4) if math.isfinite(p) else None))
     return out
+
+
+def _p_value(xs, ys, asymptotic: float) -> float:
+    """Two-sided p of Spearman's rho. Below 10 candidates the t approximation is wrong (three
+    candidates in perfect order would get p = 0), so the p comes from the permutations of the
+    pairings: all of them up to 7 candidates, else 5040 drawn with a fixed seed."""
+    if len(xs) >= 10:
+        return asymptotic
+    rx, ry = rankdata(xs), rankdata(ys)
+    result = permutation_test((rx,), lambda r: np.corrcoef(r, ry)[0, 1], permutation_type="pairings",
+                              n_resamples=5040, alternative="two-sided", random_state=0)
+    return float(result.pvalue)
 
 
 def hindsight(task: Task, run_dir: Path, executor=None, official: Callable[..., dict] | None = None) -> Hindsight:

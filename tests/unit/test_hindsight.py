@@ -61,3 +61,11 @@ def test_many_prediction_files_are_scored_in_one_evaluate_py_process_as_one_by_o
     assert [r["ok"] for r in batch] == [True, True, True, False]
     assert [r["value"] for r in batch[:3]] == pytest.approx([r["value"] for r in one_by_one[:3]])
     assert len({r["value"] for r in batch[:3]}) == 3
+
+
+def test_few_candidates_get_an_exact_permutation_p_value_not_a_t_approximation():
+    three = rank_correlations([_c("a", 0.1, 1.0, 1.0), _c("b", 0.2, 2.0, 2.0), _c("c", 0.3, 3.0, 3.0)], True)
+    # 3 candidates in perfect order: 2 of the 6 orderings are as extreme, so p = 1/3 (the t approximation says 0)
+    assert three[2].rho == 1.0 and three[2].p == pytest.approx(1 / 3, abs=1e-3)
+    many = rank_correlations([_c(str(i), i / 20, float(i), float(i)) for i in range(12)], True)
+    assert many[2].rho == 1.0 and many[2].p < 1e-3
