@@ -4,7 +4,8 @@ form, and behaviour beyond the training range that follows the form rather than 
 These are what a scientist writes when the task must extrapolate or when a physical law is
 welcome: a low-degree polynomial, a power law fitted in log-log space, and a search over
 candidate functional forms judged on the far end of the training data (the part most like the
-test inputs that lie beyond it). The form search is the small cousin of symbolic regression
+test inputs that lie beyond it), and a scaling law in the input the test extends past times a
+smooth shape in the others (what dimensional analysis usually leaves). The form search is the small cousin of symbolic regression
 (symbolic.py), which searches expressions instead of a fixed list of forms.
 
 Imported by strategies.py once its helpers exist; not meant to be imported on its own.
@@ -170,6 +171,56 @@ PARAMETRIC: tuple[Strategy, ...] = (
                     print(f"form_search: chose {form}")
                     return prediction
             return linear_predict(linear_fit(X_train, y_train), X_new)
+        """,
+    ),
+    make_strategy(
+        "separable_scaling", "Scaling law in the extrapolated input, a smooth fit in the others", (TABULAR,),
+        "parametric extrapolation physics scaling interpretable smooth",
+        {"degree": (4, 3, 6)},
+        """
+        The most common outcome of dimensional analysis: the target scales as a power of the
+        input the new rows extend past, times a function of the inputs that stay inside the
+        training range, y = c * x_k**b * f(others). Fitted by least squares in log space,
+        log y = log c + b log x_k + an additive polynomial (degree $degree) of each other input,
+        standardised: beyond the range the prediction follows the power law, while the other
+        inputs are only interpolated, so their shape can be as free as the data supports. An
+        input with no effect gets coefficients near zero. Without positive values the fit is
+        additive in y (y = c + b x_k + the polynomial), saying so.
+        """,
+        ("from sklearn.preprocessing import StandardScaler",),
+        LSTSQ,
+        """
+        DEGREE = $degree
+
+
+        def extrapolated_input(X, y, X_new):
+            \"\"\"The input the new rows lie beyond most often; else the one most correlated with y.\"\"\"
+            outside = ((X_new < X.min(axis=0)) | (X_new > X.max(axis=0))).mean(axis=0)
+            if outside.max() > 0:
+                return int(np.argmax(outside))
+            corr = [abs(np.corrcoef(X[:, j], y)[0, 1]) if X[:, j].std() > 0 else 0.0 for j in range(X.shape[1])]
+            return int(np.nanargmax(corr))
+
+
+        def shape_terms(Z):
+            \"\"\"Each standardised input's powers 1..DEGREE: a smooth additive shape per input.\"\"\"
+            return np.column_stack([Z ** d for d in range(1, DEGREE + 1)]) if Z.shape[1] else Z
+
+
+        def fit_predict(X_train, y_train, X_new):
+            k = extrapolated_input(X_train, y_train, X_new)
+            others = [j for j in range(X_train.shape[1]) if j != k]
+            scaler = StandardScaler().fit(X_train[:, others]) if others else None
+            shape = lambda X: shape_terms(scaler.transform(X[:, others]) if others else X[:, []])
+            x, x_new = X_train[:, k], X_new[:, k]
+            if (x > 0).all() and (x_new > 0).all() and (y_train > 0).all():
+                coef = linear_fit(np.column_stack([np.log(x), shape(X_train)]), np.log(y_train))
+                print(f"separable_scaling: y = {np.exp(coef[0]):.5g} * x{k} ** {coef[1]:.4g} "
+                      f"* exp(additive degree-{DEGREE} shape of the {len(others)} other input(s))")
+                return np.exp(linear_predict(coef, np.column_stack([np.log(x_new), shape(X_new)])))
+            print("separable_scaling: non-positive values, so no power law; fitted y = c + b x + shape instead")
+            coef = linear_fit(np.column_stack([x, shape(X_train)]), y_train)
+            return linear_predict(coef, np.column_stack([x_new, shape(X_new)]))
         """,
     ),
 )
