@@ -151,7 +151,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
                               baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed)
         if archive is not None:
-            why_not = failed or not_archivable(final, budget)
+            why_not = not_archivable(final, budget) or failed
             if why_not:
                 result.archived = {"skipped": why_not}
                 tracer.emit(Archive(skipped=why_not, workflow_hash=final_workflow.hash))

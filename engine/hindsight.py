@@ -77,7 +77,7 @@ class Hindsight:
 
 def probed_candidates(run_dir: Path) -> list[Candidate]:
     """Every candidate a search probed, read from its folder: the workflow probes under
-    probes/ (their summary and the judge's verdict) and the tree's nodes (tree.json). Read from
+    probes/ (their summary and the judge's verdict) and the tree's nodes (tree/tree.json). Read from
     disk, so a search resumed after a crash sees the candidates of every attempt."""
     from .search.probe import JUDGEMENT_FILE
 
@@ -98,7 +98,7 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
         sha = summary.get("predictions_sha256")
         found.append(Candidate(folder.name, j, metric.get("value") if metric.get("ok") else None,
                                predictions=(folder, sha) if sha else None))
-    tree_file = Path(run_dir, "tree.json")
+    tree_file = Path(run_dir, "tree", "tree.json")  # where the tree search keeps its tree
     if tree_file.exists():
         from .search.tree import Tree
 
