@@ -24,6 +24,22 @@ def examples() -> Path:
 
 
 @pytest.fixture(scope="session")
+def light_task(tmp_path_factory) -> Path:
+    """examples/discontinuous-1d declaring two validation folds instead of five: for the studio's
+    tests, which exercise runs, gates and workers, not the quality of validation; each probe then
+    runs its program three times in the sandbox instead of six."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("light") / "discontinuous-1d"
+    shutil.copytree(EXAMPLES / "discontinuous-1d", folder)
+    config = json.loads((folder / "Data_config.json").read_text())
+    config["validation"] = {"split": "kfold", "folds": 2}
+    (folder / "Data_config.json").write_text(json.dumps(config, indent=2))
+    return folder
+
+
+@pytest.fixture(scope="session")
 def studio(django_db_setup, django_db_blocker):
     """A real studio on the test database: embedded Redis, a Celery worker, Daphne."""
     from django.conf import settings

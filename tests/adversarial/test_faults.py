@@ -51,11 +51,11 @@ def reviewer(transactional_db):
     return get_user_model().objects.create_user("grace", password="hopper-1906")
 
 
-def _start(examples, user=None, **options) -> Run:
+def _start(light_task, user=None, **options) -> Run:
     project = Project.objects.create(name="Fault tests")
     if user:
         add_member(project, user, "reviewer")
-    task = controls.task_for_folder(project, examples / "discontinuous-1d")
+    task = controls.task_for_folder(project, light_task)
     # the single-agent baseline is the browser test's to show; here it would only add a run
     return controls.start_run(task, **{"single_agent": False, **options})
 
@@ -132,10 +132,10 @@ def test_faults_embedded_redis_refuses_strangers_and_dangerous_commands(studio, 
 # --- 2. kill -9 of redis-server ----------------------------------------------------------------
 
 @db
-def test_faults_redis_killed_is_noticed_restarted_and_runs_go_on(supervised, examples, reviewer):
+def test_faults_redis_killed_is_noticed_restarted_and_runs_go_on(supervised, examples, light_task, reviewer):
     studio = supervised
     client = _client(reviewer)
-    run = _start(examples, reviewer, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC)
+    run = _start(light_task, reviewer, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC)
     wait_for(lambda: _run(run.pk).status == RunStatus.RUNNING and run.events.count() > 3, 180,
              what="the run to be executing")
 
@@ -176,9 +176,9 @@ def test_faults_redis_killed_is_noticed_restarted_and_runs_go_on(supervised, exa
 # --- 3. kill -9 of the Celery main process -----------------------------------------------------
 
 @db
-def test_faults_celery_main_process_killed_restarts_the_worker_not_the_studio(supervised, examples, reviewer):
+def test_faults_celery_main_process_killed_restarts_the_worker_not_the_studio(supervised, light_task, reviewer):
     studio = supervised
-    run = _start(examples, reviewer, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
+    run = _start(light_task, reviewer, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
     wait_for(lambda: (_run(run.pk).checkpoint or {}).get("n", -1) >= 1, 400, what="iteration 1 to be persisted")
     wait_for(lambda: run.events.filter(kind="agent_started", iteration=2).exists(), 200, what="iteration 2 to start")
     old_pid = studio.worker.pid
@@ -207,9 +207,9 @@ def test_faults_celery_main_process_killed_restarts_the_worker_not_the_studio(su
 # --- 4. a stale pending decision ---------------------------------------------------------------
 
 @db
-def test_faults_a_proposal_made_moot_by_a_resume_is_closed_and_approving_it_changes_nothing(studio, examples,
+def test_faults_a_proposal_made_moot_by_a_resume_is_closed_and_approving_it_changes_nothing(studio, light_task,
                                                                                              reviewer):
-    run = _start(examples, reviewer, search="mimosa", iterations=3, gate_policy=GatePolicy.MANUAL)
+    run = _start(light_task, reviewer, search="mimosa", iterations=3, gate_policy=GatePolicy.MANUAL)
     stale = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 400,
                      what="a mutation to wait for a person")
     # The person pauses the run instead of deciding, edits the workflow themselves, and resumes:

@@ -50,10 +50,10 @@ def page(request, studio, demo_user, monkeypatch):
     assert not js_errors, f"JavaScript errors on the page: {js_errors}"
 
 
-def _start(examples, **options) -> Run:
+def _start(light_task, **options) -> Run:
     project = Project.objects.create(name="Browser tests")
     add_member(project, "ada", "owner")  # the signed-in person (demo_user)
-    task = controls.task_for_folder(project, examples / "discontinuous-1d")
+    task = controls.task_for_folder(project, light_task)
     return controls.start_run(task, search="mimosa", gate_policy=GatePolicy.MANUAL, **options)
 
 
@@ -94,8 +94,8 @@ def test_start_a_run_from_the_home_page_and_watch_agents_run_live(page):
     page.shot("3-done")
 
 
-def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, examples):
-    run = _start(examples, iterations=2)
+def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, light_task):
+    run = _start(light_task, iterations=2)
     _open_run(page, run)
     page.evaluate("window.__marker = 1")
 
@@ -139,8 +139,8 @@ def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, exampl
     page.shot("4-completed")
 
 
-def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, examples):
-    run = _start(examples, iterations=1)
+def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, light_task):
+    run = _start(light_task, iterations=1)
     wait_for(lambda: run.versions.exists(), 120, what="the run's first version")
     _open_run(page, run)
     editor = page.locator("#editor")
@@ -184,8 +184,8 @@ def _long_model_call(run: Run):
     return None
 
 
-def test_trace_viewer_filters_opens_details_and_pages_a_long_field(page, examples):
-    run = _start(examples, iterations=1)
+def test_trace_viewer_filters_opens_details_and_pages_a_long_field(page, light_task):
+    run = _start(light_task, iterations=1)
     event, item = wait_for(lambda: _long_model_call(run), 180, what="a model call with a long field")
     page.goto(f"/runs/{run.pk}/trace")
     rows = page.locator("#trace-rows")

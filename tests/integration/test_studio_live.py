@@ -12,11 +12,11 @@ from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStat
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def _start(examples, reviewer=None, **options) -> Run:
+def _start(light_task, reviewer=None, **options) -> Run:
     project = Project.objects.create(name="Live tests")
     if reviewer:  # the person who decides and controls the run must be one of its project's reviewers
         add_member(project, reviewer, "reviewer")
-    task = controls.task_for_folder(project, examples / "discontinuous-1d")
+    task = controls.task_for_folder(project, light_task)
     # the single-agent baseline is the browser test's to show; here it would only add a run
     return controls.start_run(task, **{"single_agent": False, **options})
 
@@ -30,10 +30,10 @@ def _finish(run: Run, timeout: float = 300) -> Run:
                     timeout, what=f"run {run.pk} to finish")
 
 
-def test_a_person_approves_one_mutation_and_vetoes_another(studio, examples, demo_user):
+def test_a_person_approves_one_mutation_and_vetoes_another(studio, light_task, demo_user):
     # Four iterations: a mutator proposal that breaks the workflow's rules is refused by the
     # engine before it reaches anyone, so not every iteration brings a mutation to decide.
-    run = _start(examples, demo_user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+    run = _start(light_task, demo_user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     client = Client()
     client.force_login(demo_user)
 
@@ -70,9 +70,9 @@ def test_a_person_approves_one_mutation_and_vetoes_another(studio, examples, dem
     assert run.events.filter(kind="agent_started").count() >= 3 * 6  # every agent of three probes
 
 
-def test_a_worker_killed_mid_run_resumes_from_its_last_step(studio, examples, settings):
+def test_a_worker_killed_mid_run_resumes_from_its_last_step(studio, light_task, settings):
     settings.TRELLIS_HEARTBEAT_STALE_S = 3
-    run = _start(examples, search="mimosa", iterations=3, gate_policy=GatePolicy.AUTOMATIC)
+    run = _start(light_task, search="mimosa", iterations=3, gate_policy=GatePolicy.AUTOMATIC)
     wait_for(lambda: (_run(run.pk).checkpoint or {}).get("n", -1) >= 1, 300, what="iteration 1 to be persisted")
     # Kill it inside a later iteration's probe, not between steps. A proposal that breaks the
     # workflow's rules is refused without a probe, so that probe may be iteration 2's or 3's.
@@ -106,8 +106,8 @@ def test_a_worker_killed_mid_run_resumes_from_its_last_step(studio, examples, se
     assert run.result["final"]["official"]["ok"]
 
 
-def test_pause_then_resume_and_cancel_from_the_browser_endpoints(studio, examples, demo_user):
-    run = _start(examples, demo_user, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
+def test_pause_then_resume_and_cancel_from_the_browser_endpoints(studio, light_task, demo_user):
+    run = _start(light_task, demo_user, search="mimosa", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
     client = Client()
     client.force_login(demo_user)
     wait_for(lambda: _run(run.pk).status == RunStatus.RUNNING and run.events.exists(), 120, what="the run to start")
