@@ -239,7 +239,9 @@ class MimosaSearch(Search):
         checks = r.probe["checks"] if r.probe else []
         passed = sum(1 for c in checks if c["passed"])
         inc = "-" if r.incumbent_J is None else f"{r.incumbent_J:.3f}"
-        self.ctx.say(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}: {shorten(m.get('rationale', ''), 60)}\n"
+        # the rationale on a line of its own: which criterion a change addresses is the point of it
+        self.ctx.say(f"iter {r.n:>2}  {m.get('kind')} on {m.get('target')}\n"
+                     f"         why: {shorten(m.get('rationale', ''), 200)}\n"
                      f"         checks {passed}/{len(checks)}  J {fmt(r.J)} vs {inc}  "
                      f"{'ACCEPTED' if r.accepted else 'rejected'} ({r.decided_by})  "
                      f"budget left {r.budget_left.get('tokens')} tokens"

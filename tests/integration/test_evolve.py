@@ -24,6 +24,9 @@ def test_evolve_command_prints_each_iteration(tmp_path):
     assert out.count("iter ") >= 1 and "budget left" in out
     assert re.search(r"checks (\d+)/\1 ", out), out  # every public check, plausibility included, passed
     assert ("ACCEPTED" in out) or ("rejected" in out)
+    # each mutation says, on a line of its own, which of the judge's criteria it addresses
+    assert re.search(r"why: addresses (goal_alignment|collaboration_efficiency|output_quality|answer_plausibility) "
+                     r"\(\d\.\d+", out), out
     assert "initial " in out and "final " in out and "official r2" in out
     # beside the team, after the commitment: the single agent on the same budget, and the hindsight
     assert re.search(r"baselines .*single agent \d", out), out
