@@ -69,7 +69,9 @@ def main() -> None:
                 single = single or result.baselines.get("single_agent")
                 base = {**result.baselines, "single_agent": single}
                 final = result.final.get("official") or {}
+                # the workflow probes' checks, and the tree's (its nodes' checks are in the search's trace)
                 probes = [e for p in (Path(result.run_dir) / "probes").glob("*/trace*.jsonl") for e in read_events(p)]
+                probes += list(read_events(Path(result.trace)))
                 hib = task.metric.higher_is_better
                 refs = [m["value"] for m in base.values() if m and m.get("ok")]
                 beats = final.get("ok") and all((final["value"] > r) if hib else (final["value"] < r) for r in refs)
