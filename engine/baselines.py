@@ -145,6 +145,13 @@ def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budge
             "official": official, "usage": result.usage, "trace": result.trace_path}
 
 
+def describe_single_agent(solo: dict) -> str:
+    """One line for a single_agent_baseline() result: how it ended, its tokens, its trace."""
+    why = f": {solo['reason'][:120]}" if solo["status"] != "completed" and solo.get("reason") else ""
+    return (f"{solo['status']}, {(solo.get('usage') or {}).get('tokens', 0)} tokens{why}; "
+            f"trace {solo.get('trace') or '-'}")
+
+
 def describe(baselines: dict[str, dict], team: dict | None) -> str:
     """One line: each baseline's official score, and whether the team beat it."""
     def fmt(d: dict) -> str:

@@ -89,7 +89,8 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                                f"readable workflow JSON file ({exc})") from exc
         workflow = Workflow.from_json(text).validate()
     # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
-    from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
+    from .baselines import (describe as describe_baselines, describe_single_agent, official_baselines,
+                            single_agent_baseline)
     from .console import ConsoleSink, print_summary
     from .runner import RunConfig, run_workflow
 
@@ -107,8 +108,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
         solo = single_agent_baseline(task, run_dir.with_name(run_dir.name + "-single-agent"), seed=args.seed,
                                      budget=config.budget, model_override=args.model)
         baselines["single_agent"] = solo["official"]
-        out.write(f"single     {solo['status']}, {(solo.get('usage') or {}).get('tokens', 0)} tokens; "
-                  f"trace {solo.get('trace') or '-'}\n")
+        out.write(f"single     {describe_single_agent(solo)}\n")
     out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")
     return result
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .baselines import describe as describe_baselines, official_baselines, single_agent_baseline
+from .baselines import (describe as describe_baselines, describe_single_agent, official_baselines,
+                        single_agent_baseline)
 from .budget import Budget
 from .errors import ModelUnavailable
 from .hindsight import hindsight
@@ -220,10 +221,7 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
     if r.baselines:
         out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
     if r.single_agent:
-        solo = r.single_agent
-        out.write(f"single     {solo['status']}, {(solo.get('usage') or {}).get('tokens', 0)} tokens"
-                  + (f": {solo['reason'][:120]}" if solo["status"] != "completed" and solo.get("reason") else "")
-                  + f"; trace {solo.get('trace') or '-'}\n")
+        out.write(f"single     {describe_single_agent(r.single_agent)}\n")
     if r.hindsight:
         out.write(f"hindsight  rank correlations over {len(r.hindsight['candidates'])} probed candidate(s), "
                   f"higher = better on every scale:\n")
