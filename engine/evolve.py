@@ -146,7 +146,9 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         final_official = final_d["official"]
         failed = "" if final_official.get("ok") else \
             f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
-        seen = hindsight(task, run_dir, runner.executor, official)
+        # the ends' programs were scored just now: the hindsight does not run them again
+        known = {e.code: d["official"] for e, d in ((initial, initial_d), (final, final_d)) if e.code is not None}
+        seen = hindsight(task, run_dir, runner.executor, official, known)
         tracer.emit(Hindsight(**seen.to_dict()))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
@@ -193,11 +195,14 @@ def not_archivable(final: Endpoint, budget: Budget) -> str:
 
 
 def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[..., dict] | None) -> dict:
-    """The held-out score of one end: a probe's saved predictions, or a program run on the task's data."""
-    from .official import official_for_code, official_metric
+    """The held-out score of one end: a probe's saved predictions, the predictions a program
+    wrote at the final commitment, or else the program run on the task's data now."""
+    from .official import official_for_code, official_for_predictions, official_metric
 
     if end.probe is not None:
         return (official or official_metric)(task, end.probe.run_dir, end.probe.result.predictions_sha256)
+    if end.predictions is not None:
+        return official_for_predictions(task, end.predictions)
     return official_for_code(task, end.code, executor)
 
 

@@ -109,16 +109,20 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
 
 
 def score_officially(task: Task, candidates: list[Candidate], executor=None,
-                     official: Callable[..., dict] | None = None) -> None:
+                     official: Callable[..., dict] | None = None, known: dict[str, dict] | None = None) -> None:
     """Fill each candidate's official score. Probes' saved predictions are scored together in
     one evaluate.py process, identical files once; a program is run on the task's data first
-    (with ``executor``). ``official`` replaces evaluate.py (tests' stand-ins)."""
+    (with ``executor``) unless ``known`` has its score already (keyed by its code).
+    ``official`` replaces evaluate.py (tests' stand-ins)."""
+    known = known or {}
     from .official import official_for_code
 
     by_sha: dict[str, list[Candidate]] = {}
     for c in candidates:
         if c.predictions is not None:
             by_sha.setdefault(c.predictions[1], []).append(c)
+        elif c.code is not None and c.code in known:
+            c.official = known[c.code]
         elif c.code is not None and executor is not None:
             c.official = official_for_code(task, c.code, executor)
         else:
@@ -187,10 +191,12 @@ def _p_value(xs, ys, asymptotic: float) -> float:
     return float(result.pvalue)
 
 
-def hindsight(task: Task, run_dir: Path, executor=None, official: Callable[..., dict] | None = None) -> Hindsight:
+def hindsight(task: Task, run_dir: Path, executor=None, official: Callable[..., dict] | None = None,
+              known: dict[str, dict] | None = None) -> Hindsight:
     """After the final commitment (never inside a search): score every probed candidate
-    officially and correlate the search's proxies with the official metric."""
+    officially and correlate the search's proxies with the official metric. ``known``: official
+    scores already computed for programs, by their code (the search's ends)."""
     candidates = probed_candidates(run_dir)
-    score_officially(task, candidates, executor, official)
+    score_officially(task, candidates, executor, official, known)
     hib = task.metric.higher_is_better
     return Hindsight(candidates, rank_correlations(candidates, hib), hib)

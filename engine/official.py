@@ -18,7 +18,12 @@ def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -
     data = ArtifactStore(Path(run_dir) / "artifacts").read(predictions_sha256)
     if data is None:
         return {"ok": False, "error": f"predictions {predictions_sha256[:12]} are missing from {run_dir}"}
-    return {**evaluate_predictions(task, data), "evaluator": "evaluate.py (official, held out)"}
+    return official_for_predictions(task, data)
+
+
+def official_for_predictions(task: Task, predictions: bytes) -> dict:
+    """evaluate.py's held-out score of a predictions file's bytes."""
+    return {**evaluate_predictions(task, predictions), "evaluator": "evaluate.py (official, held out)"}
 
 
 def official_for_code(task: Task, code: str, executor) -> dict:
@@ -35,4 +40,4 @@ def official_for_code(task: Task, code: str, executor) -> dict:
         return {"ok": False, "error": "the committed program wrote no predictions on the task's data"}
     except UnsafeOutput as exc:
         return {"ok": False, "error": f"predictions refused: {exc}"}
-    return {**evaluate_predictions(task, predictions), "evaluator": "evaluate.py (official, held out)"}
+    return official_for_predictions(task, predictions)

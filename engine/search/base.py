@@ -120,6 +120,7 @@ class Endpoint:
     probe: Probe | None = None
     code: str | None = None
     node: str | None = None
+    predictions: bytes | None = None  # the program's on the task's data, written at the final commitment
 
     def describe(self) -> dict:
         d = {"workflow_hash": self.workflow.hash, "version": self.workflow.version,

@@ -749,7 +749,8 @@ class TreeSearch(base.Search):
             ctx.tracer.emit(BudgetExhaustedEvent(reason=self.stopped, used=ctx.budget.used.to_dict(),
                                                  limits=ctx.budget.limits(), nodes=len(tree.nodes)))
         notes = _passed_over(tree)
-        champion, committed = _commit(self.tools, tree) if tree.champion() is not None else (None, [])
+        champion, committed, predictions = _commit(self.tools, tree) if tree.champion() is not None \
+            else (None, [], None)
         notes += committed
         path = self.tools.run_dir / "tree.json"
         tree.save(path)
@@ -769,7 +770,7 @@ class TreeSearch(base.Search):
         # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
         return base.SearchOutcome(
             base.Endpoint(ctx.initial, root.score, code=root.code, node=root.id),
-            base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id),
+            base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id, predictions=predictions),
             self.done, self.stopped, [result])
 
 
@@ -790,17 +791,18 @@ def _passed_over(tree: Tree) -> list[str]:
 _DELIVERED = ("exit_ok", "output_exists", "output_schema")
 
 
-def _commit(ctx: SearchContext, tree: Tree) -> tuple[Node | None, list[str]]:
+def _commit(ctx: SearchContext, tree: Tree) -> tuple[Node | None, list[str], bytes | None]:
     """The final commitment: the best node's program run on the task's own data (what the
     official evaluation will score), its predictions checked as a verifier checks a team's.
     A node that does not deliver there, or delivers predictions failing a check, gives way to
     the next best (up to ``final_tries``); with none clean, the best that delivered is shipped
-    and the notes say what it fails; with none delivering, there is nothing to commit to."""
+    and the notes say what it fails; with none delivering, there is nothing to commit to.
+    Returns the node, the notes and the predictions it wrote there (what evolve scores)."""
     notes: list[str] = []
-    delivered: tuple[Node, list[Check]] | None = None
+    delivered: tuple[Node, list[Check], bytes] | None = None
     ranked = tree.ranked()
     for node in ranked[:max(1, ctx.config.final_tries)]:
-        checks = _run_on_task_data(ctx, node)
+        checks, predictions = _run_on_task_data(ctx, node)
         for c in checks:
             ctx.tracer.emit(CheckEvent(**c.to_dict()), "final_commitment")
         failed = [c for c in checks if not c.passed]
@@ -808,22 +810,23 @@ def _commit(ctx: SearchContext, tree: Tree) -> tuple[Node | None, list[str]]:
         if not failed:
             if node is not ranked[0]:
                 notes.append(f"committed to {node.id} ({_fmt(node.score)} {tree.metric}) instead")
-            return node, notes
+            return node, notes, predictions
         notes.append(f"{node.id}'s program on the task's data: " + "; ".join(f"{c.name} failed ({c.detail[:300]})"
                                                                              for c in failed))
         if ran and delivered is None:
-            delivered = (node, failed)
+            delivered = (node, failed, predictions)
     if delivered is not None:
-        node, failed = delivered
+        node, failed, predictions = delivered
         notes.append(f"committed to {node.id} although its predictions on the task's data fail "
                      f"{', '.join(c.name for c in failed)}")
-        return node, notes
-    return None, notes
+        return node, notes, predictions
+    return None, notes, None
 
 
-def _run_on_task_data(ctx: SearchContext, node: Node) -> list[Check]:
-    """Run a node's program on the task's training and test files, as the official evaluation
-    will; the execution and plausibility checks on what it wrote (never scored here)."""
+def _run_on_task_data(ctx: SearchContext, node: Node) -> tuple[list[Check], bytes | None]:
+    """Run a node's program on the task's training and test files: the execution and
+    plausibility checks on what it wrote (never scored here), and the predictions when it
+    delivered a well-formed file (the official evaluation scores these after the search)."""
     task, r = ctx.task, ctx.task.resources
     request = ExecutionRequest(code=node.code, input_files=task.input_files(), limits=r.limits)
     ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose="final commitment",
@@ -844,6 +847,8 @@ def _run_on_task_data(ctx: SearchContext, node: Node) -> list[Check]:
             predictions = None
     checks = execution_checks(result.evidence(), predictions, r.prediction_contract(), r.target,
                               lambda digest: data if digest == sha else None)
-    if predictions is not None and all(c.passed for c in checks if c.name in _DELIVERED):
+    delivered = predictions is not None and all(c.passed for c in checks if c.name in _DELIVERED)
+    if delivered:
         checks += plausibility_checks(task, data, result.stdout)
-    return [Check(c.name, c.passed, f"{node.id} on the task's data: {c.detail}") for c in checks]
+    return [Check(c.name, c.passed, f"{node.id} on the task's data: {c.detail}") for c in checks], \
+        (data if delivered else None)

@@ -63,9 +63,10 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
     sink = ListSink()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(engine.evolve, "search_class", lambda name: functools.partial(TreeSearch, config=config))
-        mp.setattr(engine.official, "official_for_code",
-                   lambda task, code, executor: {"ok": True, "metric": "relative_l2", "value": 0.1,
-                                                 "higher_is_better": False, "n": 1000})
+        stand_in = {"ok": True, "metric": "relative_l2", "value": 0.1, "higher_is_better": False, "n": 1000}
+        # a program run now, or the predictions the champion wrote at the final commitment
+        mp.setattr(engine.official, "official_for_code", lambda task, code, executor: stand_in)
+        mp.setattr(engine.official, "official_for_predictions", lambda task, predictions: stand_in)
         mp.setattr(engine.evaluation, "evaluate_predictions", lambda *a, **k: refuse("evaluate_predictions"))
         # The trivial baselines are scored officially after the final commitment, like the stand-in above.
         mp.setattr(engine.evolve, "official_baselines", lambda task: {})
