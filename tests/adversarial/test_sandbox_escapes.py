@@ -274,3 +274,20 @@ def test_millions_of_empty_files_are_stopped(executor):
     """, max_files=2000)
     assert "wrote everything" not in result.stdout
     assert "over 2000 files" in result.stderr
+
+
+def test_a_tree_champion_that_links_its_predictions_to_the_answer_key_has_nothing_to_score(executor):
+    """The tree's final commitment keeps the champion's predictions for the official score
+    (no second run): a link planted as the predictions file must give no bytes to score."""
+    from types import SimpleNamespace
+
+    from engine.search.tree import Node, _run_on_task_data
+    from engine.trace import ListSink, Tracer
+
+    task = load_task(EXAMPLE)
+    code = SYMLINK_TO_ANSWER_KEY.format(target=str(task.folder / "heldout" / "test_targets.csv"))
+    node = Node(id="n1", parent=None, iteration=0, code=code, score=0.0, status="scored", report="")
+    ctx = SimpleNamespace(task=task, executor=executor, tracer=Tracer("attack", [ListSink()]))
+    checks, predictions = _run_on_task_data(ctx, node)
+    assert predictions is None
+    assert any(c.name == "output_exists" and not c.passed for c in checks), checks
