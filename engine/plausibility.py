@@ -541,9 +541,11 @@ def measured_in(stdout: str, source: str = "the program's output", metrics: Iter
 _IN_SAMPLE_QUALIFIERS = frozenset({"train", "training", "fit"})
 # A stated validation score agrees with Trellis's measurement when it lies within the range of
 # Trellis's fold values widened by this share of their mean (or their standard deviation, if
-# larger): a program's own hold-out differs from Trellis's folds by about a fold's noise, while a
-# report claiming 0.95 where Trellis measured 0.41 lies far outside.
-CLAIM_NOISE = 0.1
+# larger). A program's own single hold-out (other rows, often fewer: two of twelve sites where
+# Trellis's folds hold three) honestly lands up to about a third away from the folds' mean,
+# while a report claiming R² 0.95 where Trellis measured 0.41, or 0.9 where it measured -4,
+# lies far outside.
+CLAIM_NOISE = 0.3
 
 
 @dataclass(frozen=True)

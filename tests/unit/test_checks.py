@@ -253,3 +253,15 @@ def test_a_classification_task_is_recognised_and_float_scores_are_not_classes(tm
                                          "validation_accuracy: 0.52\n"))
     assert labels["finite"].passed
     assert not labels["beats_trivial"].passed and "majority class" in labels["beats_trivial"].detail
+
+
+def test_an_honest_single_hold_out_of_fewer_groups_agrees_with_trellis_folds():
+    # Trellis's four group folds (three sites each) against the program's own split of two sites:
+    # an honest number a third away from the folds' mean is one more split, not a fabrication.
+    trellis = Reference.from_validation({"ok": True, "metric": "rmse", "value": 0.7523,
+                                         "split_values": [0.681, 0.72, 0.76, 0.849], "validation": {"split": "group"}},
+                                        "rmse")
+    printed = [Measured("rmse", 0.528949, "the program printed: validation_rmse = 0.528949")]
+    assert claims_match("**Validation.** validation_rmse = 0.528949", printed, reference=trellis).passed
+    far = [Measured("rmse", 0.21, "the program printed: validation_rmse = 0.21")]
+    assert not claims_match("**Validation.** validation_rmse = 0.21", far, reference=trellis).passed
