@@ -26,7 +26,8 @@ from .control import Control, NoControl
 from .sandbox import Executor
 from .search.base import AutoGate, Endpoint, Gate, SearchContext
 from .search.probe import ProbeRunner, search_gateway
-from .search.registry import search_class
+from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
+from .evidence.memory import EVIDENCE_FILE, SharedMemory
 
 
 @dataclass
@@ -47,6 +48,7 @@ class EvolveResult:
     single_agent: dict | None = None  # engine.baselines.single_agent_baseline(), unless skipped
     hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
     failed: str = ""  # why the run failed although the search ended: its final workflow has no official score
+    memory: bool = False  # the probes shared one evidence graph (evidence.sqlite in run_dir)
 
     def to_dict(self) -> dict:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
@@ -58,7 +60,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
-           control: Control | None = None, single_agent: bool = True) -> EvolveResult:
+           control: Control | None = None, single_agent: bool = True, memory: bool = False,
+           warm_start: bool | None = None) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
@@ -72,10 +75,21 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     workflow on the same budget (``single_agent``; its tokens are not the search's), and the
     hindsight over every probed candidate (engine/hindsight.py), all scored officially.
 
+    ``memory`` shares one evidence graph among the search's probes (SciMARS + Memory; the
+    fixed-memory control always does): evidence.sqlite in ``run_dir``, one branch per probe.
+    ``warm_start``: start from the archive's most similar workflow; by default every search but
+    SciMARS and the fixed-memory control does (SciMARS adapts within the task).
+
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
     final workflow whose probe failed or made no model call."""
     search_class(search)  # an unknown name fails here, before anything is written
+    memory = memory or search in NEEDS_MEMORY
+    if memory and search not in TAKES_MEMORY:
+        raise ValueError(f"a shared evidence graph (--memory) is for {' and '.join(sorted(TAKES_MEMORY))}, "
+                         f"not {search}: its probes each keep their own")
+    if warm_start is None:
+        warm_start = search not in TAKES_MEMORY
     control = control or NoControl()
     task = load_task(task_folder)
     # Bad data is a clear error here, before anything is written or any token spent.
@@ -96,19 +110,21 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         archive = WorkflowArchive(archive_dir)
     if resume and resume.get("start"):  # the start chosen before the interruption, not a new one
         initial_wf, start_info = Workflow.from_dict(resume["start"]["workflow"]), resume["start"]["info"]
-    elif archive is not None:
+    elif archive is not None and warm_start:
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
     else:
-        initial_wf, start_info = team_workflow(task), {"path": "de_novo", "similarity": None,
-                                                      "reason": "no archive configured"}
+        initial_wf, start_info = team_workflow(task), {
+            "path": "de_novo", "similarity": None,
+            "reason": "no archive configured" if archive is None else
+            f"{search} adapts within the task: no warm start from another task's workflow unless asked"}
     start_state = {"workflow": initial_wf.to_dict(), "info": start_info}
 
     def checkpoint(state: dict) -> None:
         if on_checkpoint:
             on_checkpoint({**state, "start": start_state})
 
-    tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed,
+    tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed, memory=memory,
                               budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
                               workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
@@ -118,8 +134,13 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     similarity = start_info.get("similarity")
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
               + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
+    # One graph for the search: people's notes reach every probe; with memory, the probes'
+    # selected records reach the later ones too.
+    shared = SharedMemory(run_dir / EVIDENCE_FILE, tracer, share=memory)
+    if memory:
+        out.write(f"memory: one evidence graph shared by every probe, {run_dir / EVIDENCE_FILE}\n")
     runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
-                         sinks=sinks, executor=executor, control=control)
+                         sinks=sinks, executor=executor, control=control, memory=shared)
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
                         executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
                         gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint)
@@ -152,7 +173,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         tracer.emit(Hindsight(**seen.to_dict()))
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
-                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed)
+                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed,
+                              memory=memory)
         if archive is not None:
             why_not = not_archivable(final, budget) or failed
             if why_not:
@@ -175,6 +197,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         out.flush()
         raise
     finally:
+        shared.close()
         tracer.close()
 
 

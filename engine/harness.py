@@ -5,7 +5,7 @@ three are part of the workflow's content hash.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 ROLES = ("analyzer", "planner", "coder", "verifier", "router", "debugger", "finalizer")
 
@@ -81,36 +81,112 @@ class CoordinationPolicy:
 
 
 @dataclass(frozen=True)
-class MemoryPolicy:
-    """What roles record into and retrieve from shared memory. Kept simple until the evidence
-    graph arrives; it is already part of the hashed harness so that editing it is a mutation."""
+class RoleMemory:
+    """One role's part of the memory policy: what it must record after its step, what it is
+    given before it (retrieval filter, query hints, how many records), and which record kinds
+    are pushed to it as they appear, whatever the limit."""
 
-    recording_duties: dict[str, tuple[str, ...]] = field(default_factory=lambda: {
-        "analyzer": ("observation",), "verifier": ("finding",), "debugger": ("finding",),
-    })
-    retrieval_filters: tuple[str, ...] = ("finding", "observation")
-    query_hints: tuple[str, ...] = ()
-    record_limit: int = 20
-    subscriptions: dict[str, tuple[str, ...]] = field(default_factory=lambda: {"planner": ("analyzer",)})
+    records: tuple[str, ...] = ()     # recording duties: record kinds it writes after its step
+    retrieves: tuple[str, ...] = ()   # retrieval filter: record kinds it is given before its step
+    hints: tuple[str, ...] = ()       # query hints: words that rank what it retrieves
+    limit: int = 8                    # records retrieved per step
+    subscribes: tuple[str, ...] = ()  # kinds pushed to it once each, as they appear
 
     def to_dict(self) -> dict:
-        return {
-            "recording_duties": {k: list(v) for k, v in sorted(self.recording_duties.items())},
-            "retrieval_filters": list(self.retrieval_filters),
-            "query_hints": list(self.query_hints),
-            "record_limit": self.record_limit,
-            "subscriptions": {k: list(v) for k, v in sorted(self.subscriptions.items())},
-        }
+        return {"records": list(self.records), "retrieves": list(self.retrieves), "hints": list(self.hints),
+                "limit": self.limit, "subscribes": list(self.subscribes)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoleMemory":
+        unknown = set(d) - set(ROLE_MEMORY_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown memory-policy field(s) {', '.join(sorted(map(str, unknown)))}; "
+                             f"a role's policy has {', '.join(ROLE_MEMORY_FIELDS)}")
+        return cls(records=_words(d.get("records", ())), retrieves=_words(d.get("retrieves", ())),
+                   hints=_words(d.get("hints", ())), limit=_whole(d.get("limit", 8)),
+                   subscribes=_words(d.get("subscribes", ())))
+
+
+ROLE_MEMORY_FIELDS = ("records", "retrieves", "hints", "limit", "subscribes")
+
+# The default team memory: the verifier's executions and check results reach the planner, the
+# coder and the debugger; people's notes and hypotheses are pushed to the planner and analyzer.
+DEFAULT_ROLE_MEMORY: dict[str, RoleMemory] = {
+    "analyzer": RoleMemory(records=("observation",), retrieves=("note", "question"), limit=4,
+                           subscribes=("note",)),
+    "planner": RoleMemory(records=("plan",), retrieves=("check_result", "finding", "plan", "hypothesis", "lesson"),
+                          limit=8, subscribes=("note", "hypothesis")),
+    "coder": RoleMemory(retrieves=("check_result",), limit=4),
+    "verifier": RoleMemory(records=("execution", "check_result")),
+    "debugger": RoleMemory(records=("finding",), retrieves=("check_result", "finding"), limit=4),
+    "router": RoleMemory(),
+    "finalizer": RoleMemory(records=("finding",), retrieves=("check_result",), limit=4),
+}
+
+
+def _words(value) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of words, not {type(value).__name__}")
+    return tuple(str(v) for v in value)
+
+
+def _whole(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise ValueError(f"a record limit is a whole number, not {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """Per role, what it records into the run's evidence graph and what it retrieves from it
+    (engine/evidence/memory.py applies it). Part of the hashed harness: editing it is a
+    mutation, and two policies can give two teams different prompts."""
+
+    roles: dict[str, RoleMemory] = field(default_factory=lambda: dict(DEFAULT_ROLE_MEMORY))
+
+    def role(self, role: str) -> RoleMemory:
+        return self.roles.get(role, RoleMemory())
+
+    def to_dict(self) -> dict:
+        return {"roles": {r: m.to_dict() for r, m in sorted(self.roles.items())}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "MemoryPolicy":
-        return cls(
-            recording_duties={k: tuple(v) for k, v in d.get("recording_duties", {}).items()},
-            retrieval_filters=tuple(d.get("retrieval_filters", ())),
-            query_hints=tuple(d.get("query_hints", ())),
-            record_limit=int(d.get("record_limit", 20)),
-            subscriptions={k: tuple(v) for k, v in d.get("subscriptions", {}).items()},
-        )
+        if not d:
+            return cls()
+        if "roles" not in d:
+            return cls.from_legacy(d)
+        unknown = set(d) - {"roles"}
+        if unknown:
+            raise ValueError(f"unknown memory-policy field(s) {', '.join(sorted(map(str, unknown)))}")
+        roles = d["roles"]
+        if not isinstance(roles, dict):
+            raise ValueError("the memory policy's roles are a mapping from role to its policy")
+        return cls({str(r): RoleMemory.from_dict(m if isinstance(m, dict) else {}) for r, m in roles.items()})
+
+    @classmethod
+    def from_legacy(cls, d: dict) -> "MemoryPolicy":
+        """The policy shape before the evidence graph (global filters, limit and hints;
+        subscriptions naming roles): read into per-role policies so archived workflows load."""
+        roles = {r: m for r, m in DEFAULT_ROLE_MEMORY.items()}
+        duties = d.get("recording_duties")
+        if isinstance(duties, dict):
+            roles = {r: replace(m, records=_words(duties.get(r, ()))) for r, m in roles.items()}
+        for r, m in list(roles.items()):
+            if "retrieval_filters" in d and m.retrieves:
+                m = replace(m, retrieves=_words(d["retrieval_filters"]))
+            if "query_hints" in d and m.retrieves:
+                m = replace(m, hints=_words(d["query_hints"]))
+            if "record_limit" in d and m.retrieves:
+                m = replace(m, limit=_whole(d["record_limit"]))
+            roles[r] = m
+        return cls(roles)
+
+    def with_role(self, role: str, **changes) -> "MemoryPolicy":
+        current = self.role(role).to_dict()
+        return MemoryPolicy({**self.roles, role: RoleMemory.from_dict({**current, **changes})})
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 
 from .errors import WorkflowValidationError
-from .harness import Harness, MemoryPolicy
+from .harness import ROLES, Harness, MemoryPolicy
 from .workflow import Agent, Edge, Route, Workflow
 
 KINDS = ("prompt_refinement", "procedure_refinement", "agent_addition", "agent_removal", "edge_rewiring",
@@ -137,13 +137,43 @@ def _route(wf: Workflow, m: Mutation) -> Workflow:
     return replace(wf, routes=routes)
 
 
+# Whole-team memory fields (the policy's shape before per-role policies); each applies to
+# every role that retrieves, so editors and people can still say "retrieve 5 records".
+_TEAM_MEMORY_FIELDS = {"record_limit": "limit", "query_hints": "hints", "retrieval_filters": "retrieves"}
+
+
 def _memory(wf: Workflow, m: Mutation) -> Workflow:
-    current = wf.harness.memory.to_dict()
-    unknown = set(m.params) - set(current)
-    if unknown:
-        raise MutationError(f"unknown memory-policy field(s) {', '.join(sorted(unknown))}")
-    memory = MemoryPolicy.from_dict({**current, **m.params})
-    return replace(wf, harness=Harness(wf.harness.procedures, wf.harness.coordination, memory))
+    """Change one role's memory policy (params.role and any of records, retrieves, hints, limit,
+    subscribes), every retrieving role's (record_limit, query_hints, retrieval_filters), or the
+    whole policy (params.roles). Stored records are out of reach: this edits the policy only."""
+    params = dict(m.params)
+    policy = wf.harness.memory
+    try:
+        if "roles" in params:
+            if set(params) != {"roles"}:
+                raise MutationError("params.roles replaces the whole policy; give it alone")
+            policy = MemoryPolicy.from_dict({"roles": params["roles"]})
+        elif "role" in params:
+            role = params.pop("role")
+            if role not in ROLES:
+                raise MutationError(f"no role {str(role)[:40]!r}; roles are {', '.join(ROLES)}")
+            if not params:
+                raise MutationError(f"the change names role {role!r} but no field to change")
+            policy = policy.with_role(role, **params)
+        else:
+            unknown = set(params) - set(_TEAM_MEMORY_FIELDS)
+            if unknown or not params:
+                raise MutationError(f"unknown memory-policy field(s) {', '.join(sorted(map(str, unknown))) or '(none)'}; "
+                                    "give params.role with any of records, retrieves, hints, limit, subscribes, "
+                                    f"or any of {', '.join(_TEAM_MEMORY_FIELDS)} for every retrieving role")
+            for role, rm in policy.roles.items():
+                if rm.retrieves or "retrieval_filters" in params:
+                    policy = policy.with_role(role, **{_TEAM_MEMORY_FIELDS[k]: v for k, v in params.items()})
+    except ValueError as exc:
+        if isinstance(exc, MutationError):
+            raise
+        raise MutationError(str(exc)) from exc
+    return replace(wf, harness=Harness(wf.harness.procedures, wf.harness.coordination, policy))
 
 
 _APPLY = {"prompt_refinement": _prompt, "procedure_refinement": _procedure, "agent_addition": _add_agent,
@@ -175,9 +205,19 @@ def diff(parent: Workflow, child: Workflow) -> dict:
         "routes_added": [json.loads(x) for x in sorted(cr - pr)], "routes_removed": [json.loads(x) for x in sorted(pr - cr)],
         "procedures_changed": procedures,
         "coordination_changed": ph["coordination"] != ch["coordination"],
-        "memory_changed": {k: {"before": ph["memory"][k], "after": ch["memory"][k]}
-                           for k in ph["memory"] if ph["memory"][k] != ch["memory"][k]},
+        "memory_changed": _memory_diff(ph["memory"]["roles"], ch["memory"]["roles"]),
     }
+
+
+def _memory_diff(before: dict, after: dict) -> dict:
+    """Per role and field, what a memory-policy change changed: {"planner.limit": {before, after}}."""
+    out = {}
+    for role in sorted(set(before) | set(after)):
+        b, a = before.get(role, {}), after.get(role, {})
+        for k in sorted(set(b) | set(a)):
+            if b.get(k) != a.get(k):
+                out[f"{role}.{k}"] = {"before": b.get(k), "after": a.get(k)}
+    return out
 
 
 def is_empty(d: dict) -> bool:

@@ -1,13 +1,17 @@
 """What each role does when its agent runs: prompt the model, use tools, hand on artifacts."""
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
+from .evidence.graph import Record
+from .evidence.memory import TeamMemory, render as render_memory
 from .plausibility import claims_match, measured_in, plausibility_checks
+from .prompt_format import extract_strategy, strategy_line
 from .gateway import ModelGateway
 from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
 from .prompts import build_messages, extract_code, extract_status
@@ -26,6 +30,10 @@ class RunContext:
     store: ArtifactStore
     tracer: Tracer
     execution_seconds: float = 0.0
+    memory: TeamMemory | None = None
+    recalled: list[Record] = field(default_factory=list)  # what the current role step was given
+    last_execution: int | None = None   # seq of the latest code_execution event
+    last_execution_record: int | None = None  # and its evidence record, when one was written
 
 
 @dataclass
@@ -37,6 +45,8 @@ class StepOutcome:
 
 def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, feedback: dict | None = None,
          temperature: float = 0.7) -> str:
+    if ctx.recalled:  # what the memory policy gave this step (runner.recall), after the artifacts
+        inputs = {**inputs, "memory": render_memory(ctx.recalled)}
     messages = build_messages(role, agent, ctx.workflow.harness, ctx.task, inputs, feedback)
     return ctx.gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature).text
 
@@ -56,14 +66,57 @@ def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> Execution
         except (UnsafeOutput, OSError) as exc:  # swapped for a link after the run: not an output
             del result.files[rel]
             result.violations.append(f"output {rel!r} not kept: {exc}")
-    ctx.tracer.emit(CodeExecution(purpose=purpose, **result.evidence(), stdout=result.stdout[-20000:],
-                                  stderr=result.stderr[-20000:], workdir=str(result.workdir)), agent.id)
+    event = ctx.tracer.emit(CodeExecution(purpose=purpose, **result.evidence(), stdout=result.stdout[-20000:],
+                                          stderr=result.stderr[-20000:], workdir=str(result.workdir)), agent.id)
+    ctx.last_execution = event.seq
     return result
 
 
-def _emit_checks(ctx: RunContext, agent: Agent, checks: list[Check]) -> None:
-    for c in checks:
-        ctx.tracer.emit(CheckEvent(**c.to_dict()), agent.id)
+def _emit_checks(ctx: RunContext, agent: Agent, checks: list[Check]) -> dict[str, int]:
+    """Trace each check; returns the event seq of each by name (the provenance of its record)."""
+    return {c.name: ctx.tracer.emit(CheckEvent(**c.to_dict()), agent.id).seq for c in checks}
+
+
+# --- recording duties (the memory policy says which of these a role writes) ----------------------
+def _strategy(code: str | None) -> tuple[str, str | None]:
+    """`` — strategy: <key> <params>`` for a program that names its strategy, and the key."""
+    named = extract_strategy(code)
+    return (f" — {strategy_line(*named)}", named[0]) if named else ("", None)
+
+
+def _remember(ctx: RunContext, agent: Agent, role: str, kind: str, text: str, **kw) -> Record | None:
+    return ctx.memory.record(agent.id, role, kind, text, **kw) if ctx.memory is not None else None
+
+
+def _cited(ctx: RunContext) -> tuple[tuple[str, int], ...]:
+    """Links from what a role writes to the records it was given: what led to it."""
+    return tuple(("derived_from", r.id) for r in ctx.recalled[:10])
+
+
+def _record_execution(ctx: RunContext, agent: Agent, code: str, evidence: dict, predictions: dict | None,
+                      checks: list[Check], seqs: dict[str, int]) -> None:
+    """The verifier's duties: the execution, then its failed checks (or one record that all
+    passed), each linked to the execution it judged."""
+    said, key = _strategy(code)
+    code_sha = hashlib.sha256(code.encode("utf-8")).hexdigest()
+    files = f"; wrote {predictions['path']} ({predictions['sha256'][:12]})" if predictions else "; wrote no predictions"
+    exe = _remember(ctx, agent, "verifier", "execution",
+                    f"candidate solution ran: status {evidence.get('status')}, exit code {evidence.get('exit_code')}, "
+                    f"{float(evidence.get('duration_s') or 0):.1f} s{files}{said}",
+                    tags=("execution", str(evidence.get("status")), *(k for k in [key] if k)),
+                    event_seq=ctx.last_execution, execution_sha256=code_sha,
+                    artifact_sha256=predictions["sha256"] if predictions else None)
+    ctx.last_execution_record = exe.id if exe else None
+    to_exe = (("derived_from", exe.id),) if exe else ()
+    failed = [c for c in checks if not c.passed]
+    for c in failed[:10]:
+        _remember(ctx, agent, "verifier", "check_result", f"FAIL {c.name}: {c.detail}{said}",
+                  tags=(c.name, "fail", *(k for k in [key] if k)), links=to_exe, event_seq=seqs.get(c.name),
+                  execution_sha256=code_sha)
+    if checks and not failed:
+        _remember(ctx, agent, "verifier", "check_result",
+                  f"PASS all {len(checks)} checks ({', '.join(c.name for c in checks)}){said}",
+                  tags=("pass", *(k for k in [key] if k)), links=to_exe, execution_sha256=code_sha)
 
 
 def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
@@ -77,11 +130,15 @@ def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     else:
         report = (f"The exploratory script failed ({result.status}); the team works without it.\n\n"
                   f"```\n{result.stderr[-1500:]}\n```")
+    _remember(ctx, agent, "analyzer", "observation", report[:4000], tags=("data-report", result.status),
+              links=_cited(ctx), event_seq=ctx.last_execution)
     return StepOutcome("SUCCESS", {"report": report}, f"analysis {result.status}")
 
 
 def planner(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
     plan = _ask(ctx, agent, "planner", {"report": bag["report"]}, feedback).strip()
+    named = extract_strategy(plan)
+    _remember(ctx, agent, "planner", "plan", plan[:4000], tags=(named[0],) if named else (), links=_cited(ctx))
     return StepOutcome("SUCCESS", {"plan": plan})
 
 
@@ -106,8 +163,13 @@ def debugger(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
         said = next((ln.strip() for ln in answer.splitlines()
                      if ln.strip() and not ln.strip().upper().startswith("STATUS")), "")
         if extract_status(answer) == "FAILURE" and said:
+            _remember(ctx, agent, "debugger", "finding", f"no repair: {said[:1000]}", tags=("no-repair",),
+                      links=_cited(ctx))
             return StepOutcome("FAILURE", message=f"debugger: {said[:300]}")
         return StepOutcome("FAILURE", message="the debugger's answer had no ```python block")
+    cause = next((ln.strip() for ln in answer.splitlines() if ln.strip() and not ln.startswith("```")), "")
+    _remember(ctx, agent, "debugger", "finding", f"repair: {cause[:1000]}{_strategy(code)[0]}",
+              tags=("repair", *(k for k in [_strategy(code)[1]] if k)), links=_cited(ctx))
     return StepOutcome("SUCCESS", {"code": code}, "code repaired")
 
 
@@ -122,8 +184,9 @@ def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     if predictions is not None and all(c.passed for c in checks if c.name in {"output_exists", "output_schema"}):
         # Facts about the numbers themselves, once the file is known to be well formed.
         checks += plausibility_checks(ctx.task, ctx.store.read(predictions["sha256"]) or b"", result.stdout)
-    _emit_checks(ctx, agent, checks)
+    seqs = _emit_checks(ctx, agent, checks)
     evidence["checks"] = [c.to_dict() for c in checks]
+    _record_execution(ctx, agent, bag["code"], evidence, predictions, checks, seqs)
     answer = _ask(ctx, agent, "verifier", {"code": bag["code"], "execution_evidence": _brief(evidence),
                                            "checks": "\n".join(c.line() for c in checks)}, temperature=0.0)
     status = extract_status(answer) or "RETRY"
@@ -168,6 +231,9 @@ def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -
         _emit_checks(ctx, agent, [claims])
         if not claims.passed:
             return StepOutcome("FAILURE", {"final_report": report}, f"checks failed: claims_match ({claims.detail})")
+    _remember(ctx, agent, "finalizer", "finding", report[:4000], tags=("final-report",),
+              links=(("derived_from", ctx.last_execution_record),) if ctx.last_execution_record else (),
+              artifact_sha256=predictions.get("sha256"))
     return StepOutcome("SUCCESS", {"predictions": predictions, "final_report": report})
 
 

@@ -15,8 +15,10 @@ from .checks import Check, placeholder_check
 from .contracts import check_value, parse_type
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evaluation import evaluate_predictions
+from .evidence.memory import EVIDENCE_FILE, MemoryScope, TeamMemory
 from .gateway import ModelGateway
 from .plausibility import Reference, claims_match, measured_in
+from .prompt_format import extract_strategy, strategy_line
 from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
                               Check as CheckEvent, Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted)
 from .roles import ROLE_STEPS, RunContext, StepOutcome
@@ -41,6 +43,9 @@ class RunConfig:
     scoring: str = "official"
     iteration: int = 0
     control: Control = field(default_factory=NoControl)
+    # The evidence graph the team remembers in: a search's shared one (with the probe's branch),
+    # or None for one of the run's own (evidence.sqlite in run_dir, one file per attempt).
+    memory: MemoryScope | None = None
 
 
 @dataclass
@@ -102,6 +107,9 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                            cache_dir=config.cache_dir, control=config.control)
     ctx = RunContext(task, workflow, gateway, executor or default_executor(run_dir / "sandboxes"),
                      ArtifactStore(run_dir / "artifacts"), tracer)
+    scope = config.memory or MemoryScope.own(run_dir / (EVIDENCE_FILE if attempt == 1 else
+                                                        f"evidence.{attempt}.sqlite"))
+    ctx.memory = TeamMemory(scope, workflow.harness.memory, tracer, run_id, config.iteration)
     started = time.perf_counter()
     tracer.emit(RunStarted(task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
                            workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
@@ -140,6 +148,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                               duration_s=round(time.perf_counter() - started, 3)), exc.agent)
         raise
     finally:
+        scope.close()
         tracer.close()
 
 
@@ -235,6 +244,10 @@ class _Scheduler:
             roles = roles[roles.index("debugger"):]
         self.bags[agent.id] = bag
         for role in roles:
+            # What the memory policy gives this step; a debugger with nothing to repair asks no
+            # model, so it is given nothing.
+            quiet = role == "debugger" and feedback is None
+            self.ctx.recalled = [] if quiet or self.ctx.memory is None else self.ctx.memory.recall(agent.id, role)
             try:
                 step = ROLE_STEPS[role](self.ctx, agent, bag, feedback)
             except ModelCallError as exc:
@@ -316,8 +329,28 @@ def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], 
         metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
         evaluator = "evaluate.py"
     seconds = time.perf_counter() - started
-    ctx.tracer.emit(Evaluation(predictions_sha256=ref["sha256"], evaluator=evaluator, **metric), delivered)
+    event = ctx.tracer.emit(Evaluation(predictions_sha256=ref["sha256"], evaluator=evaluator, **metric), delivered)
+    if ctx.memory is not None:
+        _record_score(ctx, metric, evaluator, final_code, ref["sha256"], event.seq)
     return metric, seconds
+
+
+def _record_score(ctx: RunContext, metric: dict, evaluator: str, code: str | None, predictions_sha256: str,
+                  seq: int) -> None:
+    """Trellis's score of the delivered program, as a check result the team can retrieve (the
+    planner of a later attempt sees which approach scored what)."""
+    named = extract_strategy(code)
+    said = f" — {strategy_line(*named)}" if named else ""
+    name = ctx.task.metric.name
+    if metric.get("ok"):
+        direction = "higher" if ctx.task.metric.higher_is_better else "lower"
+        text = f"SCORE {name} = {metric['value']:.6g} by the {evaluator} ({direction} is better){said}"
+    else:
+        text = f"FAIL scoring: {str(metric.get('error'))[:500]} ({evaluator}){said}"
+    ctx.memory.measure("check_result", text, tags=("score" if metric.get("ok") else "fail", name,
+                                                    *(named[:1] if named else ())),
+                       links=(("derived_from", ctx.last_execution_record),) if ctx.last_execution_record else (),
+                       event_seq=seq, artifact_sha256=predictions_sha256)
 
 
 def _claims_against_validation(ctx: RunContext, scheduler: _Scheduler, outputs: dict[str, dict],

@@ -235,11 +235,7 @@ def _size_problems(wf: Workflow) -> list[str]:
                for group in names for n in group]
     for role, text in wf.harness.procedures.items():
         checks.append(text_problem(f"the {str(role)[:40]} procedure", text, MAX_PROCEDURE_CHARS))
-    memory = wf.harness.memory
-    checks.append(number_problem("the memory policy's record limit", memory.record_limit, 0, MAX_RECORD_LIMIT))
-    if len(memory.query_hints) > MAX_QUERY_HINTS:
-        checks.append(f"the memory policy has {len(memory.query_hints)} query hints; the limit is {MAX_QUERY_HINTS}")
-    checks += [text_problem("a memory query hint", hint, MAX_QUERY_HINT_CHARS) for hint in memory.query_hints]
+    checks += memory_problems(wf.harness.memory)
     return [c for c in checks if c]
 
 
@@ -347,3 +343,26 @@ def _route_problems(wf: Workflow, known: set[str]) -> list[str]:
         if not 1 <= r.max_loops <= MAX_ROUTE_LOOPS:
             out.append(f"{label}: loop cap must be between 1 and {MAX_ROUTE_LOOPS}, not {r.max_loops}")
     return out
+
+
+def memory_problems(memory) -> list[str]:
+    """Every way a memory policy is unusable: an unknown role or record kind, a limit out of
+    range, too many or too long query hints. Empty when it is usable."""
+    from .evidence.graph import RECORD_KINDS
+
+    out: list[str | None] = []
+    for role, m in sorted(memory.roles.items()):
+        if role not in ROLES:
+            out.append(f"the memory policy names role {str(role)[:40]!r}; roles are {', '.join(ROLES)}")
+            continue
+        for what, kinds in (("records", m.records), ("retrieves", m.retrieves), ("subscribes", m.subscribes)):
+            unknown = [k for k in kinds if k not in RECORD_KINDS]
+            if unknown:
+                out.append(f"the {role}'s memory policy {what} unknown record kind(s) "
+                           f"{', '.join(repr(k[:40]) for k in unknown[:5])}; kinds are {', '.join(RECORD_KINDS)}")
+        out.append(number_problem(f"the {role}'s memory record limit", m.limit, 0, MAX_RECORD_LIMIT))
+        if len(m.hints) > MAX_QUERY_HINTS:
+            out.append(f"the {role}'s memory policy has {len(m.hints)} query hints; the limit is {MAX_QUERY_HINTS}")
+        out += [text_problem(f"a {role} memory query hint", hint, MAX_QUERY_HINT_CHARS) for hint in m.hints[:MAX_QUERY_HINTS]]
+    return [c for c in out if c]
+

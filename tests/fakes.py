@@ -45,6 +45,7 @@ class Outcome:
     stdout: str = ""
     exit_code: int | None = None  # None: what the sandbox reports for ``status``
     violations: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()  # (name, text) the program leaves in its workdir
 
 
 Script = Union[Mapping[str, Outcome], Callable[[str], "Outcome | None"], None]
@@ -94,7 +95,11 @@ class FakeExecutor:
 
         forced = self._scripted(request.code)
         if forced is not None:
-            return self._result(workdir, forced.status, forced.stdout, forced.stderr, {},
+            written = {}
+            for name, text in forced.files:
+                (workdir / name).write_text(text)
+                written[name] = hashlib.sha256(text.encode()).hexdigest()
+            return self._result(workdir, forced.status, forced.stdout, forced.stderr, written,
                                 forced.exit_code, list(forced.violations))
         try:
             tree = ast.parse(request.code)

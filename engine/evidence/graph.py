@@ -13,6 +13,7 @@ from typing import Iterable, Protocol
 
 RECORD_KINDS = ("observation", "finding", "hypothesis", "plan", "question", "check_result", "execution",
                 "artifact", "lesson", "note")
+BRANCH_STATUSES = ("selected", "rejected")
 LINK_TYPES = ("supports", "contradicts", "derived_from", "depends_on", "supersedes", "reuses")
 MAX_TEXT = 20_000  # characters of one record: a summary, never a whole log (that is an artifact)
 
@@ -91,6 +92,7 @@ class Query:
     branches: tuple[str | None, ...] | None = None  # None: every branch; (None,) the shared trunk only
     limit: int = 20
     history: bool = False
+    after_id: int | None = None  # only records added after this one (what is new since a step)
 
 
 def check_record(kind: str, text: str, tags: Iterable[str]) -> None:
@@ -137,3 +139,9 @@ class EvidenceStore(Protocol):
     def search(self, query: Query) -> list[Record]: ...
 
     def count(self) -> int: ...
+
+    def mark_branch(self, branch: str, status: str) -> None:
+        """Settle a search branch once: ``selected`` (its records are kept) or ``rejected``."""
+        ...
+
+    def branch_status(self) -> dict[str, str]: ...

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Iterable
 
-from .graph import (Author, EvidenceError, Link, Provenance, Query, Record, check_link, check_record)
+from .graph import (BRANCH_STATUSES, Author, EvidenceError, Link, Provenance, Query, Record, check_link,
+                    check_record)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
@@ -45,13 +47,16 @@ CREATE TABLE IF NOT EXISTS links (
     PRIMARY KEY (source, target, type)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS links_by_target ON links (target);
+CREATE TABLE IF NOT EXISTS branches (
+    branch TEXT PRIMARY KEY, status TEXT NOT NULL, created REAL NOT NULL
+) WITHOUT ROWID;
 CREATE VIRTUAL TABLE IF NOT EXISTS records_fts USING fts5 (text, content='records', content_rowid='id');
 CREATE TRIGGER IF NOT EXISTS records_indexed AFTER INSERT ON records BEGIN
     INSERT INTO records_fts (rowid, text) VALUES (new.id, new.text);
 END;
 """
 # Append-only, enforced by the database: one pair of triggers per table.
-for _table in ("records", "tags", "links"):
+for _table in ("records", "tags", "links", "branches"):
     SCHEMA += f"""
 CREATE TRIGGER IF NOT EXISTS {_table}_never_updated BEFORE UPDATE ON {_table} BEGIN
     SELECT RAISE(ABORT, 'evidence is append-only: {_table} cannot be updated (revise a record to supersede it)');
@@ -74,7 +79,9 @@ class SqliteEvidenceStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, isolation_level=None)
+        # One connection, used by whichever thread runs the role (a lock keeps transactions whole).
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._lock = threading.RLock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)
@@ -144,18 +151,42 @@ class SqliteEvidenceStore:
     def _transaction(self):
         db = self._db
 
+        lock = self._lock
+
         class _Tx:
             def __enter__(self):
+                lock.acquire()
                 db.execute("BEGIN IMMEDIATE")
 
             def __exit__(self, kind, exc, tb):
-                db.execute("ROLLBACK" if kind else "COMMIT")
+                try:
+                    db.execute("ROLLBACK" if kind else "COMMIT")
+                finally:
+                    lock.release()
                 if isinstance(exc, sqlite3.IntegrityError):
                     raise EvidenceError(str(exc)) from exc
                 return False
         return _Tx()
 
+    def mark_branch(self, branch: str, status: str) -> None:
+        """Settle a search branch once: its records stay where they are (append-only); the
+        branch's status says whether later retrieval may see them."""
+        if status not in BRANCH_STATUSES:
+            raise EvidenceError(f"a branch is {' or '.join(BRANCH_STATUSES)}, not {status!r}")
+        try:
+            with self._transaction():
+                self._db.execute("INSERT INTO branches (branch, status, created) VALUES (?, ?, ?)",
+                                 (branch, status, time.time()))
+        except EvidenceError:
+            raise EvidenceError(f"branch {branch!r} is already {self.branch_status().get(branch)}") from None
+
     # --- reading ----------------------------------------------------------------------------
+    def branch_status(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT branch, status FROM branches ORDER BY created").fetchall())
+
+    def last_id(self) -> int:
+        return self._db.execute("SELECT coalesce(max(id), 0) FROM records").fetchone()[0]
+
     def get(self, record_id: int) -> Record:
         row = self._db.execute(f"SELECT {_COLUMNS} FROM records WHERE id = ?", (record_id,)).fetchone()
         if row is None:
@@ -196,6 +227,9 @@ class SqliteEvidenceStore:
                 ([f"r.branch IN ({', '.join('?' * len(named))})"] if named else [])
             where.append("(" + " OR ".join(parts or ["0"]) + ")")
             args += named
+        if query.after_id is not None:
+            where.append("r.id > ?")
+            args.append(int(query.after_id))
         if not query.history:
             where.append(_CURRENT)
         limit = max(1, min(int(query.limit), 1000))
@@ -255,9 +289,10 @@ class SqliteEvidenceStore:
     def export(self) -> dict:
         """Every record and link, for a trace-independent copy of the graph (JSON-ready)."""
         rows = self._db.execute(f"SELECT {_COLUMNS} FROM records ORDER BY id").fetchall()
-        links = self._db.execute("SELECT source, target, type FROM links ORDER BY created").fetchall()
+        links = self._db.execute("SELECT source, target, type FROM links ORDER BY source, target, type").fetchall()
         return {"records": [r.to_dict() for r in self._records(rows)],
-                "links": [{"source": s, "target": t, "type": ty} for s, t, ty in links]}
+                "links": [{"source": s, "target": t, "type": ty} for s, t, ty in links],
+                "branches": self.branch_status()}
 
 
 def dumps(store: SqliteEvidenceStore) -> str:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import random
 import re
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..prompt_format import (extract_code, extract_strategy, feedback, input_heading, inputs, json_block, role_of,
@@ -56,6 +57,9 @@ def content_key(role: str, system: str, user: str) -> str:
     folder, paths or whitespace."""
     parts = [role, read_facts(system, user).canonical()]
     for name, body in inputs(user).items():
+        if name == "memory":  # only the planner reads its memory; for it, what the records say
+            parts.append(f"memory={remembered(body).canonical() if role == 'planner' else ''}")
+            continue
         parts.append(f"{name}={_input_digest(name, body)}")
     given = feedback(user)
     if given:
@@ -90,6 +94,62 @@ def failure_signature(text: str) -> str:
     failed = set(re.findall(r'"name":\s*"([a-z_]+)",\s*"passed":\s*false', text))
     failed |= set(re.findall(r"^- FAIL ([a-z_]+)", text, re.M))
     return json.dumps({"status": sorted(set(status)), "exception": exceptions[-1:], "failed": sorted(failed)})
+
+
+# --- what the team's memory says -----------------------------------------------------------------
+_RECORD_LINE = re.compile(r"^- #(\d+) (\w+) by (.+?)(?: · iteration -?\d+)?(?: \[([^\]]*)\])?: (.*)$")
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """What the planner takes from its memory records: approaches whose programs failed a check
+    and none passed, approaches already tried (passed or scored, with their scores), and what
+    people's notes and hypotheses ask for (read as strategy traits, like instructions)."""
+
+    failed: frozenset[str] = frozenset()
+    tried: tuple[tuple[str, float | None], ...] = ()
+    asked: frozenset[str] = frozenset()
+    cited: tuple[int, ...] = ()   # the records that told it any of this
+
+    def canonical(self) -> str:
+        return json.dumps({"failed": sorted(self.failed), "tried": sorted(k for k, _ in self.tried),
+                           "asked": sorted(self.asked)})
+
+
+def remembered(body: str) -> Remembered:
+    failed: dict[str, int] = {}
+    passed: set[str] = set()
+    tried: dict[str, float | None] = {}
+    asked: set[str] = set()
+    cited: list[int] = []
+    for line in body.splitlines():
+        m = _RECORD_LINE.match(line.strip())
+        if not m:
+            continue
+        rid, kind, text = int(m.group(1)), m.group(2), m.group(5)
+        said = re.search(r"\bstrategy:\s*[a-z0-9_]+.*$", text)  # a record quotes the strategy line inline
+        named = extract_strategy(said.group(0)) if said else None
+        key = named[0] if named else None
+        if kind in {"note", "hypothesis"}:
+            found = tags_asked(text)
+            if found:
+                asked |= found
+                cited.append(rid)
+        elif kind == "check_result" and key:
+            score = re.match(r"SCORE \S+ = ([-+0-9.eE]+|nan|inf)", text)
+            if text.startswith("FAIL "):
+                failed.setdefault(key, rid)
+            elif text.startswith("PASS "):
+                passed.add(key)
+                tried.setdefault(key, None)
+            elif score:
+                tried[key] = float(score.group(1))
+                passed.add(key)
+            else:
+                continue
+            cited.append(rid)
+    return Remembered(frozenset(k for k in failed if k not in passed), tuple(sorted(tried.items())),
+                      frozenset(asked), tuple(sorted(set(cited))))
 
 
 # --- the role registry -----------------------------------------------------------------------
@@ -159,7 +219,12 @@ def _analyzer(system: str, user: str, rng: random.Random) -> str:
             f"```python\n{render_analysis_script(spec).rstrip()}\n```")
 
 
-def _score(strategy: Strategy, facts: TaskFacts, report: set[str], rng: random.Random) -> float:
+FAILED_PENALTY = 2.0  # an approach whose program failed a check, and none passed: a last resort
+TRIED_PENALTY = 0.8   # an approach already tried: another is worth a look unless it fits far worse
+
+
+def _score(strategy: Strategy, facts: TaskFacts, report: set[str], rng: random.Random,
+           memory: Remembered = Remembered()) -> float:
     # Chance, nudged by what the instructions ask for, by what the task and data say the answer
     # must do (extrapolate, follow a law, jump) and, less, by the report's words. Guidance (a
     # refined prompt, a lesson) still moves the choice, which is what evolution is meant to find.
@@ -169,6 +234,10 @@ def _score(strategy: Strategy, facts: TaskFacts, report: set[str], rng: random.R
     score = rng.random() + 0.6 * min(asked, 3) + 0.5 * min(fits, 3) + 0.15 * min(seen, 2)
     if strategy.tags & {"piecewise", "discontinuity"} and not facts.discontinuity:
         score -= 0.5  # splitting where nothing jumps only adds variance
+    if strategy.key in memory.failed:
+        score -= FAILED_PENALTY
+    elif strategy.key in dict(memory.tried):
+        score -= TRIED_PENALTY
     return score
 
 
@@ -177,7 +246,10 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     facts = read_facts(system, user)
     spec = data_spec(user, facts)
     report = words(report_text(user))
-    ranked = sorted(applicable(facts), key=lambda s: -_score(s, facts, report, rng))
+    memory = remembered(input_section(user, "memory"))
+    if memory.asked:  # a person's note or hypothesis steers like an instruction
+        facts = replace(facts, asked=facts.asked | memory.asked)
+    ranked = sorted(applicable(facts), key=lambda s: -_score(s, facts, report, rng, memory))
     choice = ranked[0]
     params = {k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())}
     alt = ranked[1].title if len(ranked) > 1 else "none"
@@ -200,7 +272,22 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
            f" suit this {facts.family.replace('_', ' ')} problem") + ".",
         f"**Validation.** {validation}, report the validation score, then refit on all rows.",
         f"**Risks.** Hyperparameters {json.dumps(params, sort_keys=True)} are untuned; runner-up was {alt}.",
+        *([f"**Memory.** {_memory_line(memory, choice.key)}"] if memory.cited else []),
     ])
+
+
+def _memory_line(memory: Remembered, chosen: str) -> str:
+    """What the records told the planner, citing them."""
+    parts = []
+    if memory.failed:
+        parts.append(f"avoided {', '.join(sorted(memory.failed))} (a check failed and none passed)")
+    scored = [f"{k} {v:.4g}" if v is not None else k for k, v in memory.tried]
+    if scored:
+        parts.append(f"already tried: {', '.join(scored)}")
+    if memory.asked:
+        parts.append(f"notes ask for {', '.join(sorted(memory.asked))}")
+    parts.append(f"chose {chosen}")
+    return "; ".join(parts) + f" (records {', '.join('#' + str(i) for i in memory.cited)})."
 
 
 def strategy_from(text: str, facts: TaskFacts) -> tuple[Strategy, dict]:

@@ -81,21 +81,41 @@ def coordination_editor(system: str, user: str, rng: random.Random) -> str:
                     "rationale": "add a repair loop"})
 
 
+# What the memory editor can change, each a retrieval change for the role that plans; the
+# first untried one that the evidence calls for is proposed.
+def _memory_options(policy: dict, report: str, checks: str) -> list[tuple[dict, str]]:
+    planner = (policy.get("roles") or {}).get("planner") or {}
+    retrieves, limit = list(planner.get("retrieves", [])), int(planner.get("limit", 8))
+    hints = list(planner.get("hints", []))
+    options: list[tuple[dict, str]] = []
+    if "check_result" not in retrieves:
+        options.append(({"role": "planner", "retrieves": retrieves + ["check_result"]},
+                        "the planner is not given the verifier's check results or Trellis's scores; give them"))
+    seen = [w for w in REPORT_WORDS if w in report and w not in hints]
+    if seen:
+        options.append(({"role": "planner", "hints": sorted(set(hints) | set(seen[:3]))},
+                        f"the report mentions {', '.join(seen[:3])}; rank the planner's records by them"))
+    if "FAIL" in checks and "check_result" not in planner.get("subscribes", []):
+        options.append(({"role": "planner", "subscribes": sorted(set(planner.get("subscribes", [])) | {"check_result"})},
+                        "checks failed: push every new check result to the planner"))
+    for new in (max(2, limit // 2), min(64, limit * 2)):
+        if new != limit:
+            options.append(({"role": "planner", "limit": new},
+                            f"change how many records the planner retrieves from {limit} to {new}"))
+    if "plan" in retrieves:
+        options.append(({"role": "planner", "retrieves": [k for k in retrieves if k != "plan"]},
+                        "stop giving the planner its earlier plans: the check results and scores say what they did"))
+    return options
+
+
 @register("memory_editor")
 def memory_editor(system: str, user: str, rng: random.Random) -> str:
     wf, report, lessons, checks = _inputs(system, user)
-    memory = wf.get("harness", {}).get("memory", {})
-    seen = [w for w in REPORT_WORDS if w in report and w not in memory.get("query_hints", [])]
-    if seen and rng.random() < 0.6:
-        hints = sorted(set(memory.get("query_hints", [])) | set(seen[:3]))
-        return _answer({"kind": "memory_policy_change", "target": "memory", "params": {"query_hints": hints},
-                        "rationale": f"the report mentions {', '.join(seen[:3])}; retrieve records about them"})
-    limit = memory.get("record_limit", 20)
-    tried = {int(x) for x in re.findall(r'"record_limit": (\d+)', lessons)}
-    options = [x for x in (5, 10, 20, 40) if x != limit and x not in tried] or [x for x in (5, 10, 20, 40) if x != limit]
-    new = rng.choice(options)
-    return _answer({"kind": "memory_policy_change", "target": "memory", "params": {"record_limit": new},
-                    "rationale": f"change how many shared-memory records a role retrieves from {limit} to {new}"})
+    options = _memory_options(wf.get("harness", {}).get("memory", {}), report, checks)
+    untried = [(p, why) for p, why in options if json.dumps(p, sort_keys=True)[:200] not in lessons]
+    params, why = (untried or options)[0] if (untried or options) else ({"role": "planner", "limit": 4}, "fewer records")
+    return _answer({"kind": "memory_policy_change", "target": f"memory.{params['role']}", "params": params,
+                    "rationale": why})
 
 
 def _num(x) -> str:
@@ -122,6 +142,10 @@ def reflector(system: str, user: str, rng: random.Random) -> str:
             + (f" ({delta:+.4g})" if delta is not None else "")
             + f", checks {res.get('checks_passed')}/{res.get('checks_total')} vs "
               f"{ref.get('checks_passed')}/{ref.get('checks_total')}")
+    for r in ev.get("reused") or []:
+        lessons.append(f"round {n}: {r.get('label')} " + (
+            f"is the evidence of execution {r.get('reused_run_id')}, reused with a verified receipt, not a new run"
+            if r.get("verified") else f"could not be reused and ran again ({r.get('reason')})"))
     chosen = ev.get("chosen") or []
     lessons.append(f"round {n}: the composer chose to {ev.get('decision', 'keep')}"
                    + (f" the {' and '.join(chosen)} change(s)" if chosen else " the reference")

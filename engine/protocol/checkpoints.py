@@ -73,6 +73,11 @@ class ScimarsState(Strict):
     best: ProbeRef | None = None
 
 
+class MemoryFixedState(Strict):
+    first: ProbeRef | None = None
+    best: ProbeRef | None = None
+
+
 class TreeState(Strict):
     tree: dict                      # engine.search.tree.Tree.to_dict()
     failed: str = ""

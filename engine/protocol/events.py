@@ -315,6 +315,7 @@ class SearchStarted(Payload):
     start: StartInfo
     workflow: dict
     resumed_after: int | None = None    # the last iteration finished before a resume
+    memory: bool = False                # the probes share one evidence graph
 
 
 class MutationProposed(Payload):
@@ -520,6 +521,7 @@ class SearchFinished(Payload):
     single_agent: SingleAgentBaseline | None = None  # its official score is also baselines["single_agent"]
     hindsight: Hindsight | None = None
     failed: str = ""                 # the search ended but its final workflow has no official score
+    memory: bool = False             # the probes shared one evidence graph
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------
@@ -547,6 +549,67 @@ class KnowledgeRetrieval(Payload):
     top: list[KnowledgeHit]
     retrieved: str | None = None
     matched: list[str]
+
+
+class MemoryRetrieval(Payload):
+    """What one role was given from the evidence graph before its step (engine/evidence/memory.py):
+    the ids its retrieval filter and hints found, and those its subscriptions pushed."""
+    kind: ClassVar[str] = "memory_retrieval"
+    role: str
+    records: list[int]
+    pushed: list[int] = Field(default_factory=list)
+    kinds: list[str] = Field(default_factory=list)
+    hints: list[str] = Field(default_factory=list)
+    limit: int = 0
+    subscribes: list[str] = Field(default_factory=list)
+    branch: str | None = None
+
+
+class EvidenceAuthor(Strict):
+    agent: str | None = None
+    role: str | None = None
+    person: str | None = None
+
+
+class EvidenceProvenance(Strict):
+    run_id: str | None = None
+    event_seq: int | None = None
+    execution_sha256: str | None = None
+    artifact_sha256: str | None = None
+
+
+class EvidenceRecord(Strict):
+    """engine.evidence.graph.Record.to_dict(): enough to rebuild the graph from the trace."""
+    id: int
+    lineage: int
+    version: int
+    kind: str
+    text: str
+    author: EvidenceAuthor
+    provenance: EvidenceProvenance
+    tags: list[str] = Field(default_factory=list)
+    iteration: int | None = None
+    branch: str | None = None
+    created: float = 0.0
+
+
+class EvidenceLink(Strict):
+    type: str
+    target: int
+
+
+class EvidenceRecorded(Payload):
+    kind: ClassVar[str] = "evidence_recorded"
+    record: EvidenceRecord
+    links: list[EvidenceLink] = Field(default_factory=list)
+
+
+class EvidenceBranch(Payload):
+    """A search settled one branch of its shared evidence graph."""
+    kind: ClassVar[str] = "evidence_branch"
+    branch: str
+    status: Literal["selected", "rejected"]
+    n: int | None = None
 
 
 class DebateTurn(Payload):
@@ -598,6 +661,8 @@ class ValidationPlanned(Payload):
 PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     RunStarted, AgentStarted, ModelCall, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
     BudgetExhausted, Evaluation, RunFinished,
+    # the team's memory: what a role was given, what was recorded, which branches were kept
+    MemoryRetrieval, EvidenceRecorded, EvidenceBranch,
     # the model could not be called at all (unknown model, missing key, provider down)
     RunFailed, SearchFailed,
     # search-level events (one search runs many probes, each a run with its own trace)
@@ -633,10 +698,11 @@ __all__ = [
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
     "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
-    "CandidateScores",
+    "CandidateScores", "EvidenceAuthor", "EvidenceProvenance", "EvidenceRecord", "EvidenceLink",
     # one model per kind
     "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
-    "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "RunFailed", "SearchFailed",
+    "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "MemoryRetrieval", "EvidenceRecorded",
+    "EvidenceBranch", "RunFailed", "SearchFailed",
     "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Hindsight", "Archive",
     "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",
     "ReuseReceipt", "Composition", "Reflection",

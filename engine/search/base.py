@@ -180,6 +180,7 @@ class Search(ABC):
     State: ClassVar[type[BaseModel]]      # the search's own checkpoint state (engine/protocol/checkpoints.py)
     unit: ClassVar[str] = "iteration"     # what one step is called on pages ("round" for SciMARS)
     evolves: ClassVar[str] = "workflow"   # what it changes: the team's "workflow", or a "program"
+    asks_gate: ClassVar[bool] = True      # False: it never changes anything a person must approve
 
     def __init__(self, ctx: SearchContext):
         self.ctx = ctx

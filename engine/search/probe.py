@@ -13,6 +13,7 @@ from ..budget import Budget
 from ..gateway import ModelGateway
 from ..judge import Judgement, judge_execution, public_checks
 from ..control import Control, NoControl
+from ..evidence.memory import SharedMemory
 from ..runner import RunConfig, RunResult, default_executor, run_workflow
 from ..sandbox import Executor
 from ..task import Task
@@ -89,6 +90,7 @@ class ProbeRunner:
     model_override: str | None = None
     control: Control = field(default_factory=NoControl)
     count: int = 0
+    memory: SharedMemory | None = None  # a search's shared evidence graph; None: each probe its own
 
     def __post_init__(self) -> None:
         # One sandbox executor for every probe (and the tree's programs), under the search's folder.
@@ -101,7 +103,8 @@ class ProbeRunner:
         run_dir = self.root / f"{self.count:03d}-{label}"
         result = run_workflow(self.task, workflow, RunConfig(
             run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
-            model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control),
+            model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control,
+            memory=self.memory.scope(run_dir.name) if self.memory is not None else None),
             executor=self.executor,
             sinks=[sink, *self.sinks])
         probe = Probe(workflow, result, sink.events, public_checks(sink.events), run_dir=run_dir)

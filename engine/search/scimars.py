@@ -326,6 +326,9 @@ class ScimarsSearch(Search):
         self.best: Probe | None = None
         self.lessons: list[str] = []
         self.hib = ctx.task.metric.higher_is_better
+        # Executions stay reusable across rounds: the next round's reference is this round's
+        # successor, already run, and is reused with a receipt while its program is intact.
+        self.cache = ReuseCache(ctx.runner, ctx.tracer)
 
     @property
     def runner(self) -> ProbeRunner:
@@ -362,7 +365,8 @@ class ScimarsSearch(Search):
 
     # --- one round: reference and editors, probes and composition, the gate, reflection ----------
     def propose(self, n: int, move) -> RoundRecord:
-        cache = ReuseCache(self.runner, self.ctx.tracer)
+        cache = self.cache
+        cache.receipts = []  # this round's receipts (the record keeps the list)
         reference, _ = cache.probe(self.current, f"r{n}-reference", n)
         record = RoundRecord(n, reference.summary(), [], reference_run=reference, selected_run=reference,
                              receipts=cache.receipts, cache=cache)
@@ -420,6 +424,14 @@ class ScimarsSearch(Search):
         # select by public checks only, tie-broken by validation (first wins a full tie)
         best_i = max(range(len(candidates)), key=lambda i: (selection_key(candidates[i][2], self.hib), -i))
         record.decision, record.chosen, record.selected_run = candidates[best_i]
+        if record.decision != "keep":
+            # The composed successor was run this round: it is taken from that execution with a
+            # receipt (program and predictions verified intact), or run again if they are not.
+            successor, _ = cache.probe(record.selected_run.workflow, f"r{n}-successor", n)
+            if successor.result.status == "stopped":
+                record.stopped = "budget exhausted during a probe"
+                record.decision, record.chosen, successor = "keep", [], reference
+            record.selected_run = successor
         record.selected = record.selected_run.summary()
         tracer.emit(Composition(n=n, decision=record.decision, editors=record.chosen,
                                 workflow_hash=record.selected_run.workflow.hash,
@@ -467,6 +479,13 @@ class ScimarsSearch(Search):
         record.budget_left = self.ctx.budget.remaining()
         if record.selected is None:
             record.selected = (record.selected_run or reference).summary()
+        memory = self.runner.memory
+        if memory is not None and record.selected_run is not None:
+            # the selected branch's records are kept for later rounds; the others' are not seen
+            kept = _branch(record.selected_run)
+            ran = {_branch(p) for p, _ in record.cache.entries.values()} if record.cache else set()
+            ran |= {_branch(p.probe_run) for p in record.proposals if p.probe_run is not None}
+            memory.settle([kept], sorted(b for b in ran - {kept} if b), n)
         if self.first is None and reference is not None:
             self.first = reference
         self.best = record.selected_run or reference
@@ -503,7 +522,11 @@ class ScimarsSearch(Search):
             value = ((p.probe or {}).get("validation") or {}).get("value")
             reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
             gain = paired_gain((p.probe or {}).get("validation"), (r.reference or {}).get("validation"), self.hib)
-            lines.append(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}: checks "
+            what = ""
+            if m.get("kind") == "memory_policy_change":  # what retrieval it changes, in a few words
+                what = " " + shorten(json.dumps({k: v for k, v in (m.get("params") or {}).items() if k != "role"},
+                                                sort_keys=True), 60)
+            lines.append(f"         {p.editor:<20} {m.get('kind')} on {m.get('target')}{what}: checks "
                          f"{sum(c['passed'] for c in checks)}/{len(checks)} validation {_num(value)}"
                          f"{' supported' if p.supported else ''}{reused}"
                          + (f"\n{'':30}{gain.describe()}" if gain else ""))
@@ -514,6 +537,11 @@ class ScimarsSearch(Search):
 
 def _num(x) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+def _branch(probe: Probe) -> str:
+    """The evidence-graph branch a probe wrote on: its folder's name (engine/search/probe.py)."""
+    return probe.run_dir.name if probe.run_dir is not None else ""
 
 
 def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[str], gateway: ModelGateway,
@@ -572,7 +600,10 @@ def _evidence(n: int, record: RoundRecord, reference: Probe, runner: ProbeRunner
             "combination": None if not record.combination else
             {"editors": record.combination["editors"],
              "validation": (record.combination["probe"].get("validation") or {}).get("value")},
-            "selected": brief(record.selected_run)}
+            "selected": brief(record.selected_run),
+            # executions taken from earlier runs instead of being run again (reuse receipts)
+            "reused": [{"label": r.get("label"), "reused_run_id": r.get("reused_run_id"),
+                        "verified": r.get("verified"), "reason": r.get("reason")} for r in record.receipts]}
 
 
 def _fallback_lessons(n: int, evidence: dict) -> list[str]:
@@ -589,6 +620,9 @@ def _fallback_lessons(n: int, evidence: dict) -> list[str]:
                        + (f" ({delta:+.4g})" if delta is not None else ""))
     out.append(f"round {n}: the composer chose to {evidence['decision']}"
                + (f" ({', '.join(evidence['chosen'])})" if evidence["chosen"] else ""))
+    for r in evidence.get("reused", []):
+        out.append(f"round {n}: {r['label']} " + (f"reused execution {r['reused_run_id']} (receipt verified)"
+                                                   if r["verified"] else f"was run again: {r.get('reason')}"))
     return out
 
 

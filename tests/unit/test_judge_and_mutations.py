@@ -90,7 +90,12 @@ def test_prompt_refinement_makes_a_child_version_with_a_readable_diff(wf):
 def test_mutation_roundtrips_as_json(wf):
     m = Mutation("memory_policy_change", "memory", {"record_limit": 5}, "fewer records", author="alice")
     again = Mutation.from_dict(json.loads(json.dumps(m.to_dict())))
-    assert again == m and again.apply(wf).harness.memory.record_limit == 5
+    child = again.apply(wf)
+    assert again == m and child.harness.memory.role("planner").limit == 5
+    # a whole-team field changes every role that retrieves, and only those
+    assert {r: m.limit for r, m in child.harness.memory.roles.items() if m.retrieves} == \
+        {r: 5 for r, m in wf.harness.memory.roles.items() if m.retrieves}
+    assert child.harness.memory.role("verifier") == wf.harness.memory.role("verifier")
 
 
 def test_agent_addition_and_removal_rewire_the_dag(wf):
@@ -113,7 +118,12 @@ def test_invalid_mutations_are_rejected_before_anything_runs(wf):
     with pytest.raises(MutationError, match="no agent called"):
         Mutation("prompt_refinement", "wizard", {"prompt": "x"}).apply(wf)
     with pytest.raises(MutationError, match="changes nothing"):
-        Mutation("memory_policy_change", "memory", {"record_limit": wf.harness.memory.record_limit}).apply(wf)
+        Mutation("memory_policy_change", "memory", {"role": "planner",
+                                                    "limit": wf.harness.memory.role("planner").limit}).apply(wf)
+    with pytest.raises(WorkflowValidationError, match="unknown record kind"):
+        Mutation("memory_policy_change", "memory", {"role": "planner", "retrieves": ["gossip"]}).apply(wf)
+    with pytest.raises(MutationError, match="no role"):
+        Mutation("memory_policy_change", "memory", {"role": "oracle", "limit": 3}).apply(wf)
     # removing the coder leaves the debugger without code: the DAG rules catch it
     with pytest.raises(WorkflowValidationError, match="needs input 'plan'|needs input 'code'"):
         Mutation("agent_removal", "coder").apply(wf)

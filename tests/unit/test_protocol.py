@@ -177,7 +177,7 @@ def emitted(tmp_path_factory) -> list[Event]:
         for search, task, iterations in (("mimosa", DISC, 1), ("scimars", DIABETES, 1), ("tree", DISC, 2)):
             evolve(task, search, iterations=iterations, seed=1, budget=Budget(max_tokens=2_000_000),
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
-                   executor=FakeExecutor(tmp / f"{search}-sandbox"))
+                   executor=FakeExecutor(tmp / f"{search}-sandbox"), memory=search == "scimars")
         _reuse_twice(load_task(DIABETES), tmp / "reuse", Tracer("reuse", [sink]))
         # faults
         run_workflow(disc, team_workflow(disc), RunConfig(run_dir=tmp / "tiny", budget=Budget(max_calls=1)),

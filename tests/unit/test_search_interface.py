@@ -46,7 +46,7 @@ class WaitOnce(AutoGate):
 
 
 def test_the_registry_is_the_one_list_of_searches():
-    assert SEARCHES == ("mimosa", "scimars", "tree")
+    assert SEARCHES == ("mimosa", "scimars", "tree", "memory-fixed")
     assert [name for name, _ in choices()] == list(SEARCHES)
     with pytest.raises(ValueError, match="unknown search 'annealing'"):
         search_class("annealing")
@@ -68,7 +68,7 @@ def test_every_search_resumes_from_a_mid_run_checkpoint_without_redoing_a_step(t
     assert {e.iteration for e in events if e.kind in ("run_started", "tree_node")} == {2}
 
 
-@pytest.mark.parametrize("search", SEARCHES)
+@pytest.mark.parametrize("search", [s for s in SEARCHES if search_class(s).asks_gate])
 def test_a_proposal_without_a_decision_suspends_and_the_decision_resumes_right_there(tmp_path, examples, search):
     # A SciMARS round asks the gate only when its composer chose a change; some seeds keep all.
     for seed in range(8):

@@ -92,7 +92,7 @@ def test_hash_is_stable_and_ignores_version_and_order(wf):
 
 
 def test_harness_parts_are_in_the_hash(wf):
-    memory = replace(wf, harness=replace(wf.harness, memory=MemoryPolicy(record_limit=5)))
+    memory = replace(wf, harness=replace(wf.harness, memory=wf.harness.memory.with_role("planner", limit=5)))
     procedure = replace(wf, harness=Harness(procedures={**wf.harness.procedures, "coder": "Write tests first."}))
     assert len({wf.hash, memory.hash, procedure.hash}) == 3
 

@@ -1,4 +1,4 @@
-"""python manage.py evolve examples/<task> --search mimosa|scimars|tree --iterations N"""
+"""python manage.py evolve examples/<task> --search mimosa|scimars|tree|memory-fixed --iterations N [--memory]"""
 from pathlib import Path
 
 from django.conf import settings
@@ -27,6 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--no-archive", action="store_true", help="neither warm-start from nor add to the archive")
         parser.add_argument("--no-single-agent", action="store_true",
                             help="skip the single-agent baseline run after the search (it costs one more workflow run)")
+        parser.add_argument("--memory", action="store_true",
+                            help="SciMARS + Memory: every probe reads and writes one shared evidence graph, "
+                                 "each on its own branch (memory-fixed always does)")
+        parser.add_argument("--warm-start", action="store_true",
+                            help="start SciMARS from the archive's most similar workflow (other searches always do "
+                                 "unless --no-archive)")
 
     def handle(self, *args, **o):
         try:
@@ -36,7 +42,8 @@ class Command(BaseCommand):
                             budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
                             out=self.stdout, model_override=o["model"],
                             archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
-                            single_agent=not o["no_single_agent"])
+                            single_agent=not o["no_single_agent"], memory=o["memory"],
+                            warm_start=True if o["warm_start"] else None)
             if result.failed:
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
