@@ -100,6 +100,12 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
         return f"evaluation failed: {cut(p.get('error'))}"
     if e.kind == "run_finished":
         return f"run {p['status']}{': ' + cut(p['reason']) if p.get('reason') else ''}"
+    if e.kind == "memory_retrieval":  # only what a role was actually given
+        given = [*p["records"], *p.get("pushed", [])]
+        return f"memory: given record(s) {', '.join('#' + str(i) for i in given)}" if given else None
+    if e.kind == "evidence_recorded" and limit is None:  # every record only with --verbose
+        r = p["record"]
+        return f"recorded #{r['id']} {r['kind']}: {cut(' '.join(r['text'].split()))}"
     return None
 
 

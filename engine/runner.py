@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
@@ -109,6 +109,12 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                      ArtifactStore(run_dir / "artifacts"), tracer)
     scope = config.memory or MemoryScope.own(run_dir / (EVIDENCE_FILE if attempt == 1 else
                                                         f"evidence.{attempt}.sqlite"))
+    if config.memory is not None and config.memory.branch and attempt > 1:
+        # a probe run again after a resume writes on a branch of its own (its run id), and does
+        # not read what its interrupted attempt left
+        was = config.memory.branch
+        scope = replace(scope, branch=run_id,
+                        visible=None if scope.visible is None else (*(b for b in scope.visible if b != was), run_id))
     ctx.memory = TeamMemory(scope, workflow.harness.memory, tracer, run_id, config.iteration)
     started = time.perf_counter()
     tracer.emit(RunStarted(task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
@@ -344,7 +350,7 @@ def _record_score(ctx: RunContext, metric: dict, evaluator: str, code: str | Non
     name = ctx.task.metric.name
     if metric.get("ok"):
         direction = "higher" if ctx.task.metric.higher_is_better else "lower"
-        text = f"SCORE {name} = {metric['value']:.6g} by the {evaluator} ({direction} is better){said}"
+        text = f"SCORE {name} = {metric['value']:.6g} measured by {evaluator} ({direction} is better){said}"
     else:
         text = f"FAIL scoring: {str(metric.get('error'))[:500]} ({evaluator}){said}"
     ctx.memory.measure("check_result", text, tags=("score" if metric.get("ok") else "fail", name,

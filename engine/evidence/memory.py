@@ -169,6 +169,17 @@ class SharedMemory:
             status[branch] = verdict
             self.tracer.emit(EvidenceBranch(branch=branch, status=verdict, n=n))
 
+    def record(self, author: Author, kind: str, text: str, n: int | None = None,
+               tags: tuple[str, ...] = ()) -> Record | None:
+        """A record the search itself writes on the trunk (the reflector's lessons), when the
+        graph is shared; traced on the search's trace."""
+        if not self.share:
+            return None
+        record = self.store.add(kind, text.strip()[:20_000], author, tags=tags, iteration=n,
+                                provenance=Provenance(self.tracer.run_id))
+        self.tracer.emit(EvidenceRecorded(record=record.to_dict(), links=[]), author.agent)
+        return record
+
     def close(self) -> None:
         self.store.close()
 

@@ -72,3 +72,42 @@ def same_graph(a: SqliteEvidenceStore, b: SqliteEvidenceStore) -> bool:
         d["records"] = [{k: v for k, v in r.items() if k != "created"} for r in d["records"]]
         return d
     return plain(a) == plain(b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.evidence.rebuild <run folder> [--out file]``: rebuild the folder's graph
+    from its traces, say what it holds and whether it equals the graph the run wrote."""
+    import argparse
+    import sys
+    import tempfile
+    from collections import Counter
+
+    parser = argparse.ArgumentParser(prog="python -m engine.evidence.rebuild", description=main.__doc__)
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--out", type=Path, help="where to write the rebuilt graph (default: a temporary file)")
+    args = parser.parse_args(argv)
+    if not run_traces(args.run_dir):
+        print(f"{args.run_dir}: no trace files (trace.jsonl, search.jsonl) here", file=sys.stderr)
+        return 2
+    out = args.out or Path(tempfile.mkdtemp()) / "rebuilt.sqlite"
+    try:
+        store = rebuild_run(args.run_dir, out)
+    except EvidenceError as exc:
+        print(f"cannot rebuild: {exc}", file=sys.stderr)
+        return 1
+    records = store.export()["records"]
+    kinds = Counter(r["kind"] for r in records)
+    print(f"rebuilt {len(records)} record(s) into {out}: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    status = Counter(store.branch_status().values())
+    if status:
+        print("branches: " + ", ".join(f"{n} {s}" for s, n in sorted(status.items())))
+    written = Path(args.run_dir) / "evidence.sqlite"
+    if written.exists():
+        same = same_graph(store, SqliteEvidenceStore(written))
+        print(f"{'equals' if same else 'DIFFERS FROM'} the graph the run wrote ({written})")
+        return 0 if same else 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -57,8 +57,8 @@ def content_key(role: str, system: str, user: str) -> str:
     folder, paths or whitespace."""
     parts = [role, read_facts(system, user).canonical()]
     for name, body in inputs(user).items():
-        if name == "memory":  # only the planner reads its memory; for it, what the records say
-            parts.append(f"memory={remembered(body).canonical() if role == 'planner' else ''}")
+        if name == "memory":  # only the planner and debugger read their memory: what the records say
+            parts.append(f"memory={remembered(body).canonical() if role in READS_MEMORY else ''}")
             continue
         parts.append(f"{name}={_input_digest(name, body)}")
     given = feedback(user)
@@ -219,6 +219,7 @@ def _analyzer(system: str, user: str, rng: random.Random) -> str:
             f"```python\n{render_analysis_script(spec).rstrip()}\n```")
 
 
+READS_MEMORY = frozenset({"planner", "debugger"})
 FAILED_PENALTY = 2.0  # an approach whose program failed a check, and none passed: a last resort
 TRIED_PENALTY = 0.8   # an approach already tried: another is worth a look unless it fits far worse
 
@@ -377,6 +378,9 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
         wanted = facts.desired_tags() | ({"extrapolation", "parametric"} if failed & {"within_range", "finite"}
                                          else {"fast"} if slow else set())
         others = [s for s in others if s.tags & wanted] or others
+        # approaches the team's records say already failed a check are the last to switch to
+        failed_before = remembered(input_section(user, "memory")).failed
+        others = [s for s in others if s.key not in failed_before] or others
         if others:
             new = rng.choice(others)
             new_params = new.default_params() if slow else \

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from ..artifacts import ArtifactStore, sha256_file
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
+from ..evidence.graph import Author
 from ..console import shorten
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
@@ -521,6 +522,11 @@ class ScimarsSearch(Search):
             checks = (p.probe or {}).get("checks", [])
             value = ((p.probe or {}).get("validation") or {}).get("value")
             reused = " (reused)" if p.receipt and p.receipt.get("verified") else ""
+            # whether the change reached what ran: a harness edit that leaves the program as it
+            # was can only tie
+            ran = p.probe_run.result.final_code if p.probe_run else None
+            same = ran is not None and r.reference_run is not None and ran == r.reference_run.result.final_code
+            reused += "; same program" if same else ("; new program" if ran is not None else "")
             gain = paired_gain((p.probe or {}).get("validation"), (r.reference or {}).get("validation"), self.hib)
             what = ""
             if m.get("kind") == "memory_policy_change":  # what retrieval it changes, in a few words
@@ -540,8 +546,9 @@ def _num(x) -> str:
 
 
 def _branch(probe: Probe) -> str:
-    """The evidence-graph branch a probe wrote on: its folder's name (engine/search/probe.py)."""
-    return probe.run_dir.name if probe.run_dir is not None else ""
+    """The evidence-graph branch a probe wrote on: its run id (its folder's name, with an
+    ``-attempt<n>`` suffix when it ran again after a resume; engine/runner.py)."""
+    return probe.result.run_id
 
 
 def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[str], gateway: ModelGateway,
@@ -642,6 +649,9 @@ def _reflect(n: int, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer,
         new, source = _fallback_lessons(n, evidence), "engine"
     evidence_sha256 = hashlib.sha256(json.dumps(evidence, sort_keys=True, default=str).encode()).hexdigest()
     tracer.emit(Reflection(n=n, lessons=new, source=source, evidence_sha256=evidence_sha256), "reflector")
+    if runner.memory is not None:  # with shared memory, the lessons are records every later role may retrieve
+        for lesson in new:
+            runner.memory.record(Author(agent="reflector", role="reflector"), "lesson", lesson, n, ("reflection",))
     return new
 
 

@@ -110,3 +110,33 @@ def test_recording_duties_decide_what_is_written_and_the_graph_is_in_the_run_fol
     assert {"observation", "plan", "execution"} <= set(kinds)
     store = SqliteEvidenceStore(Path(result.trace_path).parent / "evidence.sqlite")
     assert [r.kind for r in store.search(Query(limit=100))][::-1] == kinds
+
+
+def test_a_persons_note_reaches_the_planner_and_steers_its_plan(tmp_path):
+    from engine.evidence.memory import MemoryScope, add_person_record
+    from engine.offline.strategies import strategies_for
+
+    diabetes = load_task(EXAMPLE.parent / "diabetes-progression")
+
+    def plan(name: str, note: str | None) -> tuple[str, list]:
+        folder = tmp_path / name
+        if note:
+            add_person_record(folder, "user:ada", "note", note)
+        store = SqliteEvidenceStore(folder / "evidence.sqlite")
+        result = run_workflow(diabetes, team_workflow(diabetes), RunConfig(
+            run_dir=folder / "probe", scoring="validation",
+            memory=MemoryScope(store, branch="001-probe", visible=(None, "001-probe"))),
+            executor=FakeExecutor(tmp_path / f"{name}-sandbox"))
+        events = list(read_events(Path(result.trace_path)))
+        return planner_steps(events)[0], events
+
+    step, events = plan("noted", "Prefer a regularised linear model: ten features and 300 rows, keep it interpretable.")
+    note = next(e.payload["record"] for e in read_events(tmp_path / "noted" / "people.jsonl"))
+    assert note["author"] == {"agent": None, "role": None, "person": "user:ada"} and note["branch"] is None
+    assert step["given"]["pushed"] == [note["id"]]
+    assert "keep it interpretable" in step["prompt"]
+    chosen = extract_strategy(step["plan"])[0]
+    asked = {s.key for s in strategies_for("tabular_regression") if s.tags & {"linear", "regularised", "interpretable"}}
+    assert chosen in asked and f"#{note['id']}" in step["plan"] and "notes ask for" in step["plan"]
+    plain, _ = plan("plain", None)
+    assert plain["given"]["pushed"] == [] and extract_strategy(plain["plan"])[0] != chosen
