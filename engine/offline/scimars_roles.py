@@ -83,14 +83,24 @@ def coordination_editor(system: str, user: str, rng: random.Random) -> str:
 
 # What the memory editor can change, each a retrieval change for the role that plans; the
 # first untried one that the evidence calls for is proposed.
-def _memory_options(policy: dict, report: str, checks: str) -> list[tuple[dict, str]]:
+def _memory_options(policy: dict, report: str, checks: str, lessons: str = "") -> list[tuple[dict, str]]:
     planner = (policy.get("roles") or {}).get("planner") or {}
     retrieves, limit = list(planner.get("retrieves", [])), int(planner.get("limit", 8))
     hints = list(planner.get("hints", []))
     options: list[tuple[dict, str]] = []
+    # Explore or exploit: a planner given the check results and scores of earlier runs tries
+    # approaches not tried yet; one not given them returns to its first choice. The lessons say
+    # which has been paying off.
+    helped, failed = lessons.count(" was supported"), lessons.count(" was not supported")
     if "check_result" not in retrieves:
         options.append(({"role": "planner", "retrieves": retrieves + ["check_result"]},
-                        "the planner is not given the verifier's check results or Trellis's scores; give them"))
+                        "the planner is not given the verifier's check results or Trellis's scores; give them, "
+                        "so it tries approaches not tried yet"))
+    elif failed > helped:
+        options.append(({"role": "planner", "retrieves": [k for k in retrieves if k != "check_result"]},
+                        f"the lessons count {failed} unsupported change(s) and {helped} supported: the planner, "
+                        "given earlier scores, keeps leaving a good approach for untried worse ones; stop giving "
+                        "it check results"))
     seen = [w for w in REPORT_WORDS if w in report and w not in hints]
     if seen:
         options.append(({"role": "planner", "hints": sorted(set(hints) | set(seen[:3]))},
@@ -111,7 +121,7 @@ def _memory_options(policy: dict, report: str, checks: str) -> list[tuple[dict, 
 @register("memory_editor")
 def memory_editor(system: str, user: str, rng: random.Random) -> str:
     wf, report, lessons, checks = _inputs(system, user)
-    options = _memory_options(wf.get("harness", {}).get("memory", {}), report, checks)
+    options = _memory_options(wf.get("harness", {}).get("memory", {}), report, checks, lessons)
     untried = [(p, why) for p, why in options if json.dumps(p, sort_keys=True)[:200] not in lessons]
     params, why = (untried or options)[0] if (untried or options) else ({"role": "planner", "limit": 4}, "fewer records")
     return _answer({"kind": "memory_policy_change", "target": f"memory.{params['role']}", "params": params,
