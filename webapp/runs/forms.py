@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 
 from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
+from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
 from .models import GatePolicy, Run
 
@@ -30,12 +31,26 @@ class NewRunForm(forms.Form):
     single_agent = forms.BooleanField(required=False, initial=True, label="Single-agent baseline",
                                       help_text="After the search, run one agent playing every role on the same "
                                                 "budget, and score it officially beside the team")
+    memory = forms.BooleanField(required=False, initial=False, label="Shared memory (SciMARS + Memory)",
+                                help_text="SciMARS only: the probes share one evidence graph, each writing on its "
+                                          "own branch; later probes read the selected branches. "
+                                          "memory-fixed always shares.")
+
+    def clean(self) -> dict:
+        d = super().clean()
+        search = d.get("search")
+        # evolve() refuses it too (ValueError), but only once a worker runs it: say so here.
+        if d.get("memory") and search and search not in TAKES_MEMORY:
+            takes = " and ".join(sorted(TAKES_MEMORY))
+            self.add_error("memory", f"Shared memory is for {takes} runs; {search}'s probes each keep their "
+                                     "own evidence graph. Untick it or choose scimars.")
+        return d
 
     def run_options(self) -> dict:
         d = self.cleaned_data
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
-                "single_agent": d["single_agent"]}
+                "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY}
 
 
 class DecisionForm(forms.Form):

@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from engine.protocol.events import (AgentFinished, Judgement, ModelCall, Payload, PayloadError, RunStarted,
-                                    parse_payload)
+from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
+                                    RunStarted, parse_payload)
 from engine.trace import Event as EngineEvent
 
+from .models import Event as EventRow
 from .models import Judgement as JudgementRow
 from .models import Run
 from .presenters import agent_state, cytoscape_elements, probe_label
@@ -78,6 +79,21 @@ def _model_call(run_id: int, p: ModelCall, event: EngineEvent) -> dict:
             "used": p.budget_used.model_dump()}
 
 
+def _evidence_recorded(run_id: int, p: EvidenceRecorded, event: EngineEvent) -> dict:
+    """A new node of the evidence panel: the record with a preview of its text (the whole text
+    is fetched on click), the studio event its provenance names, and its links."""
+    from .evidence import summary
+
+    record = p.record.model_dump()
+    prov = record["provenance"]
+    origin = None
+    if prov.get("run_id") and prov.get("event_seq"):
+        origin = EventRow.objects.filter(run_id=run_id, source=prov["run_id"], source_seq=prov["event_seq"]).values_list(
+            "seq", "kind").first()
+    return {"record": summary(run_id, record, origin),
+            "links": [{"source": p.record.id, "target": link.target, "type": link.type} for link in p.links]}
+
+
 def _tree(run_id: int, p: Payload, event: EngineEvent) -> dict:
     """A tree search's step carries the whole tree as the page draws it (webapp/runs/tree_view.py,
     the one reading of tree events): a few dozen nodes, and no rules to repeat in the browser."""
@@ -98,6 +114,7 @@ SHAPERS: dict[str, Callable[[int, Any, EngineEvent], dict]] = {
     "run_started": _run_started,
     "judgement": _judgement,
     "model_call": _model_call,
+    "evidence_recorded": _evidence_recorded,
 }
 
 

@@ -75,6 +75,9 @@ class Run(models.Model):
     model = models.CharField(max_length=200, blank=True, help_text="litellm model; blank = offline provider")
     max_tokens = models.PositiveIntegerField(default=2_000_000)
     single_agent = models.BooleanField(default=True, help_text="run the single-agent baseline after the search")
+    # SciMARS + Memory: the probes share one evidence graph (selected branches visible to later
+    # probes). Only SciMARS takes it; memory-fixed always shares whatever this says.
+    memory = models.BooleanField(default=False, help_text="probes share one evidence graph (SciMARS + Memory)")
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
     # A worker owns a run while its lease matches; a resumed run gets a new lease, so a

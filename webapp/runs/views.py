@@ -19,8 +19,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from engine.errors import TaskSpecError
 
-from . import access, controls, fragments, live, members
-from .bridge import decide
+from . import access, controls, evidence, fragments, live, members
+from .bridge import broadcast, decide
 from .editing import EditRejected, apply_edit
 from .forms import DecisionForm, NewRunForm
 from .models import Event, Membership, MutationStatus, Project, Role
@@ -84,7 +84,8 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
     run, role = access.run_for(request.user, run_id)
     # The latest events as the live messages they were, for run.js to list like the ones to come.
     recent = [live.stored_message(e) for e in reversed(run.events.order_by("-seq")[:14])]
-    return render(request, "runs/run.html", {"recent": recent, **fragments.run_context(run, role)})
+    return render(request, "runs/run.html", {"recent": recent, **fragments.run_context(run, role),
+                                             "person_kinds": evidence.PERSON_KINDS, "max_note_chars": evidence.MAX_NOTE_CHARS})
 
 
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
@@ -126,6 +127,38 @@ def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
     run, _ = access.run_for(request.user, run_id)
     return JsonResponse(tree_view.tree_state(run))
+
+
+def evidence_json(request: HttpRequest, run_id: int) -> JsonResponse:
+    """The evidence panel's first state: every record (a preview of its text), link, branch
+    verdict and what each role was given (webapp/runs/evidence.py); live messages extend it."""
+    run, role = access.run_for(request.user, run_id)
+    return JsonResponse(evidence.evidence_state(run, can_write=access.abilities(role)["annotate"]))
+
+
+def evidence_record(request: HttpRequest, run_id: int, record_id: int) -> JsonResponse:
+    run, _ = access.run_for(request.user, run_id)
+    detail = evidence.record_detail(run, record_id)
+    if detail is None:
+        raise Http404(f"no record {record_id} in run {run_id}'s evidence graph")
+    return JsonResponse(detail)
+
+
+@require_POST
+def evidence_add(request: HttpRequest, run_id: int) -> JsonResponse:
+    """A person's note, hypothesis, question or finding in the run's graph, on its trunk: agents
+    whose memory policy retrieves or subscribes to the kind see it at their next step. Annotators,
+    reviewers and owners may write; a viewer gets 403. Bad input (400) writes nothing."""
+    run, _ = access.run_for(request.user, run_id, access.ANNOTATE)
+    try:
+        links = evidence.parse_links(request.POST.getlist("link"))
+        record = evidence.add_person(run, request.user.get_username(), request.POST.get("kind", ""),
+                                     request.POST.get("text", ""), links)
+    except evidence.RecordRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.http_status)
+    message = evidence.person_message(run, record, links)
+    broadcast(run, dict(message))  # every viewer's panel, this one's included, adds it live
+    return JsonResponse(message["data"], status=201)
 
 
 def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
