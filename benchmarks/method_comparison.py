@@ -83,7 +83,8 @@ def main() -> None:
                     metric, used, value = {}, {}, f"error: {type(exc).__name__}"
                 if metric.get("ok"):
                     key = metric["value"] if task.metric.higher_is_better else -metric["value"]
-                    best = max(best or (key, method), (key, method))
+                    if best is None or key > best[0]:  # a tie goes to the method listed first (cheaper)
+                        best = (key, method)
                 print(f"{name:<24} {task.metric.name:<12} {method:<15} {value:>10} {used.get('calls', 0):>6} "
                       f"{used.get('tokens', 0):>9} {time.perf_counter() - started:>7.0f}", flush=True)
             if best:
