@@ -242,7 +242,7 @@ class Role(models.IntegerChoices):
     """A member's role in a project; each role can do everything the roles below it can."""
 
     VIEWER = 10, "viewer"            # reads the project's runs, traces, artifacts
-    ANNOTATOR = 20, "annotator"      # a viewer who may annotate (no annotations exist yet)
+    ANNOTATOR = 20, "annotator"      # a viewer who may annotate, work annotation queues and record notes
     REVIEWER = 30, "reviewer"        # decides mutations, edits workflows, controls and starts runs
     OWNER = 40, "owner"              # a reviewer who manages the project's members
 
@@ -259,3 +259,8 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} · {self.project} · {self.get_role_display()}"
+
+
+# Teams: annotations, queues, share links, the audit log (a module of their own, registered here).
+from .models_team import (Annotation, AnnotationQueue, AuditEntry, LabelSet, QueueItem, ShareLink,  # noqa: E402,F401
+                          audit)
