@@ -13,8 +13,8 @@
   const runId = run.dataset.run;
 
   const KIND_COLORS = {
-    observation: "#4e79a7", finding: "#2f8f5b", hypothesis: "#9b5fa8", plan: "#f28e2b", question: "#d4b106",
-    check_result: "#c8423b", execution: "#3f9c99", artifact: "#9c755f", lesson: "#7f8a99", note: "#e05a9b",
+    observation: "#2f74c0", finding: "#2f8f5b", hypothesis: "#9b5fa8", plan: "#f28e2b", question: "#d4b106",
+    check_result: "#c8423b", execution: "#3f9c99", artifact: "#9c755f", lesson: "#4a5566", note: "#e05a9b",
   };
   const LINK_STYLES = {
     supports: { color: "#2f8f5b", style: "solid", width: 2.2 },
@@ -46,7 +46,8 @@
       { selector: "node.given", style: { "border-width": 4, "border-color": "#e0a526" } },
       { selector: "node.superseded", style: { "opacity": 0.55 } },
       { selector: "node.rejected", style: { "opacity": 0.4, "border-style": "dashed" } },
-      { selector: "node.fresh", style: { "overlay-color": "#e0a526", "overlay-opacity": 0.25, "overlay-padding": 6 } },
+      // just arrived: a halo under the node, leaving its kind's colour as it is
+      { selector: "node.fresh", style: { "underlay-color": "#e0a526", "underlay-opacity": 0.45, "underlay-padding": 7, "underlay-shape": "ellipse" } },
       { selector: "node:selected", style: { "border-width": 4, "border-color": "#17202b", "overlay-opacity": 0 } },
       { selector: "node.head", style: {
           "shape": "round-rectangle", "width": COL_W - 14, "height": 30, "background-color": "#f3f5f8", "border-width": 1,
@@ -65,6 +66,7 @@
     ],
     layout: { name: "preset" },
   });
+  panel.cy = cy;  // for the browser test, which clicks records where they are drawn
 
   // --- state --------------------------------------------------------------------------------
   function status(r) { return r.branch == null ? "trunk" : (branches[r.branch] || "open"); }
@@ -162,6 +164,7 @@
       });
     });
     syncEdges();
+    listRecords(ordered.filter(visible));
     const shown = cy.nodes(".record").not(".hidden").length;
     panel.dataset.records = String(records.size);
     panel.dataset.shown = String(shown);
@@ -171,8 +174,32 @@
     fillSelect(authorSel, Array.from(new Set(ordered.map((r) => r.author_label))).sort(), (v) => v);
     fillSelect(iterSel, Array.from(new Set(ordered.map((r) => String(r.iteration ?? "")))).sort((a, b) => a - b),
                (v) => (v === "" ? "none" : "iteration " + v));
-    cy.fit(cy.elements().not(".hidden"), 24);
-    if (cy.zoom() > 1.3) { cy.zoom(1.3); cy.center(cy.elements().not(".hidden")); }
+    // The view follows the graph as it grows, until the person zooms or pans it themselves.
+    if (!userMoved) {
+      cy.fit(cy.elements().not(".hidden"), 24);
+      if (cy.zoom() > 1.3) { cy.zoom(1.3); cy.center(cy.elements().not(".hidden")); }
+    }
+  }
+  let userMoved = false;
+  cy.on("scrollzoom dragpan pinchzoom", () => { userMoved = true; });
+  cy.on("dbltap", (e) => { if (e.target === cy) { userMoved = false; layout(); } });
+  // The same records as a table: readable without the canvas, and searchable with the browser's find.
+  function listRecords(shown) {
+    const body = document.getElementById("ev-list");
+    if (!body) return;
+    body.replaceChildren();
+    for (const r of shown.slice().reverse()) {
+      const tr = document.createElement("tr");
+      tr.id = "ev-row-" + r.id;
+      const open_ = document.createElement("button");
+      open_.type = "button"; open_.className = "link"; open_.textContent = "#" + r.id;
+      open_.setAttribute("aria-label", "open record " + r.id);
+      open_.addEventListener("click", () => open(r.id));
+      const cells = [open_, r.kind.replace("_", " "), r.author_label, r.iteration ?? "–",
+                     (r.branch || "shared trunk") + (status(r) === "open" || status(r) === "trunk" ? "" : " (" + status(r) + ")"), r.preview];
+      for (const c of cells) { const td = document.createElement("td"); td.append(c instanceof Node ? c : String(c)); tr.appendChild(td); }
+      body.appendChild(tr);
+    }
   }
   let pending = null;
   function relayout() { clearTimeout(pending); pending = setTimeout(layout, 120); }
@@ -224,7 +251,9 @@
     const fact = (k, v) => { dl.append(el("dt", k)); const dd = el("dd"); if (v instanceof Node) dd.append(v); else dd.textContent = v; dl.append(dd); };
     fact("author", d.author_label);
     fact("iteration", d.iteration == null ? "–" : String(d.iteration));
-    fact("branch", (d.branch || "shared trunk") + " · " + d.status);
+    const BRANCH = { trunk: "shared trunk: people's records and the search's lessons, seen by every probe",
+                     open: "not settled yet", selected: "selected: later probes read it", rejected: "rejected: no later probe reads it" };
+    fact("branch", d.branch ? d.branch + " · " + (BRANCH[d.status] || d.status) : BRANCH.trunk);
     if (d.tags && d.tags.length) fact("tags", d.tags.join(", "));
     const prov = el("span");
     if (d.event) prov.append(a("/runs/" + runId + "/events/" + d.event, (d.event_kind || "event").replace(/_/g, " ") + " #" + d.event + " (" + d.provenance.run_id + ")"), " ");
@@ -256,7 +285,9 @@
         const li = el("li");
         const b = el("button", "#" + l.other.id + " " + (l.other.kind || ""), "link");
         b.type = "button"; b.addEventListener("click", () => open(l.other.id));
-        li.append(l.direction === "out" ? l.type.replace("_", " ") + " → " : "← " + l.type.replace("_", " ") + " from ", b, " " + (l.other.preview || "").slice(0, 80));
+        const type = l.type.replace("_", " ");
+        if (l.direction === "out") li.append(type + " → ", b, ": " + (l.other.preview || "").slice(0, 80));
+        else li.append("← ", b, " " + type + " this: " + (l.other.preview || "").slice(0, 80));
         ul.appendChild(li);
       }
       detail.appendChild(ul);

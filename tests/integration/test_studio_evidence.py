@@ -129,6 +129,8 @@ def test_without_the_graph_file_the_panel_is_rebuilt_from_the_event_rows(graph):
     assert from_trace["records"] == from_file["records"]
     assert sorted(map(json.dumps, from_trace["links"])) == sorted(map(json.dumps, from_file["links"]))
     assert from_trace["branches"] == from_file["branches"]
+    detail = client.get(f"/runs/{graph.run.pk}/evidence/{graph.revised.id}.json").json()
+    assert [v["version"] for v in detail["history"]] == [1, 2] and detail["text"].endswith("both folds)")
     assert not graph.path.exists()  # reading never creates a graph
 
 

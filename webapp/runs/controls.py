@@ -85,7 +85,12 @@ def _publish(run: Run, lease: str) -> None:
 
 def start_run(task: Task, user=None, **options) -> Run:
     run = Run.objects.create(task=task, created_by=user, **options)
-    run.run_dir = str(Path(settings.TRELLIS_RUNS_DIR) / f"studio-{run.pk:05d}-{task.name}-{run.search}")
+    folder = Path(settings.TRELLIS_RUNS_DIR) / f"studio-{run.pk:05d}-{task.name}-{run.search}"
+    if folder.exists():
+        # A studio whose database was reset numbers its runs from 1 again: a new run must not
+        # resume an old run's traces, nor share its evidence graph.
+        folder = folder.with_name(f"{folder.name}-{uuid.uuid4().hex[:8]}")
+    run.run_dir = str(folder)
     run.save(update_fields=["run_dir"])
     _enqueue(run)
     return run

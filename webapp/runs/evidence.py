@@ -142,33 +142,55 @@ def evidence_state(run: Run, can_write: bool) -> dict[str, Any]:
             "run_active": run.is_active}
 
 
+def _neighbourhood(run: Run, record_id: int) -> dict | None:
+    """The record, its lineage and its links (with the records at their other ends), read from
+    the graph file by id (no whole export per click), else from the Event rows."""
+    store = _open(run)
+    if store is None:
+        graph = _from_events(run)
+        by_id = {r["id"]: r for r in graph["records"]}
+        if record_id not in by_id:
+            return None
+        lineage = by_id[record_id].get("lineage", record_id)
+        return {"record": by_id[record_id], "branches": graph["branches"], "by_id": by_id,
+                "history": [r for r in graph["records"] if r.get("lineage", r["id"]) == lineage],
+                "links": [link for link in graph["links"] if record_id in (link["source"], link["target"])]}
+    try:
+        try:
+            record = store.get(record_id).to_dict()
+        except EvidenceError:
+            return None
+        links = [{"source": link.source, "target": link.target, "type": link.type} for link in store.links(record_id)]
+        ends = {link["source"] for link in links} | {link["target"] for link in links}
+        return {"record": record, "branches": store.branch_status(),
+                "by_id": {i: store.get(i).to_dict() for i in ends},
+                "history": [r.to_dict() for r in store.history(record_id)], "links": links}
+    finally:
+        store.close()
+
+
 def record_detail(run: Run, record_id: int) -> dict[str, Any] | None:
     """A record with its whole text, every version of its lineage, its links (each with the
     other end's kind and preview), the roles it was given to, and where it came from."""
-    graph, _ = _graph(run)
-    by_id = {r["id"]: r for r in graph["records"]}
-    record = by_id.get(record_id)
-    if record is None:
+    near = _neighbourhood(run, record_id)
+    if near is None:
         return None
-    history = sorted((r for r in graph["records"] if r.get("lineage", r["id"]) == record.get("lineage", record_id)),
-                     key=lambda r: r.get("version", 1))
+    history = sorted(near["history"], key=lambda r: r.get("version", 1))
     seqs = event_seqs(run, (r.get("provenance") or {} for r in history))
-    branches = graph.get("branches") or {}
 
     def full(r: dict) -> dict:
         prov = r.get("provenance") or {}
         return {**summary(run.pk, r, seqs.get((prov.get("run_id"), prov.get("event_seq")))), "text": r.get("text", ""),
-                "status": branch_state(r.get("branch"), branches)}
+                "status": branch_state(r.get("branch"), near["branches"])}
 
     links = []
-    for link in graph["links"]:
-        if record_id not in (link["source"], link["target"]):
-            continue
-        other = by_id.get(link["target"] if link["source"] == record_id else link["source"]) or {}
-        links.append({**link, "direction": "out" if link["source"] == record_id else "in",
+    for link in near["links"]:
+        out = link["source"] == record_id
+        other = near["by_id"].get(link["target"] if out else link["source"]) or {}
+        links.append({**link, "direction": "out" if out else "in",
                       "other": {"id": other.get("id"), "kind": other.get("kind"),
                                 "preview": (other.get("text") or "")[:120]}})
-    return {**full(record), "history": [full(r) for r in history], "links": links,
+    return {**full(near["record"]), "history": [full(r) for r in history], "links": links,
             "given": given(run).get(record_id, [])}
 
 

@@ -41,9 +41,9 @@ class NewRunForm(forms.Form):
         search = d.get("search")
         # evolve() refuses it too (ValueError), but only once a worker runs it: say so here.
         if d.get("memory") and search and search not in TAKES_MEMORY:
-            takes = " and ".join(sorted(TAKES_MEMORY))
-            self.add_error("memory", f"Shared memory is for {takes} runs; {search}'s probes each keep their "
-                                     "own evidence graph. Untick it or choose scimars.")
+            always = " and ".join(sorted(NEEDS_MEMORY))
+            self.add_error("memory", f"Shared memory is for SciMARS runs ({always} always shares); {search}'s "
+                                     "probes each keep their own evidence graph. Untick it or choose scimars.")
         return d
 
     def run_options(self) -> dict:
