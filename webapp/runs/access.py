@@ -22,6 +22,22 @@ REVIEW = Role.REVIEWER      # decide mutations, edit the workflow, pause/resume/
 MANAGE = Role.OWNER         # add, change and remove members
 
 
+class ShareViewer:
+    """Whoever opened a share link (webapp/runs/sharing.py): no account, the viewer role on the
+    link's one run and nothing else: not its project, not its mutations, no write of any kind."""
+
+    is_authenticated = False
+    is_active = True
+    is_superuser = False
+    is_anonymous = True
+
+    def __init__(self, link) -> None:
+        self.link = link
+
+    def get_username(self) -> str:
+        return f"share-link:{self.link.pk}"
+
+
 def role_of(user, project: Project | int) -> Role | None:
     """The user's role in the project, or None when they are not a member."""
     if user is None or not user.is_authenticated or not user.is_active:
@@ -65,6 +81,13 @@ def _admit(user, project: Project | None, min_role: Role, what: str) -> Role:
 
 def run_for(user, run_id: int, min_role: Role = VIEW) -> tuple[Run, Role]:
     """The run and the user's role in its project."""
+    if isinstance(user, ShareViewer):  # the link's own run, read-only; any other id is unknown
+        run = Run.objects.select_related("task__project").filter(pk=run_id, pk__in=[user.link.run_id]).first()
+        if run is None:
+            raise Http404("no such run")
+        if min_role > VIEW:
+            raise PermissionDenied("a share link is read-only")
+        return run, Role.VIEWER
     run = Run.objects.select_related("task__project").filter(pk=run_id).first()
     return run, _admit(user, run.task.project if run else None, min_role, "run")
 

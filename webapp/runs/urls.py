@@ -1,6 +1,8 @@
 from django.urls import path
 
-from . import views
+from . import compare, replay_views, report  # noqa: I001 - issue 13 part C: replay, compare, report
+
+from . import annotation_views, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -21,7 +23,27 @@ urlpatterns = [
     path("runs/<int:run_id>/trace", views.trace, name="trace"),
     path("runs/<int:run_id>/events/<int:seq>", views.event_detail, name="event"),
     path("runs/<int:run_id>/artifacts/<str:sha>", views.artifact, name="artifact"),
+    path("runs/<int:run_id>/replay", replay_views.replay_page, name="replay"),
+    path("runs/<int:run_id>/replay/events.json", replay_views.replay_json, name="replay_json"),
+    path("runs/<int:run_id>/replay/state.json", replay_views.replay_state, name="replay_state"),
+    path("runs/<int:run_id>/report.html", report.report_view, name="report_html"),
+    path("runs/<int:run_id>/report.pdf", report.report_pdf_view, name="report_pdf"),
+    path("compare", compare.compare_page, name="compare"),
     path("projects/<int:project_id>/members", views.project_members, name="members"),
     path("mutations/<int:mutation_id>/<str:action>", views.mutation_decide, name="mutation_decide"),
+    # Team annotation (issue 13): annotations, label sets, queues, export/import, audit log.
+    path("runs/<int:run_id>/annotations", annotation_views.target_annotations, name="annotations"),
+    path("projects/<int:project_id>/label-sets", annotation_views.label_sets, name="label_sets"),
+    path("projects/<int:project_id>/queues", annotation_views.queues, name="annotation_queues"),
+    path("projects/<int:project_id>/annotations/export", annotation_views.export, name="annotations_export"),
+    path("projects/<int:project_id>/annotations/import", annotation_views.import_labels, name="annotations_import"),
+    path("projects/<int:project_id>/audit", annotation_views.audit_log, name="audit"),
+    path("queues/<int:queue_id>/", annotation_views.queue_page, name="annotation_queue"),
+    path("queues/<int:queue_id>/work", annotation_views.queue_work, name="queue_work"),
+    path("queues/<int:queue_id>/items/<int:position>", annotation_views.queue_save, name="queue_save"),
     path("healthz", views.healthz, name="healthz"),
+    path("runs/<int:run_id>/share-links", share_views.share_links, name="share_links"),
+    path("runs/<int:run_id>/share-links/<int:link_id>/revoke", share_views.share_revoke, name="share_revoke"),
+    path("share/<str:signed>/", share_views.share_root, name="share_run"),
+    path("share/<str:signed>/<path:rest>", share_views.share_path, name="share_path"),
 ]

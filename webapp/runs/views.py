@@ -24,6 +24,7 @@ from .bridge import broadcast, decide
 from .editing import EditRejected, apply_edit
 from .forms import DecisionForm, NewRunForm
 from .models import Event, Membership, MutationStatus, Project, Role
+from .models_team import audit
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
 
 
@@ -68,6 +69,8 @@ def new_run(request: HttpRequest) -> HttpResponse:
                 raise _ProjectTaken  # someone else created it since the check above
             task = controls.task_for_folder(project, form.cleaned_data["task_folder"])
             run = controls.start_run(task, request.user, **form.run_options())
+            audit(project, request.user, "start", run=run, task=task.name, search=run.search,
+                  new_project=created)
     except TaskSpecError as exc:
         form.add_error("task_folder", str(exc))
         return _home(request, form, status=400)
@@ -104,6 +107,8 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
         action_fn(run)
     except controls.ControlError as exc:
         error, status = str(exc), exc.http_status  # 409 for the run's state, 503 for a queue that is down
+    if error is None or status == 503:  # a 503 resume still queued the run's intent: it is kept, interrupted
+        audit(run.task.project, request.user, "control", run=run, control=action, refused=error or "")
     run.refresh_from_db()
     return HttpResponse(fragments.header(run, role, error=error), status=status)
 
@@ -156,6 +161,7 @@ def evidence_add(request: HttpRequest, run_id: int) -> JsonResponse:
                                      request.POST.get("text", ""), links)
     except evidence.RecordRefused as exc:
         return JsonResponse({"error": str(exc)}, status=exc.http_status)
+    audit(run.task.project, request.user, "note", run=run, kind=request.POST.get("kind", ""), record=record.get("id"))
     message = evidence.person_message(run, record, links)
     broadcast(run, dict(message))  # every viewer's panel, this one's included, adds it live
     return JsonResponse(message["data"], status=201)
@@ -181,6 +187,8 @@ def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> Http
     reason = decision.cleaned_data["reason"] or {"approve": "approved in the studio", "promote": "promoted in the studio",
                                                  "veto": "vetoed"}[action]
     if decide(row, status, f"user:{request.user.get_username()}", reason):
+        audit(row.run.task.project, request.user, "decision", run=row.run, mutation=row.pk, decision=status,
+              reason=reason)
         try:
             controls.after_decision(row.run)  # a run suspended on this proposal goes back to the queue
         except controls.QueueUnavailable as exc:  # the decision stands; the run waits, interrupted
@@ -215,6 +223,8 @@ def editor(request: HttpRequest, run_id: int) -> HttpResponse:
     if request.method == "POST":
         try:
             saved = apply_edit(run, request.POST.get("kind", ""), request.POST.dict(), request.user.get_username())
+            audit(run.task.project, request.user, "edit", run=run, kind=request.POST.get("kind", ""),
+                  version=saved.number, note=saved.note)
         except EditRejected as exc:
             errors = exc.problems
     context = {**fragments.editor_context(run, role, saved), "saved": saved, "errors": errors,
@@ -278,6 +288,8 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
             if action == "add":
                 if add_form.is_valid():
                     row = members.add_member(project, add_form.cleaned_data["username"], add_form.cleaned_data["role"])
+                    audit(project, request.user, "members", change="add", member=row.user.get_username(),
+                          role=row.get_role_display())
                     messages.success(request, f"{row.user.get_username()} is a {row.get_role_display()} of {project.name}")
                     return redirect("members", project_id=project.pk)
                 status = 400
@@ -287,9 +299,13 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
                     raise members.MemberError("choose a member and a role")
                 if action == "role":
                     row = members.set_role(project, form.cleaned_data["member"], form.cleaned_data["role"])
+                    audit(project, request.user, "members", change="role", member=row.user.get_username(),
+                          role=row.get_role_display())
                     messages.success(request, f"{row.user.get_username()} is now a {row.get_role_display()}")
                 else:
                     row = members.remove_member(project, form.cleaned_data["member"])
+                    audit(project, request.user, "members", change="remove", member=row.user.get_username(),
+                          role=row.get_role_display())
                     messages.success(request, f"{row.user.get_username()} is no longer a member of {project.name}")
                 return redirect("members", project_id=project.pk)
             else:
