@@ -1,0 +1,176 @@
+"""Replay, comparison and report of finished runs (webapp/runs/replay_views.py, compare.py,
+report.py). A run is recorded the way a worker records it: typed engine events through the
+studio's RunEventSink (two probes, a mutation a person approved, a version), and while it is
+recorded the run page's own graph.json is read at chosen moments; the replay must then show
+exactly those DAG states at those positions. No worker or Redis needed."""
+from __future__ import annotations
+
+import copy
+import re
+import time
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from engine.protocol.events import (AgentFinished, AgentStarted, BudgetLimits, CheckResult, Judgement, RunStarted,
+                                    ToolCall)
+from engine.trace import Tracer
+from tests.studio_harness import add_member, proposed_mutation, running_run
+from webapp.runs.bridge import RunEventSink, decide, record_version
+from webapp.runs.models import Annotation, MutationStatus, Run, RunStatus
+from webapp.runs.replay_views import state_at
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PROGRAM = "import numpy as np\n# the final workflow's program\nprint('SCORE', 0.1)\n"
+
+
+def _probe(sink: RunEventSink, name: str, iteration: int, workflow: dict, J: float, fail: str | None,
+           snapshot=None) -> None:
+    """One probe executing ``workflow``: each agent starts and finishes (``fail`` fails), then the judge.
+    ``snapshot(label)`` is called after the first agent started, as a page would look then."""
+    tracer = Tracer(name, [sink])
+    tracer.iteration = iteration
+    agents = [a["id"] for a in workflow["agents"]]
+    tracer.emit(RunStarted(task="t", task_title="t", task_fingerprint="f", workflow=workflow,
+                           workflow_hash=workflow["hash"], seed=0, executor="fake", budget=BudgetLimits(),
+                           order=agents))
+    for k, agent in enumerate(agents):
+        roles = next(a["roles"] for a in workflow["agents"] if a["id"] == agent)
+        tracer.emit(AgentStarted(roles=roles, inputs=[]), agent)
+        if snapshot and k == 0:
+            snapshot(f"{name}:first-running")
+        if "coder" in roles:
+            tracer.emit(ToolCall(tool="python", executor="fake", purpose="train", code=PROGRAM, limits={}), agent)
+        time.sleep(0.01)
+        tracer.emit(AgentFinished(status="FAILURE" if agent == fail else "SUCCESS", message="", outputs={}), agent)
+    tracer.emit(Judgement(iteration_n=iteration, workflow_hash=workflow["hash"], ok=True, J=J,
+                          scores={"goal_alignment": J, "collaboration_efficiency": J, "output_quality": J,
+                                  "answer_plausibility": J},
+                          checks=[CheckResult(name="finite predictions", passed=True),
+                                  CheckResult(name="beats trivial baseline", passed=fail is None)]), "judge")
+    if snapshot:
+        snapshot(f"{name}:judged")
+
+
+def record_run(task_folder, project_name: str, client: Client | None = None, user="ada") -> tuple[Run, dict]:
+    """A finished two-probe run; returns it and {seq: the DAG states graph.json showed right after seq}."""
+    run = running_run(task_folder, project_name)
+    add_member(run.task.project, user, "owner")
+    sink = RunEventSink(run, "L")
+    shown: dict[int, dict] = {}
+
+    def snapshot(label: str) -> None:
+        if client is None:
+            return
+        seq = Run.objects.get(pk=run.pk).last_seq
+        shown[seq] = client.get(f"/runs/{run.pk}/graph.json").json()["states"]
+
+    v1 = run.current_version.data
+    _probe(sink, "001-initial", 0, v1, 0.55, None, snapshot)
+    time.sleep(0.05)
+    child = copy.deepcopy(v1)
+    child["agents"][0]["prompt"] = (child["agents"][0].get("prompt") or "") + " Check the units first."
+    child["hash"] = "d" * 64
+    row = proposed_mutation(run, n=1, key=child["hash"], rationale="the first agent ignores units")
+    time.sleep(0.05)
+    decide(row, MutationStatus.APPROVED, "user:ada", "units matter here")
+    record_version(run, child, "mutator", "prompt_refinement on the first agent", 1)
+    time.sleep(0.05)
+    last_agent = v1["agents"][-1]["id"]
+    _probe(sink, "002-iter1", 1, child, 0.72, last_agent, snapshot)
+    result = {"initial": {"workflow_hash": v1["hash"], "J": 0.55, "official": {"ok": True, "value": 0.41}},
+              "final": {"workflow_hash": child["hash"], "J": 0.72, "official": {"ok": True, "value": 0.233}},
+              "baselines": {"constant": 0.9, "nearest_neighbour": 0.5}}
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED, result=result,
+                                         usage={"calls": 12, "tokens": 3456, "cost_usd": 0.0123})
+    run.refresh_from_db()
+    return run, shown
+
+
+@pytest.fixture
+def client(demo_user) -> Client:
+    c = Client()
+    c.force_login(demo_user)
+    return c
+
+
+def test_replay_lists_every_event_in_order_and_rebuilds_what_the_page_showed(light_task, client):
+    run, shown = record_run(light_task, "Replay", client)
+    data = client.get(f"/runs/{run.pk}/replay/events.json").json()
+    seqs = [e["seq"] for e in data["events"]]
+    assert seqs == list(range(1, run.last_seq + 1)), "every event, once, in seq order"
+    assert [e["kind"] for e in data["events"]] == list(run.events.order_by("seq").values_list("kind", flat=True))
+    assert all(a["ts"] <= b["ts"] for a, b in zip(data["events"], data["events"][1:]))
+    # no field computed from today's database leaks into the past: the first judgement knows no later best J
+    first_judged = next(e for e in data["events"] if e["kind"] == "judgement")
+    assert "best_J" not in first_judged["data"]["point"]
+    assert [m["status"] for m in data["mutations"]] == ["approved"] and data["mutations"][0]["decided_by"] == "user:ada"
+    assert [v["number"] for v in data["versions"]] == [1, 2]
+
+    assert len(shown) == 4
+    for seq, states in shown.items():
+        assert state_at(run, seq)["states"] == states, f"the DAG at event {seq}"
+        assert client.get(f"/runs/{run.pk}/replay/state.json?seq={seq}").json()["states"] == states
+    # the moments differ: the replay shows the run's past, not its end
+    first, *_, last = sorted(shown)
+    assert state_at(run, first)["states"] != state_at(run, run.last_seq)["states"]
+    assert "failed" in state_at(run, run.last_seq)["states"].values()
+
+    page = client.get(f"/runs/{run.pk}/replay")
+    assert page.status_code == 200 and b"replay-slider" in page.content
+    assert client.get(f"/runs/{run.pk}/replay/state.json?seq=x").status_code == 400
+
+
+def test_a_person_outside_the_project_cannot_replay_compare_or_export(light_task, client, django_user_model):
+    run, _ = record_run(light_task, "Private")
+    other, _ = record_run(light_task, "Private 2")
+    outsider = Client()
+    outsider.force_login(django_user_model.objects.create_user("eve", password="x" * 12))
+    for url in (f"/runs/{run.pk}/replay", f"/runs/{run.pk}/replay/events.json", f"/runs/{run.pk}/report.html",
+                f"/compare?runs={run.pk}&runs={other.pk}"):
+        assert outsider.get(url).status_code == 404, url
+
+
+def test_two_runs_side_by_side(light_task, client):
+    a, _ = record_run(light_task, "Compare A")
+    b, _ = record_run(light_task, "Compare B")
+    response = client.get(f"/compare?runs={a.pk}&runs={b.pk}")
+    assert response.status_code == 200
+    html = response.content.decode()
+    for run in (a, b):
+        assert f'data-run="{run.pk}" data-field="final"><strong>0.2330' in html
+        assert f'data-run="{run.pk}" data-field="initial">0.4100' in html
+    assert "baseline: nearest neighbour" in html and "3456" in html and "$0.0123" in html
+    assert "The two final workflows are the same." in html
+    assert html.count('"best_J"') == 2  # both J curves for the chart
+    bad = client.get(f"/compare?runs={a.pk}")
+    assert bad.status_code == 400 and "at least two runs" in bad.content.decode()
+    assert client.get("/compare?runs=1,x").status_code == 400
+
+
+def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(light_task, client, demo_user, tmp_path):
+    run, _ = record_run(light_task, "Report")
+    Annotation.objects.create(run=run, target_kind="mutation", target_ref=str(run.mutations.get().pk),
+                              labels=["good idea"], comment="units were the problem", author=demo_user)
+    response = client.get(f"/runs/{run.pk}/report.html")
+    assert response.status_code == 200 and "attachment" in response["Content-Disposition"]
+    html = response.content.decode()
+    assert not re.search(r"https?://", html), "a self-contained report requests nothing"
+    assert not re.search(r"<(script|link|img|iframe)\b", html)
+    assert '<td class="num" id="metric-final"><strong>0.2330</strong>' in html
+    assert '<svg class="workflow"' in html
+    for agent in run.current_version.data["agents"]:
+        assert agent["id"] in html
+    assert "units matter here" in html and "user:ada" in html   # the decision and who made it
+    assert "units were the problem" in html                     # the annotation
+    assert "the final workflow&#x27;s program" in html or "the final workflow's program" in html
+    assert "beats trivial baseline" in html
+
+    pdf = client.get(f"/runs/{run.pk}/report.pdf")
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+
+    out = tmp_path / "r.html"
+    call_command("report", str(run.pk), "--out", str(out), "--pdf")
+    assert out.read_text().startswith("<!doctype html>") and (tmp_path / "r.pdf").read_bytes().startswith(b"%PDF")

@@ -1,0 +1,96 @@
+"""Replay (time travel) of a run: its Event rows in seq order, each as the live message it was
+(webapp/runs/live.py), plus the studio rows that are not events (mutations and their decisions,
+workflow versions) with the time they happened. The replay page (static/js/replay.js) rebuilds
+the DAG, the scores, the queue, the versions and the evidence at any slider position from this
+one list; ``state_at`` is the same rebuild on the server, the reference the tests hold it to.
+
+Messages are shaped from the stored payload alone: what live.py adds from *today's* database
+(the incumbent J, the current version's label, the whole tree) would show the end of the run at
+every position, so replay leaves it out and the page derives it from the events before."""
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+
+from . import access, live
+from .models import Run
+from .presenters import agent_state, cytoscape_elements
+
+# Fields live.py computes from the database as it is now, not as it was at the event.
+NOW_FIELDS = {"judgement": ("best_J", "tokens", "calls"), "run_started": ("label", "version", "version_hash")}
+
+
+def _ts(dt) -> float | None:
+    return dt.timestamp() if dt else None
+
+
+def replay_message(row) -> dict:
+    """One stored event as a replay message: live.stored_message without what it reads from now."""
+    msg = live.stored_message(row)
+    data = dict(msg.get("data") or {})
+    data.pop("tree", None)  # the tree as it is now; tree runs replay their nodes from tree_node events
+    if row.kind == "judgement" and "point" in data:
+        data["point"] = {k: v for k, v in data["point"].items() if k not in NOW_FIELDS["judgement"]}
+    if row.kind == "run_started" and "graph" in data:
+        data["graph"] = {k: v for k, v in data["graph"].items() if k not in NOW_FIELDS["run_started"]}
+    if row.kind == "model_call":
+        data["cost_usd"] = (row.payload.get("budget_used") or {}).get("cost_usd")
+    return {**msg, "seq": row.seq, "ts": row.ts, "data": data}
+
+
+def replay_data(run: Run) -> dict:
+    """Everything the replay page needs, in one JSON document."""
+    events = [replay_message(row) for row in run.events.order_by("seq")]
+    versions = [{"number": v.number, "hash": v.hash, "author": v.author, "note": v.note[:300],
+                 "iteration": v.iteration, "ts": _ts(v.created)} for v in run.versions.order_by("number")]
+    mutations = [{"id": m.pk, "iteration": m.iteration, "kind": m.kind, "target": m.target,
+                  "rationale": m.rationale[:300], "status": m.status, "status_label": m.get_status_display(),
+                  "decided_by": m.decided_by, "reason": m.reason[:300], "ts": _ts(m.created),
+                  "decided_ts": _ts(m.decided_at), "J": (m.evidence or {}).get("J"),
+                  "incumbent_J": (m.evidence or {}).get("incumbent_J")}
+                 for m in run.mutations.order_by("created")]
+    return {"run": run.pk, "status": run.status, "metric": run.task.metric_name,
+            "higher_is_better": run.task.higher_is_better, "search": run.search,
+            "started": events[0]["ts"] if events else None, "ended": events[-1]["ts"] if events else None,
+            "events": events, "versions": versions, "mutations": mutations}
+
+
+def state_at(run: Run, seq: int) -> dict:
+    """The DAG panel as the run page showed it right after event ``seq``: the workflow of the
+    latest probe started by then, with the states its agents had reached (presenters.graph_state's
+    rule for a run that is going)."""
+    started = run.events.filter(kind="run_started", seq__lte=seq).order_by("-seq").first()
+    if started is None or not started.payload.get("workflow"):
+        version = run.versions.order_by("number").first()
+        workflow = version.data if version else {}
+        states: dict[str, str] = {}
+        source = None
+    else:
+        workflow, source = started.payload["workflow"], started.source
+        states = {}
+        for ev in run.events.filter(source=source, seq__lte=seq, kind__in=("agent_started", "agent_finished")):
+            states[ev.agent] = agent_state(ev.kind, ev.payload.get("status"))
+    for agent in workflow.get("agents", []):
+        states.setdefault(agent["id"], "waiting")
+    return {"seq": seq, "source": source, "states": states, "elements": cytoscape_elements(workflow, states),
+            "judged": run.events.filter(kind="judgement", seq__lte=seq).count()}
+
+
+def replay_page(request: HttpRequest, run_id: int) -> HttpResponse:
+    run, role = access.run_for(request.user, run_id)
+    return render(request, "runs/replay.html", {"run": run, "role": role})
+
+
+def replay_json(request: HttpRequest, run_id: int) -> JsonResponse:
+    run, _ = access.run_for(request.user, run_id)
+    return JsonResponse(replay_data(run))
+
+
+def replay_state(request: HttpRequest, run_id: int) -> JsonResponse:
+    """The DAG at one position (?seq=N), rebuilt on the server."""
+    run, _ = access.run_for(request.user, run_id)
+    try:
+        seq = int(request.GET.get("seq", run.last_seq))
+    except ValueError:
+        return JsonResponse({"error": "seq must be an integer event number"}, status=400)
+    return JsonResponse(state_at(run, seq))
