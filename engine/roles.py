@@ -85,7 +85,14 @@ def _strategy(code: str | None) -> tuple[str, str | None]:
 
 
 def _remember(ctx: RunContext, agent: Agent, role: str, kind: str, text: str, **kw) -> Record | None:
-    return ctx.memory.record(agent.id, role, kind, text, **kw) if ctx.memory is not None else None
+    """Record per the role's duties; the provenance event is, unless named, the latest one traced
+    (the model call or check the record comes from)."""
+    if ctx.memory is None:
+        return None
+    kw.setdefault("event_seq", None)
+    if kw["event_seq"] is None:
+        kw["event_seq"] = ctx.tracer.last_seq or None
+    return ctx.memory.record(agent.id, role, kind, text, **kw)
 
 
 def _cited(ctx: RunContext) -> tuple[tuple[str, int], ...]:

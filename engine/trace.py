@@ -113,6 +113,11 @@ class Tracer:
                 sink.emit(record)
         return record
 
+    @property
+    def last_seq(self) -> int:
+        """The number of the latest event emitted (0 before the first)."""
+        return self._seq
+
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()

@@ -76,12 +76,20 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 class SqliteEvidenceStore:
     """The evidence graph of one run, in ``path`` (created if missing)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, readonly: bool = False):
+        """``readonly``: open an existing graph for reading only (the studio's viewers); every
+        write then fails in SQLite itself. Raises EvidenceError when there is no such graph."""
         self.path = Path(path)
+        self._lock = threading.RLock()
+        if readonly:
+            if not self.path.is_file():
+                raise EvidenceError(f"no evidence graph at {self.path}")
+            self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
+                                       check_same_thread=False)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used by whichever thread runs the role (a lock keeps transactions whole).
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._lock = threading.RLock()
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)

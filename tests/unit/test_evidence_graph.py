@@ -109,3 +109,18 @@ def test_records_holding_every_word_come_before_those_holding_some(store):
     found = store.search(Query(text="residual shape mismatch", limit=5))
     assert found[0].id == every.id and some.id not in [r.id for r in found[:1]]
     assert len(found) == 5
+
+
+def test_a_graph_opened_read_only_reads_everything_and_writes_nothing(tmp_path):
+    from engine.evidence import Author, EvidenceError, Query, SqliteEvidenceStore
+
+    with pytest.raises(EvidenceError, match="no evidence graph"):
+        SqliteEvidenceStore(tmp_path / "missing.sqlite", readonly=True)
+    assert not (tmp_path / "missing.sqlite").exists()
+    store = SqliteEvidenceStore(tmp_path / "g.sqlite")
+    first = store.add("note", "the jump sits near x = 0.3", Author(person="user:ada"))
+    reader = SqliteEvidenceStore(tmp_path / "g.sqlite", readonly=True)
+    assert [r.id for r in reader.search(Query(text="jump"))] == [first.id]
+    with pytest.raises(Exception, match="readonly|read-only"):
+        reader.add("note", "sneaked in", Author(person="user:eve"))
+    assert store.count() == 1

@@ -35,7 +35,7 @@ def graph_path(run: Run) -> Path | None:
 def _open(run: Run) -> SqliteEvidenceStore | None:
     """The run's graph, when it exists (never created here: reading must not make one)."""
     path = graph_path(run)
-    return SqliteEvidenceStore(path) if path is not None and path.is_file() else None
+    return SqliteEvidenceStore(path, readonly=True) if path is not None and path.is_file() else None
 
 
 def author_label(author: dict) -> str:
