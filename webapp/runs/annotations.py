@@ -1,0 +1,494 @@
+"""Annotations, label sets and annotation queues (issue 13): the rules, apart from the views.
+
+A person annotates one thing in a run (models_team.TARGET_KINDS): labels from one of the
+project's label sets, a score on its scale or pass/fail, a comment; replies hang under an
+annotation. A queue is the items of some runs that match a reviewer's filter, frozen into
+QueueItem rows when it is made, so that every annotator works through the same list.
+Export and import turn annotations into rows of a dataset (JSONL or CSV) and back."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import QuerySet
+
+from . import agreement, live
+from .models import Event, Mutation, Project, Run, WorkflowVersion
+from .models_team import (TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind,
+                          audit)
+
+KINDS = tuple(k for k, _ in TARGET_KINDS)
+MAX_COMMENT = 5000
+MAX_LABELS = 9          # keys 1..9 pick them in a queue
+MAX_QUEUE_ITEMS = 2000  # a queue is worked through by hand
+
+
+class AnnotationRefused(ValueError):
+    """Bad input: nothing was written. ``http_status`` for the views."""
+
+    def __init__(self, message: str, http_status: int = 400):
+        super().__init__(message)
+        self.http_status = http_status
+
+
+# --- label sets -----------------------------------------------------------------------------
+
+def parse_labels(text: str) -> list[str]:
+    """Labels typed one a line (or comma-separated), trimmed, duplicates dropped, order kept."""
+    seen: list[str] = []
+    for part in re.split(r"[\n,]", text or ""):
+        label = part.strip()
+        if label and label not in seen:
+            seen.append(label[:80])
+    return seen
+
+
+def save_label_set(project: Project, user, name: str, labels: list[str], score_kind: str,
+                   scale_min: int = 1, scale_max: int = 5, label_set: LabelSet | None = None) -> LabelSet:
+    name = (name or "").strip()
+    if not name:
+        raise AnnotationRefused("a label set needs a name")
+    if not labels:
+        raise AnnotationRefused("a label set needs at least one label")
+    if len(labels) > MAX_LABELS:
+        raise AnnotationRefused(f"at most {MAX_LABELS} labels (the keys 1-9 pick them), not {len(labels)}")
+    if score_kind not in ScoreKind.values:
+        raise AnnotationRefused(f"unknown score kind {score_kind!r}")
+    if score_kind == ScoreKind.SCALE and scale_min >= scale_max:
+        raise AnnotationRefused(f"the scale's minimum {scale_min} must be below its maximum {scale_max}")
+    clash = LabelSet.objects.filter(project=project, name=name)
+    if label_set is not None:
+        clash = clash.exclude(pk=label_set.pk)
+    if clash.exists():
+        raise AnnotationRefused(f"{project.name} has a label set called {name!r} already", 409)
+    row = label_set or LabelSet(project=project, created_by=user)
+    row.name, row.labels, row.score_kind, row.scale_min, row.scale_max = name, labels, score_kind, scale_min, scale_max
+    row.save()
+    return row
+
+
+# --- targets --------------------------------------------------------------------------------
+
+def target_exists(run: Run, kind: str, ref: str) -> bool:
+    """Whether ``ref`` names something of that kind in this run. Artifacts and evidence records
+    live in the run's folder, so only their key's shape is checked."""
+    if kind == "event":
+        return ref.isdigit() and Event.objects.filter(run=run, seq=int(ref)).exists()
+    if kind == "mutation":
+        return ref.isdigit() and Mutation.objects.filter(run=run, pk=int(ref)).exists()
+    if kind == "version":
+        return ref.isdigit() and WorkflowVersion.objects.filter(run=run, number=int(ref)).exists()
+    if kind == "artifact":
+        return re.fullmatch(r"[0-9a-f]{64}", ref) is not None
+    if kind == "evidence":
+        return ref.isdigit()
+    return False
+
+
+def describe_target(run: Run, kind: str, ref: str) -> dict[str, Any]:
+    """What an annotator (and an exported row) sees of the item: a title and a few facts."""
+    if kind == "event":
+        e = Event.objects.filter(run=run, seq=int(ref)).first() if ref.isdigit() else None
+        if e:
+            from .templatetags.studio import event_summary
+            return {"title": f"event #{e.seq} · {e.kind}", "kind": e.kind, "agent": e.agent,
+                    "iteration": e.iteration, "summary": event_summary(e), "payload": e.payload}
+    elif kind == "mutation":
+        m = Mutation.objects.filter(run=run, pk=int(ref)).first() if ref.isdigit() else None
+        if m:
+            return {"title": f"mutation {m.pk} · iteration {m.iteration} · {m.kind} on {m.target}",
+                    "kind": m.kind, "agent": m.target, "iteration": m.iteration, "summary": m.rationale,
+                    "payload": {"status": m.status, "rule_accepts": m.rule_accepts, "evidence": m.evidence}}
+    elif kind == "version":
+        v = WorkflowVersion.objects.filter(run=run, number=int(ref)).first() if ref.isdigit() else None
+        if v:
+            return {"title": f"version {v.number} by {v.author}", "kind": "version", "agent": v.author,
+                    "iteration": v.iteration, "summary": v.note, "payload": {"hash": v.hash}}
+    return {"title": f"{kind} {ref}", "kind": kind, "agent": "", "iteration": None, "summary": "", "payload": {}}
+
+
+# --- annotations ----------------------------------------------------------------------------
+
+def _number(value: Any, what: str) -> float | None:
+    if value in (None, ""):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise AnnotationRefused(f"{what} must be a number, not {value!r}") from None
+
+
+def _passed(value: Any) -> bool | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("pass", "passed", "true", "yes", "1"):
+        return True
+    if text in ("fail", "failed", "false", "no", "0"):
+        return False
+    raise AnnotationRefused(f"pass/fail must be pass or fail, not {value!r}")
+
+
+def checked_values(label_set: LabelSet | None, labels: Iterable[str], score: Any, passed: Any) -> tuple[list[str], float | None, bool | None]:
+    """The labels, score and pass/fail an annotation may carry under ``label_set``."""
+    labels = [str(x).strip() for x in labels if str(x).strip()]
+    score_value, passed_value = _number(score, "the score"), _passed(passed)
+    if label_set is None:
+        if labels or score_value is not None or passed_value is not None:
+            raise AnnotationRefused("labels and scores need a label set")
+        return [], None, None
+    unknown = [x for x in labels if x not in label_set.labels]
+    if unknown:
+        raise AnnotationRefused(f"{', '.join(map(repr, unknown))} not in label set {label_set.name!r} "
+                                f"({', '.join(label_set.labels)})")
+    if score_value is not None:
+        if label_set.score_kind != ScoreKind.SCALE:
+            raise AnnotationRefused(f"label set {label_set.name!r} has no score scale")
+        if not label_set.scale_min <= score_value <= label_set.scale_max:
+            raise AnnotationRefused(f"the score {score_value:g} is outside {label_set.scale_min}-{label_set.scale_max}")
+    if passed_value is not None and label_set.score_kind != ScoreKind.PASS_FAIL:
+        raise AnnotationRefused(f"label set {label_set.name!r} is not scored pass/fail")
+    return labels, score_value, passed_value
+
+
+def annotate(run: Run, user, target_kind: str, target_ref: str, *, label_set: LabelSet | None = None,
+             labels: Iterable[str] = (), score: Any = None, passed: Any = None, comment: str = "",
+             parent: Annotation | None = None, queue_item: QueueItem | None = None, skipped: bool = False,
+             source: str = "", author=None, record: bool = True) -> Annotation:
+    """Write one annotation (or a reply, or a queue skip); refuses bad input writing nothing."""
+    comment = (comment or "").strip()
+    if len(comment) > MAX_COMMENT:
+        raise AnnotationRefused(f"a comment holds at most {MAX_COMMENT} characters, not {len(comment)}")
+    if parent is not None:
+        if parent.run_id != run.pk:
+            raise AnnotationRefused("a reply must be in the annotation's run")
+        if not comment:
+            raise AnnotationRefused("a reply needs a comment")
+        target_kind, target_ref, label_set = parent.target_kind, parent.target_ref, None
+        labels, score, passed = (), None, None
+    if target_kind not in KINDS:
+        raise AnnotationRefused(f"unknown target kind {target_kind!r}: one of {', '.join(KINDS)}")
+    target_ref = str(target_ref).strip()
+    if not target_exists(run, target_kind, target_ref):
+        raise AnnotationRefused(f"run {run.pk} has no {target_kind} {target_ref!r}", 404)
+    if label_set is not None and label_set.project_id != run.task.project_id:
+        raise AnnotationRefused("that label set belongs to another project")
+    labels, score, passed = checked_values(label_set, labels, score, passed)
+    if not skipped and parent is None and not (labels or score is not None or passed is not None or comment):
+        raise AnnotationRefused("choose a label, a score or write a comment")
+    row = Annotation.objects.create(
+        run=run, target_kind=target_kind, target_ref=target_ref, label_set=label_set, labels=labels, score=score,
+        passed=passed, comment=comment, parent=parent, queue_item=queue_item, skipped=skipped,
+        author=author or user, source=source)
+    if record and not skipped:
+        audit(run.task.project, user, "annotation", run=run, annotation=row.pk, target=f"{target_kind}:{target_ref}",
+              reply_to=parent.pk if parent else None, labels=labels)
+    return row
+
+
+def annotation_message(row: Annotation) -> dict:
+    """What every viewer of the run is told: which target's list to fetch again."""
+    return live.studio_message("annotation", annotation=row.pk, target_kind=row.target_kind,
+                               target_ref=row.target_ref, parent=row.parent_id,
+                               author=row.author.get_username() if row.author else "", labels=row.labels)
+
+
+def thread(run: Run, target_kind: str, target_ref: str) -> list[Annotation]:
+    """The target's annotations, oldest first, each with ``.thread`` (its replies, oldest first)."""
+    rows = list(Annotation.objects.filter(run=run, target_kind=target_kind, target_ref=str(target_ref), skipped=False)
+                .select_related("author", "label_set").order_by("created", "pk"))
+    by_parent: dict[int | None, list[Annotation]] = {}
+    for row in rows:
+        by_parent.setdefault(row.parent_id, []).append(row)
+    for row in rows:
+        row.thread = by_parent.get(row.pk, [])
+    return by_parent.get(None, [])
+
+
+# --- queues ---------------------------------------------------------------------------------
+
+def _failed(checks: Any) -> bool:
+    return isinstance(checks, list) and any(isinstance(c, dict) and c.get("passed") is False for c in checks)
+
+
+def event_failed_a_check(e: Event) -> bool:
+    p = e.payload or {}
+    return (e.kind == "check" and p.get("passed") is False) or _failed(p.get("checks"))
+
+
+def parse_filter(project: Project, data: dict) -> dict:
+    """A queue's filter from a form or JSON; runs must be the project's."""
+    def listed(key: str) -> list[str]:
+        value = data.get(key) or []
+        if isinstance(value, str):
+            value = [v for v in re.split(r"[\s,]+", value) if v]
+        return [str(v).strip() for v in value if str(v).strip()]
+
+    runs = []
+    for value in listed("runs"):
+        if not value.isdigit():
+            raise AnnotationRefused(f"run ids are numbers, not {value!r}")
+        runs.append(int(value))
+    known = set(Run.objects.filter(task__project=project, pk__in=runs).values_list("pk", flat=True))
+    missing = [r for r in runs if r not in known]
+    if missing:
+        raise AnnotationRefused(f"{project.name} has no run {', '.join(map(str, missing))}")
+    iteration = str(data.get("iteration") or "").strip()
+    if iteration and not re.fullmatch(r"-?[0-9]{1,9}", iteration):
+        raise AnnotationRefused(f"the iteration is a whole number, not {iteration!r}")
+    target_kind = data.get("target_kind") or "event"
+    if target_kind not in ("event", "mutation"):
+        raise AnnotationRefused("a queue holds trace events or mutations")
+    check = data.get("check_failed")
+    return {"runs": runs, "agents": listed("agents"), "kinds": listed("kinds"),
+            "check_failed": check in (True, "on", "true", "1", "yes"),
+            "iteration": int(iteration) if iteration else None, "target_kind": target_kind}
+
+
+def matching_items(project: Project, flt: dict) -> list[tuple[int, str, str]]:
+    """(run id, target kind, target ref) of everything the filter picks, in run then trace order."""
+    runs = Run.objects.filter(task__project=project)
+    if flt.get("runs"):
+        runs = runs.filter(pk__in=flt["runs"])
+    out: list[tuple[int, str, str]] = []
+    if flt.get("target_kind") == "mutation":
+        qs = Mutation.objects.filter(run__in=runs).order_by("run_id", "iteration", "pk")
+        if flt.get("agents"):
+            qs = qs.filter(target__in=flt["agents"])
+        if flt.get("kinds"):
+            qs = qs.filter(kind__in=flt["kinds"])
+        if flt.get("iteration") is not None:
+            qs = qs.filter(iteration=flt["iteration"])
+        for m in qs.iterator():
+            if not flt.get("check_failed") or _failed((m.evidence or {}).get("checks")):
+                out.append((m.run_id, "mutation", str(m.pk)))
+        return out[:MAX_QUEUE_ITEMS]
+    qs: QuerySet[Event] = Event.objects.filter(run__in=runs).order_by("run_id", "seq")
+    if flt.get("agents"):
+        qs = qs.filter(agent__in=flt["agents"])
+    if flt.get("kinds"):
+        qs = qs.filter(kind__in=flt["kinds"])
+    if flt.get("iteration") is not None:
+        qs = qs.filter(iteration=flt["iteration"])
+    for e in qs.only("run_id", "seq", "kind", "payload").iterator():
+        if not flt.get("check_failed") or event_failed_a_check(e):
+            out.append((e.run_id, "event", str(e.seq)))
+            if len(out) >= MAX_QUEUE_ITEMS:
+                break
+    return out
+
+
+def make_queue(project: Project, user, name: str, label_set: LabelSet, flt: dict) -> AnnotationQueue:
+    name = (name or "").strip()
+    if not name:
+        raise AnnotationRefused("a queue needs a name")
+    if label_set.project_id != project.pk:
+        raise AnnotationRefused("that label set belongs to another project")
+    items = matching_items(project, flt)
+    if not items:
+        raise AnnotationRefused("nothing in the project's runs matches that filter")
+    with transaction.atomic():
+        queue = AnnotationQueue.objects.create(project=project, name=name, label_set=label_set, filter=flt,
+                                               created_by=user)
+        QueueItem.objects.bulk_create(QueueItem(queue=queue, position=i, run_id=run_id, target_kind=kind, target_ref=ref)
+                                      for i, (run_id, kind, ref) in enumerate(items, start=1))
+    return queue
+
+
+def latest_by_annotator(queue: AnnotationQueue) -> dict[int, dict[str, Annotation]]:
+    """Each item's (by id) latest annotation per annotator made through the queue, skips included."""
+    out: dict[int, dict[str, Annotation]] = {}
+    for row in (Annotation.objects.filter(queue_item__queue=queue, parent=None).select_related("author")
+                .order_by("created", "pk")):
+        who = row.author.get_username() if row.author else "?"
+        out.setdefault(row.queue_item_id, {})[who] = row
+    return out
+
+
+def progress(queue: AnnotationQueue, user) -> dict[str, int]:
+    total = queue.items.count()
+    done = (Annotation.objects.filter(queue_item__queue=queue, author=user, parent=None)
+            .values("queue_item").distinct().count())
+    return {"total": total, "done": done, "left": total - done}
+
+
+@dataclass
+class Agreement:
+    name: str          # a label, or "pass/fail", or "score"
+    method: str        # cohen, fleiss, none
+    kappa: float | None
+    items: int
+    words: str
+
+
+def queue_agreement(queue: AnnotationQueue) -> tuple[list[Agreement], list[str]]:
+    """Agreement per label (present or absent on an item) and on pass/fail, over the items
+    annotated (not skipped) by at least two people; and who annotated."""
+    latest = latest_by_annotator(queue)
+    rated = {item: {who: a for who, a in per.items() if not a.skipped} for item, per in latest.items()}
+    annotators = sorted({who for per in rated.values() for who in per})
+    rows: list[Agreement] = []
+    ls = queue.label_set
+    for label in ls.labels:
+        method, value, n = agreement.kappa({i: {w: label in a.labels for w, a in per.items()} for i, per in rated.items()})
+        rows.append(Agreement(label, method, value, n, agreement.interpret(value)))
+    if ls.score_kind == ScoreKind.PASS_FAIL:
+        method, value, n = agreement.kappa({i: {w: a.passed for w, a in per.items() if a.passed is not None}
+                                            for i, per in rated.items()})
+        rows.append(Agreement("pass/fail", method, value, n, agreement.interpret(value)))
+    elif ls.score_kind == ScoreKind.SCALE:
+        # Scores as categories (unweighted kappa): an exact match agrees, anything else does not.
+        method, value, n = agreement.kappa({i: {w: a.score for w, a in per.items() if a.score is not None}
+                                            for i, per in rated.items()})
+        rows.append(Agreement("score", method, value, n, agreement.interpret(value)))
+    return rows, annotators
+
+
+# --- export and import ----------------------------------------------------------------------
+
+COLUMNS = ["annotation", "run", "target_kind", "target_ref", "item_kind", "agent", "iteration", "summary",
+           "queue", "position", "label_set", "labels", "score", "passed", "comment", "reply_to", "skipped",
+           "author", "created", "source"]
+LABEL_SEP = "|"
+
+
+def export_rows(annotations: QuerySet[Annotation]) -> list[dict[str, Any]]:
+    """One row per annotation with what it was about (the item's kind, agent, iteration, summary)."""
+    rows, described = [], {}
+    for a in annotations.select_related("author", "label_set", "queue_item__queue", "run").order_by("run_id", "pk"):
+        key = (a.run_id, a.target_kind, a.target_ref)
+        if key not in described:
+            described[key] = describe_target(a.run, a.target_kind, a.target_ref)
+        d = described[key]
+        rows.append({"annotation": a.pk, "run": a.run_id, "target_kind": a.target_kind, "target_ref": a.target_ref,
+                     "item_kind": d["kind"], "agent": d["agent"], "iteration": d["iteration"],
+                     "summary": (d["summary"] or "")[:500],
+                     "queue": a.queue_item.queue.name if a.queue_item else "",
+                     "position": a.queue_item.position if a.queue_item else None,
+                     "label_set": a.label_set.name if a.label_set else "", "labels": list(a.labels),
+                     "score": a.score, "passed": a.passed, "comment": a.comment, "reply_to": a.parent_id,
+                     "skipped": a.skipped, "author": a.author.get_username() if a.author else "",
+                     "created": a.created.isoformat(), "source": a.source})
+    return rows
+
+
+def to_jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def to_csv(rows: list[dict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS)
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({**r, "labels": LABEL_SEP.join(r["labels"]),
+                         "passed": "" if r["passed"] is None else ("pass" if r["passed"] else "fail"),
+                         "score": "" if r["score"] is None else r["score"],
+                         "position": "" if r["position"] is None else r["position"],
+                         "reply_to": r["reply_to"] or "", "iteration": "" if r["iteration"] is None else r["iteration"]})
+    return out.getvalue()
+
+
+class ImportFailed(ValueError):
+    """Rows that cannot be imported, each named by line and column; nothing was written."""
+
+    def __init__(self, filename: str, problems: list[str]):
+        self.filename, self.problems = filename, problems
+        super().__init__(f"{filename}: {len(problems)} bad row(s), nothing imported:\n" + "\n".join(problems[:50]))
+
+
+def read_rows(filename: str, text: str) -> list[tuple[int, dict]]:
+    """(line number, row) from JSONL or CSV, chosen by the file name (``.csv`` or else JSONL)."""
+    if filename.lower().endswith(".csv"):
+        reader = csv.DictReader(io.StringIO(text))
+        missing = [c for c in ("run", "target_kind", "target_ref") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ImportFailed(filename, [f"line 1: missing column(s) {', '.join(missing)}"])
+        rows = []
+        for row in reader:
+            labels = (row.get("labels") or "").strip()
+            rows.append((reader.line_num, {**row, "labels": [x for x in labels.split(LABEL_SEP) if x.strip()]}))
+        return rows
+    rows, problems = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problems.append(f"line {n}: not JSON ({exc.msg})")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"line {n}: not a JSON object")
+            continue
+        rows.append((n, row))
+    if problems:
+        raise ImportFailed(filename, problems)
+    return rows
+
+
+def import_rows(project: Project, user, filename: str, text: str, default_label_set: LabelSet | None = None) -> list[Annotation]:
+    """Labels from another tool (or an export), matched to the project's runs by run + target.
+    Every row is checked first; any bad row is reported and nothing is written."""
+    rows = read_rows(filename, text)
+    users = get_user_model().objects
+    label_sets = {ls.name: ls for ls in project.label_sets.all()}
+    runs = {r.pk: r for r in Run.objects.filter(task__project=project).select_related("task")}
+    problems: list[str] = []
+    planned: list[dict] = []
+    for line, row in rows:
+        def bad(column: str, why: str) -> None:
+            problems.append(f"line {line}, column {column}: {why}")
+
+        run_id = str(row.get("run", "")).strip()
+        run = runs.get(int(run_id)) if run_id.isdigit() else None
+        if run is None:
+            bad("run", f"{project.name} has no run {run_id!r}")
+            continue
+        kind, ref = str(row.get("target_kind", "")).strip(), str(row.get("target_ref", "")).strip()
+        if kind not in KINDS:
+            bad("target_kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+            continue
+        if not target_exists(run, kind, ref):
+            bad("target_ref", f"run {run.pk} has no {kind} {ref!r}")
+            continue
+        ls_name = str(row.get("label_set") or "").strip()
+        label_set = label_sets.get(ls_name) if ls_name else default_label_set
+        if ls_name and label_set is None:
+            bad("label_set", f"{project.name} has no label set {ls_name!r}")
+            continue
+        labels = row.get("labels") or []
+        if isinstance(labels, str):
+            labels = [x for x in labels.split(LABEL_SEP) if x.strip()]
+        try:
+            labels, score, passed = checked_values(label_set, labels, row.get("score"), row.get("passed"))
+        except AnnotationRefused as exc:
+            column = "labels" if "label" in str(exc) else ("passed" if "pass" in str(exc) else "score")
+            bad(column, str(exc))
+            continue
+        comment = str(row.get("comment") or "").strip()
+        if not (labels or score is not None or passed is not None or comment):
+            bad("labels", "no label, score, pass/fail or comment")
+            continue
+        author_name = str(row.get("author") or "").strip()
+        author = users.filter(username=author_name).first() if author_name else None
+        planned.append(dict(run=run, target_kind=kind, target_ref=ref, label_set=label_set, labels=labels,
+                            score=score, passed=passed, comment=comment[:MAX_COMMENT], author=author or user))
+    if problems:
+        raise ImportFailed(filename, problems)
+    if not planned:
+        raise ImportFailed(filename, ["no rows"])
+    source = f"import:{filename}"[:120]
+    with transaction.atomic():
+        made = [Annotation.objects.create(**p, source=source) for p in planned]
+        audit(project, user, "import", file=filename, rows=len(made),
+              runs=sorted({p["run"].pk for p in planned}))
+    return made
