@@ -260,6 +260,10 @@
       document.getElementById("rewire-contract").value = o.contract || "";
     }
     if (t.id === "procedure-role") document.getElementById("procedure-text").value = t.selectedOptions[0].dataset.text || "";
+    if (t.id === "memory-role") {
+      const o = t.selectedOptions[0].dataset;
+      for (const f of ["records", "retrieves", "subscribes", "hints", "limit"]) document.getElementById("memory-" + f).value = o[f] || "";
+    }
   });
 
   const recent = document.getElementById("recent-messages");

@@ -168,6 +168,25 @@ def test_a_valid_procedure_edit_becomes_a_version_by_that_person(run, client):
     assert edit.workflow.hash == v2.hash and edit.author == "user:ada"
 
 
+def test_a_memory_policy_edit_is_validated_like_any_other_edit(run, client):
+    editor = client.get(f"/runs/{run.pk}/editor").content.decode()
+    assert 'id="memory-role"' in editor and "check_result" in editor  # the planner's current retrieval shown
+    page = client.post(f"/runs/{run.pk}/editor", {"kind": "memory", "role": "planner", "records": "plan",
+                                                  "retrieves": "check_result, note", "subscribes": "note",
+                                                  "hints": "jump, outlier", "limit": "3", "note": "less to read"})
+    assert page.status_code == 200 and b"Saved as v2" in page.content
+    planner = run.versions.get(number=2).data["harness"]["memory"]["roles"]["planner"]
+    assert planner == {"records": ["plan"], "retrieves": ["check_result", "note"], "hints": ["jump", "outlier"],
+                       "limit": 3, "subscribes": ["note"]}
+    for bad, says in (({"retrieves": "gossip"}, b"unknown record kind"), ({"limit": "-1"}, b"whole number"),
+                      ({"role": "oracle"}, b"no role")):
+        form = {"kind": "memory", "role": "planner", "records": "plan", "retrieves": "note", "subscribes": "",
+                "hints": "", "limit": "3", **bad}
+        page = client.post(f"/runs/{run.pk}/editor", form)
+        assert page.status_code == 422 and says in page.content and b"nothing changed" in page.content
+    assert run.versions.count() == 2
+
+
 def _event(run: Run, seq: int, kind: str, agent: str, iteration: int, payload: dict) -> Event:
     return Event.objects.create(run=run, seq=seq, kind=kind, agent=agent, iteration=iteration, ts=1.0,
                                 source="probe", payload=payload)

@@ -1,7 +1,9 @@
-"""A person's edit of a run's workflow: a contract, an edge, a role procedure or an agent's
-prompt. Every edit goes through the engine's own mutation and validation rules, so an invalid
+"""A person's edit of a run's workflow: a contract, an edge, a role procedure, an agent's
+prompt or a role's memory policy. Every edit goes through the engine's own mutation and validation rules, so an invalid
 type or a cycle is refused with the engine's message and nothing changes."""
 from __future__ import annotations
+
+import re
 
 from engine.contracts import parse_type
 from engine.errors import ContractSyntaxError, WorkflowValidationError
@@ -41,6 +43,24 @@ def _edge_key(text: str) -> tuple[str, str, str]:
     return source, target, artifact
 
 
+def _words(text: str) -> list[str]:
+    """A comma- or space-separated list from a form field, as typed."""
+    return [w for w in re.split(r"[,\s]+", text.strip()) if w]
+
+
+def memory_params(form: dict) -> dict:
+    """One role's memory policy from the editor's fields: record kinds it records, retrieves and
+    subscribes to (comma-separated), query hints (comma-separated words) and its limit. The
+    engine's workflow rules judge the kinds and the limit."""
+    limit = form.get("limit", "").strip()
+    if not re.fullmatch(r"[0-9]{1,6}", limit):
+        raise EditRejected([f"the record limit is a whole number of records, not {limit[:20]!r}"])
+    hints = [h.strip() for h in form.get("hints", "").split(",") if h.strip()]
+    return {"role": form["role"], "records": _words(form.get("records", "")),
+            "retrieves": _words(form.get("retrieves", "")), "subscribes": _words(form.get("subscribes", "")),
+            "hints": hints, "limit": int(limit)}
+
+
 def mutation_from_form(kind: str, form: dict) -> Mutation:
     """The engine mutation a form describes. Raises EditRejected on a malformed form."""
     problems = _form_problems(form)
@@ -70,6 +90,8 @@ def mutation_from_form(kind: str, form: dict) -> Mutation:
                             form.get("note", ""))
         if kind == "prompt":
             return Mutation("prompt_refinement", form["agent"], {"prompt": form["prompt"].strip()}, form.get("note", ""))
+        if kind == "memory":
+            return Mutation("memory_policy_change", f"memory.{form['role']}", memory_params(form), form.get("note", ""))
     except (KeyError, ValueError) as exc:
         raise EditRejected([f"the form is incomplete: {exc}"]) from exc
     raise EditRejected([f"unknown kind of edit {kind[:40]!r}"])

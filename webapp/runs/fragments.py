@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
+from engine.evidence.graph import RECORD_KINDS
+from engine.harness import ROLES, MemoryPolicy
 from engine.search import registry
 
 from . import access
@@ -75,7 +77,17 @@ def editor_context(run: Run, role: Role | None, version=None) -> dict:
         context["edge_list"] = data.get("edges", [])
         context["agents"] = data.get("agents", [])
         context["procedures"] = sorted((data.get("harness", {}).get("procedures") or {}).items())
+        context["memory_roles"] = memory_rows(data)
+        context["record_kinds"] = RECORD_KINDS
     return context
+
+
+def memory_rows(data: dict) -> list[dict]:
+    """Each role's memory policy as the editor's fields show it (comma-separated)."""
+    policy = MemoryPolicy.from_dict((data.get("harness") or {}).get("memory") or {})
+    return [{"role": r, "records": ", ".join(m.records), "retrieves": ", ".join(m.retrieves),
+             "subscribes": ", ".join(m.subscribes), "hints": ", ".join(m.hints), "limit": m.limit}
+            for r, m in ((r, policy.role(r)) for r in ROLES)]
 
 
 def editor(run: Run, role: Role | None) -> str:

@@ -158,8 +158,14 @@ def workflow_lines(data: dict) -> list[str]:
         lines.append(f"procedure {role}: {text}")
     for k, v in sorted((harness.get("coordination") or {}).items()):
         lines.append(f"coordination {k}: {json.dumps(v)}")
-    for k, v in sorted((harness.get("memory") or {}).items()):
-        lines.append(f"memory {k}: {json.dumps(v)}")
+    memory = harness.get("memory") or {}
+    if "roles" in memory:  # one line per role and field, so a diff shows exactly what changed
+        for role, policy in sorted(memory["roles"].items()):
+            for k, v in policy.items():
+                lines.append(f"memory {role} {k}: {json.dumps(v)}")
+    else:  # a workflow saved before per-role policies
+        for k, v in sorted(memory.items()):
+            lines.append(f"memory {k}: {json.dumps(v)}")
     return lines
 
 
