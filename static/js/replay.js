@@ -86,22 +86,24 @@
     const traces = [
       { x, y: points.map((p) => p.J), name: "J", mode: "lines+markers", line: { width: 3, color: "#1d2430" } },
       { x, y: points.map((p) => p.best_J), name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } },
-      { x, y: points.map((p) => p.validation), name: "validation " + (data.metric || ""), yaxis: "y2", mode: "markers", marker: { size: 8, color: "#6b5bd6" } },
     ];
+    // the validation metric on its own axis, once some probe has one (its scale is the task's)
+    const hasValidation = points.some((p) => p.validation != null);
+    if (hasValidation) traces.push({ x, y: points.map((p) => p.validation), name: "validation " + (data.metric || ""), yaxis: "y2", mode: "markers", marker: { size: 8, color: "#6b5bd6" } });
     const maxIt = Math.max(4, ...data.events.filter((e) => e.kind === "judgement" && e.data.point).map((e) => e.data.point.iteration));
     Plotly.react("chart-j", traces, {
       margin: { l: 44, r: 54, t: 14, b: 60 }, height: 260, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff",
       xaxis: { title: { text: "iteration" }, range: [-0.5, maxIt + 0.5], dtick: 1 }, yaxis: { title: { text: "J" }, range: [0, 1.02] },
-      yaxis2: { overlaying: "y", side: "right", title: { text: data.metric || "validation" } },
+      ...(hasValidation ? { yaxis2: { overlaying: "y", side: "right", title: { text: data.metric || "validation" } } } : {}),
       legend: { orientation: "h", x: 0, y: -0.3, font: { size: 10 } },
     }, { displayModeBar: false, responsive: true });
     $("budget").textContent = used ? used.tokens + " tokens · " + used.calls + " calls" : "";
   }
 
-  function fill(list, items, render) {
+  function fill(list, items, render, empty = true) {
     list.replaceChildren();
     for (const item of items) { const li = document.createElement("li"); render(li, item); list.appendChild(li); }
-    if (!items.length) { const li = document.createElement("li"); li.className = "muted"; li.textContent = "none yet"; list.appendChild(li); }
+    if (!items.length && empty) { const li = document.createElement("li"); li.className = "muted"; li.textContent = "none yet"; list.appendChild(li); }
   }
 
   function describe(e) {
@@ -138,7 +140,7 @@
     const kinds = {};
     for (const r of s.records) kinds[r.kind] = (kinds[r.kind] || 0) + 1;
     $("replay-ev-count").textContent = s.records.length + " records";
-    fill($("replay-ev-kinds"), Object.entries(kinds), (li, [k, n]) => { li.textContent = k + ": " + n; });
+    fill($("replay-ev-kinds"), Object.entries(kinds), (li, [k, n]) => { li.textContent = k + ": " + n; }, false);
     fill($("replay-evidence"), s.records.slice(-12).reverse(), (li, r) => {
       li.textContent = "#" + r.id + " " + r.kind + " · " + (r.author_label || "") + " · " + (r.preview || r.text || "");
     });

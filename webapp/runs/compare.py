@@ -88,7 +88,7 @@ def comparison(runs: list[Run]) -> dict:
     series = [{"run": c["run"].pk, "label": f"run {c['run'].pk} · {c['task'].name} · {c['run'].search}",
                **score_series(c["run"])} for c in columns]
     return {"columns": columns, "diffs": diffs, "baseline_rows": baseline_rows, "series": series,
-            "same_task": len({c["task"].pk for c in columns}) == 1}
+            "same_task": len({(c["task"].name, c["metric"]) for c in columns}) == 1}
 
 
 def compare_page(request: HttpRequest) -> HttpResponse:

@@ -12,9 +12,12 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from engine.protocol.events import PayloadError, parse_payload
+
 from . import access, live
 from .models import Run
 from .presenters import agent_state, cytoscape_elements
+from .tree_view import TREE_KINDS
 
 # Fields live.py computes from the database as it is now, not as it was at the event.
 NOW_FIELDS = {"judgement": ("best_J", "tokens", "calls"), "run_started": ("label", "version", "version_hash")}
@@ -26,9 +29,17 @@ def _ts(dt) -> float | None:
 
 def replay_message(row) -> dict:
     """One stored event as a replay message: live.stored_message without what it reads from now."""
+    if row.kind in TREE_KINDS:
+        # live.py attaches the whole tree as it is *now* to these (a query per event): replay
+        # keeps the event's own fields, from which the tree at any moment follows
+        try:
+            data = live._small(parse_payload(row.kind, row.payload))
+        except PayloadError:
+            data = {}
+        return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
+                "source": row.source, "ts": row.ts, "data": data}
     msg = live.stored_message(row)
     data = dict(msg.get("data") or {})
-    data.pop("tree", None)  # the tree as it is now; tree runs replay their nodes from tree_node events
     if row.kind == "judgement" and "point" in data:
         data["point"] = {k: v for k, v in data["point"].items() if k not in NOW_FIELDS["judgement"]}
     if row.kind == "run_started" and "graph" in data:

@@ -55,7 +55,13 @@ def workflow_svg(workflow: dict) -> str:
            f'viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="Final workflow">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="8" markerHeight="8" '
            'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#67758a"/></marker></defs>']
+    parallel: dict[tuple[str, str], list[dict]] = {}
     for e in workflow.get("edges", []):
+        parallel.setdefault((e["source"], e["target"]), []).append(e)
+    for (source, target), group in parallel.items():
+        # several artifacts on one handoff: one arrow, their names on one label
+        e = {"source": source, "target": target, "artifact": ", ".join(g["artifact"] for g in group),
+             "contract": "; ".join(f'{g["artifact"]}: {g["contract"]}' for g in group)}
         if e["source"] not in at or e["target"] not in at:
             continue
         (x1, y1), (x2, y2) = at[e["source"]], at[e["target"]]
@@ -71,7 +77,7 @@ def workflow_svg(workflow: dict) -> str:
                        f'stroke-width="1.5" marker-end="url(#arrow)"/>')
             lx, ly = (x1 + x2) / 2 + 6, (y1 + y2) / 2 + 4
         out.append(f'<text x="{lx:.0f}" y="{ly:.0f}" font-size="10" fill="#2c3a4c">'
-                   f'<title>{_e(e["artifact"])}: {_e(e["contract"])}</title>{_e(short(e["artifact"], 28))}</text>')
+                   f'<title>{_e(e["artifact"])}: {_e(e["contract"])}</title>{_e(short(e["artifact"], 40))}</text>')
     for r in workflow.get("routes", []):
         if r["source"] not in at or r["target"] not in at:
             continue
@@ -206,7 +212,7 @@ def decisions(run: Run) -> list[dict]:
         rows.append({"iteration": m.iteration, "kind": m.kind, "target": m.target, "rationale": m.rationale[:400],
                      "status": m.get_status_display(), "by": m.decided_by or "–", "reason": m.reason[:400],
                      "when": m.decided_at, "person": m.status in PEOPLE or m.decided_by.startswith("user:"),
-                     "J": (m.evidence or {}).get("J")})
+                     "J": (m.evidence or {}).get("J", (m.proposal.get("evidence") or {}).get("J"))})
     return rows
 
 
