@@ -45,6 +45,22 @@
   }
 
   // --- drawing -------------------------------------------------------------------------------
+  // As on the run page: room between layers, and parallel handoffs share one label (one line each).
+  function spaced(elements) {
+    const groups = {};
+    const out = elements.map((e) => {
+      const d = { ...e.data };
+      if (d.kind === "edge") (groups[d.source + ">" + d.target] ||= []).push(d);
+      return e.position ? { data: d, position: { x: e.position.x, y: e.position.y * 1.45 } } : { data: d };
+    });
+    for (const group of Object.values(groups)) {
+      if (group.length < 2) continue;
+      group[0].label = group.map((d) => d.label).join("\n");
+      for (const d of group.slice(1)) d.label = "";
+    }
+    return out;
+  }
+
   function drawGraph(graph, states) {
     $("dag-label").textContent = graph ? (graph.source || "") : "no probe started yet";
     if (!graph) { if (cy) { cy.destroy(); cy = null; graphKey = null; } $("dag-states").replaceChildren(); return; }
@@ -54,7 +70,7 @@
       if (cy) cy.destroy();
       cy = cytoscape({
         container: $("dag"),
-        elements: graph.elements.map((e) => (e.position ? { data: { ...e.data }, position: { x: e.position.x, y: e.position.y * 1.45 } } : { data: { ...e.data } })),
+        elements: spaced(graph.elements),
         userZoomingEnabled: true, boxSelectionEnabled: false, autoungrabify: true,
         style: [
           { selector: "node", style: { "shape": "round-rectangle", "width": 132, "height": 46, "label": "data(label)", "text-wrap": "wrap",
