@@ -41,7 +41,19 @@
       const decided = m.decided_ts != null && m.decided_ts <= now;
       return { ...m, shown: decided ? m.status : "proposed", shownLabel: decided ? m.status_label : "waiting for a person" };
     });
-    return { graph, states, points, used, records, versions, mutations, now, events };
+    // A tree search: its nodes as recorded by then (a node recorded again: the latest wins),
+    // retirements, and the champion then (tree_view.champion's rule: best scored, not vetoed).
+    const nodes = new Map();
+    for (const e of events) {
+      if (e.kind === "tree_node") nodes.set(e.data.node, { ...(nodes.get(e.data.node) || {}), ...e.data, id: e.data.node });
+      if (e.kind === "node_retired" && nodes.has(e.data.node)) nodes.get(e.data.node).retired = true;
+    }
+    let champion = null;
+    for (const n of nodes.values()) {
+      if (n.status !== "scored" || n.vetoed || n.score == null) continue;
+      if (!champion || (data.higher_is_better ? n.score > champion.score : n.score < champion.score)) champion = n;
+    }
+    return { graph, states, points, used, records, versions, mutations, now, events, nodes: [...nodes.values()], champion };
   }
 
   // --- drawing -------------------------------------------------------------------------------
@@ -159,6 +171,14 @@
     fill($("replay-ev-kinds"), Object.entries(kinds), (li, [k, n]) => { li.textContent = k + ": " + n; }, false);
     fill($("replay-evidence"), s.records.slice(-12).reverse(), (li, r) => {
       li.textContent = "#" + r.id + " " + r.kind + " · " + (r.author_label || "") + " · " + (r.preview || r.text || "");
+    });
+    $("replay-tree-card").hidden = !data.events.some((e) => e.kind === "tree_node");
+    $("replay-champion").textContent = s.champion ? "champion then: " + s.champion.id + " · " + s.champion.score.toPrecision(4) : "";
+    fill($("replay-tree"), s.nodes.slice().reverse(), (li, n) => {
+      li.id = "tree-node-" + n.id; li.dataset.status = n.status;
+      li.textContent = n.id + (n.parent ? " ← " + n.parent : " (root)") + " · it " + n.iteration + " · " +
+        (n.score != null ? data.metric + " " + n.score.toPrecision(4) : n.status) + (n.retired ? " · retired" : "") +
+        (n.vetoed ? " · vetoed" : "") + (s.champion && s.champion.id === n.id ? " · champion" : "");
     });
     fill($("activity"), s.events.slice(-14).reverse(), (li, e) => {
       li.textContent = describe(e); li.className = "a-" + e.kind;

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.browser.test_browser import CHROMIUM_ARGS, SHOTS
-from tests.integration.test_replay_compare_report import record_run
+from tests.integration.test_replay_compare_report import record_run, record_tree_run
 from webapp.runs.replay_views import state_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -76,6 +76,17 @@ def test_replay_scrubs_back_compare_two_runs_and_open_the_report(page, light_tas
     page.get_by_role("button", name="Play").click()
     page.wait_for_function("Number(document.getElementById('replay').dataset.seq) > 3")
     page.get_by_role("button", name="Pause").click()
+
+    # A tree run replays its nodes: before n2 was recorded, n1 was the champion.
+    tree = record_tree_run(light_task, "Tree replay in the browser")
+    page.goto(f"/runs/{tree.pk}/replay")
+    expect(page.locator("#replay-champion")).to_have_text("champion then: n2 · 0.3000")
+    expect(page.locator("#replay-tree li")).to_have_count(3)
+    first_node = next(i for i, e in enumerate(tree.events.order_by("seq").values_list("kind", flat=True)) if e == "tree_node")
+    _slide_to(page, first_node)
+    expect(page.locator("#replay-champion")).to_have_text("champion then: n1 · 0.5000")
+    expect(page.locator("#replay-tree li")).to_have_count(1)
+    page.shot("replay-tree")
 
     # Compare: tick both runs on the home page.
     page.goto("/")

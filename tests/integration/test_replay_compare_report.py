@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from engine.protocol.events import (AgentFinished, AgentStarted, BudgetLimits, CheckResult, Judgement, RunStarted,
-                                    ToolCall)
+                                    ToolCall, TreeNode)
 from engine.trace import Tracer
 from tests.studio_harness import add_member, proposed_mutation, running_run
 from webapp.runs.bridge import RunEventSink, decide, record_version
@@ -174,3 +174,39 @@ def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(li
     out = tmp_path / "r.html"
     call_command("report", str(run.pk), "--out", str(out), "--pdf")
     assert out.read_text().startswith("<!doctype html>") and (tmp_path / "r.pdf").read_bytes().startswith(b"%PDF")
+
+
+def _tree_node(tracer: Tracer, node: str, parent: str | None, score: float) -> None:
+    tracer.emit(TreeNode(node=node, parent=parent, iteration=tracer.iteration, params={}, score=score, status="scored",
+                         knowledge=[], debug_attempts=0, verdict="ok", debate_turns=0, report="long report"), "tree")
+
+
+def record_tree_run(task_folder, project_name: str) -> Run:
+    """A finished tree run of three nodes (lower is better: n2 wins); n3's program ran last."""
+    run = running_run(task_folder, project_name)
+    add_member(run.task.project, "ada", "owner")
+    Run.objects.filter(pk=run.pk).update(search="tree")
+    run.task.higher_is_better = False  # a loss: the lower score wins
+    run.task.save()
+    tracer = Tracer("search", [RunEventSink(run, "L")])
+    tracer.iteration = 1
+    tracer.emit(ToolCall(tool="python", executor="fake", purpose="train", code="# champion program\n", limits={},
+                         node="n2"), "engineer")
+    _tree_node(tracer, "n1", None, 0.5)
+    _tree_node(tracer, "n2", "n1", 0.3)
+    tracer.emit(ToolCall(tool="python", executor="fake", purpose="train", code="# a later, worse program\n",
+                         limits={}, node="n3"), "engineer")
+    _tree_node(tracer, "n3", "n1", 0.9)
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED)
+    run.refresh_from_db()
+    return run
+
+
+def test_a_tree_run_replays_its_nodes_and_reports_the_champions_code(light_task, client):
+    run = record_tree_run(light_task, "Tree report")
+    events = client.get(f"/runs/{run.pk}/replay/events.json").json()["events"]
+    nodes = [e["data"] for e in events if e["kind"] == "tree_node"]
+    assert [n["node"] for n in nodes] == ["n1", "n2", "n3"] and [n["score"] for n in nodes] == [0.5, 0.3, 0.9]
+    assert all("tree" not in n and "report" not in n for n in nodes), "the event's own fields, not the tree of now"
+    html = client.get(f"/runs/{run.pk}/report.html").content.decode()
+    assert "Program: champion n2" in html and "# champion program" in html and "worse program" not in html
