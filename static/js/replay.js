@@ -74,7 +74,8 @@
   }
 
   function drawGraph(graph, states) {
-    $("dag-label").textContent = graph ? (graph.source || "") : "no probe started yet";
+    $("dag-label").textContent = graph ? (graph.source || "") : data.search === "tree" ? "a tree run evolves programs: see its tree" : "no probe started yet";
+    $("dag").hidden = !graph;  // no empty canvas before the first probe (or ever, for a tree run)
     if (!graph) { if (cy) { cy.destroy(); cy = null; graphKey = null; } $("dag-states").replaceChildren(); return; }
     const key = JSON.stringify(graph.elements.map((e) => [e.data.id, e.data.label]));
     if (!cy || key !== graphKey) {

@@ -68,7 +68,7 @@ def workflow_svg(workflow: dict) -> str:
         y1, y2 = y1 + NODE_H / 2, y2 - NODE_H / 2
         span = abs(y2 - y1) > 1.6 * 80 * 1.5 - NODE_H
         if span:  # an edge that skips a layer bows out instead of crossing the agents between
-            cx = max(x1, x2) + NODE_W
+            cx = max(x1, x2) + NODE_W * 1.3
             out.append(f'<path d="M{x1:.0f},{y1:.0f} Q{cx:.0f},{(y1 + y2) / 2:.0f} {x2:.0f},{y2:.0f}" fill="none" '
                        f'stroke="#67758a" stroke-width="1.5" marker-end="url(#arrow)"/>')
             lx, ly = (x1 + 2 * cx + x2) / 4, (y1 + y2) / 2
