@@ -204,6 +204,19 @@
     step();
   }
 
+  // A run still going: its newer events are fetched every few seconds; a slider at the end follows them.
+  const ACTIVE = new Set(["queued", "running", "awaiting_decision", "pausing", "cancelling"]);
+  function follow() {
+    if (!ACTIVE.has(data.status)) return;
+    setTimeout(() => fetch(root.dataset.json).then((r) => r.json()).then((d) => {
+      const atEnd = pos >= data.events.length - 1 && !timer;
+      data = d;
+      $("replay-slider").max = Math.max(0, d.events.length - 1);
+      show(atEnd ? d.events.length - 1 : pos);
+      follow();
+    }).catch(follow), 5000);
+  }
+
   fetch(root.dataset.json).then((r) => r.json()).then((d) => {
     data = d;
     const slider = $("replay-slider");
@@ -216,6 +229,7 @@
     const at = wanted ? d.events.findIndex((e) => e.seq >= wanted) : d.events.length - 1;
     show(at < 0 ? d.events.length - 1 : at);
     root.dataset.ready = "1";
+    follow();
   });
   window.trellisReplay = { stateAt: (i) => stateAt(i), show: (i) => show(i) };
 })();
