@@ -36,7 +36,6 @@ def queue(light_task):
     project = run.task.project
     for name, role in (("anna", "annotator"), ("abel", "annotator"), ("rita", "reviewer")):
         add_member(project, get_user_model().objects.create_user(name, password=f"pw-{name}-1843"), role)
-    LabelSet.objects.create(project=project, name="Failure modes", labels=LABELS, score_kind="pass_fail")
     return run
 
 
@@ -76,7 +75,15 @@ def test_two_annotators_label_a_queue_with_the_keyboard_and_see_their_agreement(
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         rita, anna, abel = (_login(browser, studio, n) for n in ("rita", "anna", "abel"))
 
-        # The reviewer defines the queue: the run's items where a check failed.
+        # The reviewer defines the project's label set, then the queue: the run's items where a check failed.
+        rita.goto(f"/projects/{queue.task.project_id}/label-sets")
+        rita.get_by_label("Name").fill("Failure modes")
+        rita.get_by_label("Labels, one a line (at most 9)").fill("\n".join(LABELS))
+        rita.locator("form:has(button:text(\"Create label set\")) select[name=score_kind]").select_option("pass_fail")
+        rita.get_by_role("button", name="Create label set").click()
+        expect(rita.locator("#label-set-1")).to_contain_text("3 good repair")
+        rita.screenshot(path=SHOTS / f"{name}-0-label-sets.png", full_page=True)
+        assert LabelSet.objects.get().labels == LABELS
         rita.goto(f"/projects/{queue.task.project_id}/queues")
         rita.get_by_label("Name").fill("Failed checks")
         rita.get_by_label(re.compile(f"run {queue.pk}")).check()
@@ -159,6 +166,10 @@ def test_two_annotators_label_a_queue_with_the_keyboard_and_see_their_agreement(
         assert anna.evaluate("window.__marker") == 1
         anna.locator("#ev-5").scroll_into_view_if_needed()
         anna.screenshot(path=SHOTS / f"{name}-3-live-annotation.png")
+        # The audit log names who annotated what.
+        rita.goto(f"/projects/{queue.task.project_id}/audit?action=annotation")
+        expect(rita.locator("table.audit")).to_contain_text("user:abel")
+        rita.screenshot(path=SHOTS / f"{name}-4-audit.png", full_page=True)
         errors = anna.errors + abel.errors + rita.errors
         browser.close()
     assert not errors, f"JavaScript errors: {errors}"

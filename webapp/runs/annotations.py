@@ -189,8 +189,9 @@ def annotate(run: Run, user, target_kind: str, target_ref: str, *, label_set: La
         passed=passed, comment=comment, parent=parent, queue_item=queue_item, skipped=skipped,
         author=author or user, source=source)
     if record and not skipped:
-        audit(run.task.project, user, "annotation", run=run, annotation=row.pk, target=f"{target_kind}:{target_ref}",
-              reply_to=parent.pk if parent else None, labels=labels)
+        audit(run.task.project, user, "annotation", run=run, annotation=row.pk, target=f"{target_kind} {target_ref}",
+              reply_to=parent.pk if parent else None, labels=", ".join(labels),
+              queue=f"{queue_item.queue.name} #{queue_item.position}" if queue_item else None)
     return row
 
 
@@ -490,5 +491,5 @@ def import_rows(project: Project, user, filename: str, text: str, default_label_
     with transaction.atomic():
         made = [Annotation.objects.create(**p, source=source) for p in planned]
         audit(project, user, "import", file=filename, rows=len(made),
-              runs=sorted({p["run"].pk for p in planned}))
+              runs=", ".join(str(r) for r in sorted({p["run"].pk for p in planned})))
     return made
