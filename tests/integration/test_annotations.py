@@ -257,3 +257,23 @@ def test_the_audit_log_page(studio):
     assert "user:anna" in page and "user:rita" in page and "annotated" in page
     only = c["rita"].get(url + "?action=annotation").content.decode()
     assert "user:anna" in only and "decided a mutation" not in only.split("<tbody>")[1]
+
+
+def test_three_annotators_get_fleiss_kappa(studio):
+    from webapp.runs.agreement import fleiss_kappa
+
+    run, c, ls, project = studio["run"], studio["c"], studio["ls"], studio["project"]
+    c["rita"].post(f"/projects/{project.pk}/queues", {"name": "All checks", "label_set": ls.pk, "kinds": "check"})
+    queue = AnnotationQueue.objects.get()
+    assert queue.items.count() == 3  # events 2, 4, 6
+    marks = {"anna": [True, False, True], "abel": [True, False, False], "rita": [True, False, True]}
+    for who, present in marks.items():
+        for pos, on in enumerate(present, start=1):
+            assert _work(c[who], queue, pos, labels=["wrong data path"] if on else [], comment="seen").status_code == 201
+    page = c["anna"].get(f"/queues/{queue.pk}/").content.decode()
+    expected = fleiss_kappa([[marks[w][i] for w in marks] for i in range(3)])
+    assert "Fleiss" in page and f"{expected:.3f}" in page
+    # export of just this queue carries each row's queue and position
+    rows = [json.loads(x) for x in c["anna"].get(
+        f"/projects/{project.pk}/annotations/export?format=jsonl&queue={queue.pk}").content.decode().splitlines()]
+    assert len(rows) == 9 and {(r["queue"], r["position"]) for r in rows} == {("All checks", p) for p in (1, 2, 3)}
