@@ -105,8 +105,10 @@ def _links_fragment(request: HttpRequest, run, error: str | None = None, new: Sh
                     status: int = 200) -> HttpResponse:
     rows = [{"link": row, "url": request.build_absolute_uri(reverse("share_run", args=[sharing.sign(row)]))}
             for row in sharing.links_of(run)]
+    chosen = request.POST.get("expiry") if request.POST.get("expiry") in sharing.EXPIRY else "1d"
     return render(request, "runs/share_links.html", {"run": run, "rows": rows, "error": error, "new": new,
-                                                     "expiry": [(k, label) for k, (label, _) in sharing.EXPIRY.items()]},
+                                                     "expiry": [(k, label) for k, (label, _) in sharing.EXPIRY.items()],
+                                                     "chosen": chosen, "mode": request.POST.get("mode", "live")},
                   status=status)
 
 
