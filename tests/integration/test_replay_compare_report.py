@@ -82,7 +82,13 @@ def record_run(task_folder, project_name: str, client: Client | None = None, use
     _probe(sink, "002-iter1", 1, child, 0.72, last_agent, snapshot)
     result = {"initial": {"workflow_hash": v1["hash"], "J": 0.55, "official": {"ok": True, "value": 0.41}},
               "final": {"workflow_hash": child["hash"], "J": 0.72, "official": {"ok": True, "value": 0.233}},
-              "baselines": {"constant": 0.9, "nearest_neighbour": 0.5}}
+              "baselines": {"constant": 0.9, "nearest_neighbour": 0.5},
+              "hindsight": {"higher_is_better": False,
+                            "correlations": [{"a": "J", "b": "official", "n": 2, "rho": -1.0, "p": None, "why": ""}],
+                            "candidates": [{"label": "001-initial", "J": 0.55, "validation": 0.5, "official": 0.41,
+                                            "official_error": None},
+                                           {"label": "002-iter1", "J": 0.72, "validation": 0.3, "official": None,
+                                            "official_error": "no predictions.csv"}]}}
     Run.objects.filter(pk=run.pk).update(status=RunStatus.COMPLETED, result=result,
                                          usage={"calls": 12, "tokens": 3456, "cost_usd": 0.0123})
     run.refresh_from_db()
@@ -167,6 +173,7 @@ def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(li
     assert "units were the problem" in html                     # the annotation
     assert "the final workflow&#x27;s program" in html or "the final workflow's program" in html
     assert "beats trivial baseline" in html
+    assert "Spearman ρ -1.00 (n=2)" in html and "no predictions.csv" in html   # the hindsight
 
     pdf = client.get(f"/runs/{run.pk}/report.pdf")
     assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
