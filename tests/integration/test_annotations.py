@@ -197,9 +197,10 @@ def test_export_and_import_round_trip_all_or_nothing(studio):
     assert csv_rows[1]["labels"] == "hallucinated value|good repair" and csv_rows[0]["passed"] == "fail"
     assert c["otto"].get(f"/projects/{project.pk}/annotations/export").status_code == 404
 
-    # back in: the JSONL as another tool would give it (no ids), and the CSV
+    # back in: the JSONL (a reviewer's import keeps each row's author) and the CSV (an annotator's
+    # import is all in her own name: she cannot put words in a colleague's)
     imp = f"/projects/{project.pk}/annotations/import"
-    r = c["anna"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl.content)})
+    r = c["rita"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl.content)})
     assert r.status_code == 302
     r = c["anna"].post(imp, {"file": SimpleUploadedFile("labels.csv", csv_body.encode())})
     assert r.status_code == 302
@@ -208,7 +209,7 @@ def test_export_and_import_round_trip_all_or_nothing(studio):
         ("2", ["wrong data path"], False, "anna", "import:labels.jsonl"),
         ("6", ["hallucinated value", "good repair"], True, "abel", "import:labels.jsonl"),
         ("2", ["wrong data path"], False, "anna", "import:labels.csv"),
-        ("6", ["hallucinated value", "good repair"], True, "abel", "import:labels.csv")]
+        ("6", ["hallucinated value", "good repair"], True, "anna", "import:labels.csv")]
     assert AuditEntry.objects.filter(action="import").count() == 2
 
     # one bad row among good ones: reported by line and column, nothing written

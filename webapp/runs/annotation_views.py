@@ -234,7 +234,7 @@ def import_labels(request: HttpRequest, project_id: int) -> HttpResponse:
         failure = ann.ImportFailed(upload.name, ["the file is not UTF-8 text"])
     else:
         try:
-            made = ann.import_rows(project, request.user, upload.name, text, default)
+            made = ann.import_rows(project, request.user, upload.name, text, default, keep_authors=role >= access.REVIEW)
         except ann.ImportFailed as exc:
             failure = exc
         else:

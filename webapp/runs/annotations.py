@@ -436,9 +436,13 @@ def read_rows(filename: str, text: str) -> list[tuple[int, dict]]:
     return rows
 
 
-def import_rows(project: Project, user, filename: str, text: str, default_label_set: LabelSet | None = None) -> list[Annotation]:
+def import_rows(project: Project, user, filename: str, text: str, default_label_set: LabelSet | None = None,
+                keep_authors: bool = False) -> list[Annotation]:
     """Labels from another tool (or an export), matched to the project's runs by run + target.
-    Every row is checked first; any bad row is reported and nothing is written."""
+    Every row is checked first; any bad row is reported and nothing is written. A row's
+    ``author`` is kept (when such a user exists) only with ``keep_authors`` (reviewers and the
+    CLI): otherwise an annotator could put words in a colleague's name; the importer is the
+    author of the rest."""
     rows = read_rows(filename, text)
     users = get_user_model().objects
     label_sets = {ls.name: ls for ls in project.label_sets.all()}
@@ -480,7 +484,7 @@ def import_rows(project: Project, user, filename: str, text: str, default_label_
             bad("labels", "no label, score, pass/fail or comment")
             continue
         author_name = str(row.get("author") or "").strip()
-        author = users.filter(username=author_name).first() if author_name else None
+        author = users.filter(username=author_name).first() if author_name and keep_authors else None
         planned.append(dict(run=run, target_kind=kind, target_ref=ref, label_set=label_set, labels=labels,
                             score=score, passed=passed, comment=comment[:MAX_COMMENT], author=author or user))
     if problems:

@@ -75,7 +75,7 @@ class Command(BaseCommand):
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"{path}: cannot read ({exc})") from exc
         try:
-            made = ann.import_rows(project, user, path.name, text, default)
+            made = ann.import_rows(project, user, path.name, text, default, keep_authors=True)
         except ann.ImportFailed as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(f"imported {len(made)} annotation(s) from {path} into {project.name}")
