@@ -166,10 +166,21 @@ def test_two_annotators_label_a_queue_with_the_keyboard_and_see_their_agreement(
         assert anna.evaluate("window.__marker") == 1
         anna.locator("#ev-5").scroll_into_view_if_needed()
         anna.screenshot(path=SHOTS / f"{name}-3-live-annotation.png")
+        # On the run page: a workflow version's annotations, beside the versions.
+        rita.goto(f"/runs/{queue.pk}/")
+        rita.locator("#version-annotations summary").click()
+        box = rita.locator("#version-ann-slot .annotations")
+        expect(box).to_have_attribute("data-target", "version:1")
+        box.get_by_label("Comment").fill("the initial team reads the raw file")
+        box.get_by_role("button", name="Annotate").click()
+        expect(rita.locator("#version-ann-slot .annotations")).to_contain_text("the initial team reads the raw file")
+        rita.locator("#version-annotations").scroll_into_view_if_needed()
+        rita.screenshot(path=SHOTS / f"{name}-4-version-annotation.png")
+
         # The audit log names who annotated what.
         rita.goto(f"/projects/{queue.task.project_id}/audit?action=annotation")
         expect(rita.locator("table.audit")).to_contain_text("user:abel")
-        rita.screenshot(path=SHOTS / f"{name}-4-audit.png", full_page=True)
+        rita.screenshot(path=SHOTS / f"{name}-5-audit.png", full_page=True)
         errors = anna.errors + abel.errors + rita.errors
         browser.close()
     assert not errors, f"JavaScript errors: {errors}"
