@@ -16,6 +16,18 @@
       htmx.ajax("GET", el.dataset.url, { target: el, swap: "outerHTML" });
     });
   }
+  // A list left stale under a person's typing catches up once they leave it (unless they posted:
+  // then htmx swapped it already).
+  document.addEventListener("focusout", (e) => {
+    const el = e.target.closest && e.target.closest(".annotations[data-stale]");
+    if (!el || !window.htmx) return;
+    setTimeout(() => {
+      if (!el.isConnected || el.contains(document.activeElement) || e.target.value) return;
+      delete el.dataset.stale;
+      htmx.ajax("GET", el.dataset.url, { target: el, swap: "outerHTML" });
+    }, 200);
+  });
+
   function onMessage(msg) {
     if (msg && msg.kind === "annotation") refresh(msg.target_kind, String(msg.target_ref));
   }
