@@ -292,6 +292,13 @@
       }
       detail.appendChild(ul);
     }
+    // People's annotations of this record (the studio's annotation list, as on trace events)
+    const notes = el("div", null, "ann-slot");
+    notes.setAttribute("hx-get", "/runs/" + runId + "/annotations?target_kind=evidence&target_ref=" + d.id);
+    notes.setAttribute("hx-trigger", "load");
+    notes.setAttribute("hx-swap", "outerHTML");
+    detail.appendChild(notes);
+    if (window.htmx) window.htmx.process(notes);
     const form = document.getElementById("ev-form");
     if (form) {  // link the person's record being written to this one
       const row = el("div", null, "ev-linkto");
