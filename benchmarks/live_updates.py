@@ -21,12 +21,20 @@ server closed while they were being measured. Phases follow each other without p
 redis-py's default 5 s socket timeout, a consumer whose channels_redis BZPOPMIN (also 5 s) sees
 nothing for a while can die with a read timeout and close its socket (code 1011).
 
+Then an annotation phase: --viewers (default 10) more clients, signed in as a viewer, watch the
+run while an annotator, signed in as another person, annotates its events through the studio's own
+view (POST /runs/<pk>/annotations with her session cookie and CSRF token, as the page's htmx form
+does: annotations.annotate writes the row and its audit entry, then bridge.broadcast). One
+annotation at a time, --annotations of them (after 3 unmeasured); latency = arrival of the
+``kind == "annotation"`` message at a viewer - time.time() just before the POST.
+
 The second table says where the time goes: the sink's database part (Event row, Run update,
 control check) and its group_send, the hop from group_send to the client, and each process's
 CPU during the burst; the last line times group_send alone, through async_to_sync as the sink
 calls it and awaited on one event loop.
 
     python benchmarks/live_updates.py [--clients 1 10 100] [--events 200] [--rate 20] [--quick]
+                                      [--viewers 10] [--annotations 50]
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import re
 import shutil
 import signal
 import sys
@@ -188,6 +197,7 @@ class Watchers:
         self.arrivals: dict[str, dict[int, list[float]]] = {}
         self.latency: dict[str, list[float]] = {}
         self.received: dict[str, int] = {}
+        self.annotations: dict[int, list[float]] = {}  # annotation pk -> arrival times of its message
         self.progress = asyncio.Event()
         self.connect_errors: list[str] = []
         self.server_closed: list[int | None] = []  # close codes of sockets the server closed on us
@@ -224,7 +234,12 @@ class Watchers:
             arrived = time.time()
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
-            mark = bench_mark(json.loads(msg.data))
+            message = json.loads(msg.data)
+            if message.get("kind") == "annotation":
+                self.annotations.setdefault(message.get("annotation"), []).append(arrived)
+                self.progress.set()
+                continue
+            mark = bench_mark(message)
             if mark is None:
                 continue
             phase = mark["phase"]
@@ -239,6 +254,15 @@ class Watchers:
     async def wait_for(self, phase: str, expected: int, quiet_s: float) -> None:
         """Until every client has every message of the phase, or nothing arrived for quiet_s."""
         while self.received.get(phase, 0) < expected:
+            self.progress.clear()
+            try:
+                await asyncio.wait_for(self.progress.wait(), quiet_s)
+            except asyncio.TimeoutError:
+                return
+
+    async def wait_for_annotation(self, pk: int, expected: int, quiet_s: float) -> None:
+        """Until every client has annotation pk's message, or nothing arrived for quiet_s."""
+        while len(self.annotations.get(pk, ())) < expected:
             self.progress.clear()
             try:
                 await asyncio.wait_for(self.progress.wait(), quiet_s)
@@ -285,6 +309,107 @@ def setup_database() -> tuple[int, str, str]:
 
     connections.close_all()
     return run.pk, lease, client.cookies["sessionid"].value
+
+
+def setup_annotator(run_pk: int) -> dict:
+    """A second person, an annotator of the run's project, signed in; a label set to annotate with;
+    and the run's events to annotate (those the phases above wrote)."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+    from django.test import Client
+
+    from webapp.runs import annotations
+    from webapp.runs.models import Event, Membership, Role, Run
+    from webapp.runs.models_team import ScoreKind
+
+    run = Run.objects.select_related("task__project").get(pk=run_pk)
+    project = run.task.project
+    user = get_user_model().objects.create_user("bench-annotator", password="bench")
+    Membership.objects.create(project=project, user=user, role=Role.ANNOTATOR)
+    labels = ["wrong data path", "hallucinated value", "good repair"]
+    label_set = annotations.save_label_set(project, user, "Trace review", labels, ScoreKind.SCALE, 1, 5)
+    targets = list(Event.objects.filter(run=run).order_by("seq").values_list("seq", flat=True)[:50])
+    if not targets:
+        raise RuntimeError(f"run {run_pk} has no events to annotate")
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies["sessionid"].value
+    connections.close_all()
+    return {"cookie": cookie, "label_set": label_set.pk, "labels": labels, "targets": targets}
+
+
+async def measure_annotations(url: str, run_pk: int, viewer_cookie: str, annotator: dict, n_viewers: int,
+                              n_annotations: int, quiet_s: float, concurrency: int) -> dict:
+    """n_annotations posted one after another by the annotator; each one's arrival at n_viewers."""
+    import aiohttp
+
+    watchers = Watchers(url, run_pk, viewer_cookie)
+    post_url = f"{url}/runs/{run_pk}/annotations"
+    async with aiohttp.ClientSession() as http:
+        try:
+            connect_s = await watchers.connect(n_viewers, concurrency)
+            # The annotator's page: its CSRF cookie, and the token its htmx forms send (base.html).
+            async with http.get(f"{url}/runs/{run_pk}/", headers={"Cookie": f"sessionid={annotator['cookie']}"}) as r:
+                page = await r.text()
+                if r.status != 200 or "csrftoken" not in r.cookies:
+                    raise RuntimeError(f"the annotator's run page answered {r.status} without a CSRF cookie")
+                csrf_cookie = r.cookies["csrftoken"].value
+            token = re.search(r'"X-CSRFToken": "([^"]+)"', page)
+            headers = {"Cookie": f"sessionid={annotator['cookie']}; csrftoken={csrf_cookie}", "Origin": url,
+                       "X-CSRFToken": token.group(1) if token else csrf_cookie, "HX-Request": "true"}
+            sent: dict[int, float] = {}
+            post_ms: list[float] = []
+            refused: list[str] = []
+            warm = 3
+            for i in range(warm + n_annotations):
+                labels = annotator["labels"]
+                form = {"target_kind": "event", "target_ref": str(annotator["targets"][i % len(annotator["targets"])]),
+                        "label_set": str(annotator["label_set"]), "labels": labels[i % len(labels)],
+                        "score": str(1 + i % 5), "comment": f"benchmark annotation {i}: the retry fixed the range"}
+                t0, p0 = time.time(), time.perf_counter()
+                async with http.post(post_url, data=form, headers=headers) as r:
+                    body = await r.text()
+                    failed = r.status != 200 or r.headers.get("X-Annotation-Error")
+                took = 1000 * (time.perf_counter() - p0)
+                if failed:
+                    refused.append(f"{r.status} {r.headers.get('X-Annotation-Error', '')}".strip())
+                    continue
+                # The new row is the newest in the target's list that the view answers with.
+                pk = max(int(x) for x in re.findall(r'id="annotation-(\d+)"', body))
+                await watchers.wait_for_annotation(pk, n_viewers, quiet_s)
+                if i >= warm:
+                    sent[pk] = t0
+                    post_ms.append(took)
+            lat, last = [], []
+            for pk, t0 in sent.items():
+                arrivals = watchers.annotations.get(pk, [])
+                lat += [1000 * (t - t0) for t in arrivals]
+                if len(arrivals) >= n_viewers:
+                    last.append(1000 * (max(arrivals) - t0))
+            return {"viewers": n_viewers, "annotations": len(sent), "refused": refused,
+                    "p50": pct(lat, 50), "p95": pct(lat, 95), "max": max(lat, default=float("nan")),
+                    "all_p95": pct(last, 95), "post_p50": pct(post_ms, 50), "post_p95": pct(post_ms, 95),
+                    "lost": len(sent) * n_viewers - len(lat), "connect_s": connect_s,
+                    "connect_errors": len(watchers.connect_errors), "server_closed": list(watchers.server_closed)}
+        finally:
+            await watchers.close()
+
+
+def print_annotations(a: dict) -> None:
+    print(f"\nAn annotation's arrival at {a['viewers']} other viewers: from time.time() just before the annotator's POST "
+          f"to\n/runs/<pk>/annotations (row, audit entry, broadcast) to the annotation message's arrival at each viewer;\n"
+          f"{a['annotations']} annotations, one after another.")
+    header = (f"{'viewers':>7} | {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7} {'all p95 ms':>10} {'lost':>5} | "
+              f"{'POST p50 ms':>11} {'POST p95 ms':>11} {'refused':>7} | {'conn s':>6} {'conn err':>8} {'closed':>6}")
+    print(header)
+    print("-" * len(header))
+    print(f"{a['viewers']:>7} | {a['p50']:>7.1f} {a['p95']:>7.1f} {a['max']:>7.1f} {a['all_p95']:>10.1f} "
+          f"{a['lost']:>5} | {a['post_p50']:>11.1f} {a['post_p95']:>11.1f} {len(a['refused']):>7} | "
+          f"{a['connect_s']:>6.2f} {a['connect_errors']:>8} {len(a['server_closed']):>6}")
+    print("p50/p95/max: over every (annotation, viewer) pair; all p95: until the last of the viewers has it;\n"
+          "POST: the annotator's request until its answer (the target's list again).")
+    if a["refused"]:
+        print(f"refused POSTs: {sorted(set(a['refused']))}")
 
 
 async def emit(conn, phase: str, n: int, rate: float | None) -> dict:
@@ -387,6 +512,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=200, help="events per phase (default 200)")
     parser.add_argument("--rate", type=float, default=20.0, help="events/s in the steady phase (default 20)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 40 events per phase")
+    parser.add_argument("--viewers", type=int, default=10,
+                        help="viewers watching while an annotator annotates (default 10; 0 skips that phase)")
+    parser.add_argument("--annotations", type=int, default=50, help="annotations measured (default 50)")
     parser.add_argument("--quiet-s", type=float, default=10.0,
                         help="stop waiting for a phase's messages after this long with none arriving")
     parser.add_argument("--connect-concurrency", type=int, default=0,
@@ -431,7 +559,17 @@ def main() -> None:
                   f"burst {b['delivered_rate']:.1f} ev/s lost {b['lost']}", flush=True)
         conn.send(("diag", 100))
         diag = conn.recv() if conn.poll(120) else None
+        annotation_row = None
+        if args.viewers > 0 and args.annotations > 0:
+            annotator = setup_annotator(run_pk)
+            annotation_row = asyncio.run(measure_annotations(url, run_pk, cookie, annotator, args.viewers,
+                                                             args.annotations, args.quiet_s,
+                                                             args.connect_concurrency))
+            print(f"  annotations at {args.viewers} viewers: p95 {annotation_row['p95']:.1f} ms "
+                  f"lost {annotation_row['lost']}", flush=True)
         print_table(rows, args.rate, events, diag)
+        if annotation_row:
+            print_annotations(annotation_row)
     finally:
         if emitter is not None:
             if emitter.is_alive():
