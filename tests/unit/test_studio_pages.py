@@ -258,3 +258,14 @@ def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, clie
     assert "4 probed candidates" in page
     assert 'class="agree">0.80' in page and 'class="disagree">-0.40' in page
     assert "n/a: 1 candidate(s) with both; needs 3" in page
+
+
+def test_an_executions_artifacts_can_be_opened_and_annotated_from_its_event(run, client):
+    sha = "ab" * 32
+    _event(run, 1, "code_execution", "verifier", 1, {"purpose": "candidate solution", "files": {"predictions.csv": sha},
+                                                     "status": "ok"})
+    detail = client.get(f"/runs/{run.pk}/events/1").content.decode()
+    assert f"/runs/{run.pk}/artifacts/{sha}" in detail
+    assert f"target_kind=artifact&target_ref={sha}" in detail and "Artifact predictions.csv" in detail
+    listing = client.get(f"/runs/{run.pk}/annotations", {"target_kind": "artifact", "target_ref": sha})
+    assert listing.status_code == 200 and b"Annotations of this artifact" in listing.content

@@ -260,7 +260,21 @@ def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
     except (KeyError, IndexError, ValueError):
         raise Http404(f"no field {field!r} in event {seq}")
     template = "runs/_event_field.html" if field else "runs/_event_detail.html"
-    return render(request, template, {"event": event, "body": body, "run_id": run_id})
+    return render(request, template, {"event": event, "body": body, "run_id": run_id,
+                                      "artifacts": event_artifacts(event.payload)})
+
+
+def event_artifacts(payload: dict) -> list[tuple[str, str]]:
+    """(name, sha256) of every stored file an event names: an execution's files, a predictions
+    or program hash; each can be opened and annotated."""
+    found: dict[str, str] = {}
+    files = payload.get("files")
+    if isinstance(files, dict):
+        found.update({sha: str(name) for name, sha in files.items() if isinstance(sha, str)})
+    for key, value in payload.items():
+        if key.endswith("sha256") and isinstance(value, str):
+            found.setdefault(value, key.removesuffix("_sha256") or "artifact")
+    return [(name, sha) for sha, name in found.items() if re.fullmatch(r"[0-9a-f]{64}", sha)]
 
 
 @require_GET
