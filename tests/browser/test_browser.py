@@ -167,12 +167,28 @@ def test_editor_refuses_bad_contracts_and_cycles_and_saves_a_procedure(page, lig
 
     role = editor.locator("#procedure-role").input_value()
     editor.locator("#procedure-text").fill(f"{role}: state the validation score before anything else.")
-    editor.get_by_label("Why").fill("scores first")
+    editor.get_by_role("form", name="Edit a role procedure").get_by_label("Why").fill("scores first")
     editor.get_by_role("button", name="Save procedure").click()
     expect(editor.locator("#edit-saved")).to_contain_text("Saved as v2")
     expect(timeline).to_have_count(2)
     expect(timeline.filter(has_text="v2")).to_contain_text("user:ada")
     page.shot("3-saved")
+
+    # a role's memory policy: choosing the role fills its fields; a bad kind is refused, a good edit saved
+    memory = editor.get_by_role("form", name="Edit a role's memory policy")
+    memory.locator("#memory-role").select_option("planner")
+    expect(memory.locator("#memory-retrieves")).to_have_value(re.compile("check_result"))
+    memory.locator("#memory-retrieves").fill("check_result, gossip")
+    memory.get_by_role("button", name="Save memory policy").click()
+    expect(errors).to_contain_text("unknown record kind")
+    memory = editor.get_by_role("form", name="Edit a role's memory policy")
+    memory.locator("#memory-role").select_option("planner")
+    memory.locator("#memory-retrieves").fill("check_result, note")
+    memory.locator("#memory-limit").fill("3")
+    memory.get_by_role("button", name="Save memory policy").click()
+    expect(editor.locator("#edit-saved")).to_contain_text("Saved as v3")
+    expect(timeline).to_have_count(3)
+    page.shot("4-memory-saved")
 
 
 def _long_model_call(run: Run):
