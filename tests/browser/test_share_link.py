@@ -24,7 +24,7 @@ def test_a_share_link_shows_the_live_run_read_only_to_someone_without_an_account
     project = Project.objects.create(name="Shared in the browser")
     add_member(project, "ada", "owner")
     run = controls.start_run(controls.task_for_folder(project, light_task), search="mimosa",
-                             gate_policy=GatePolicy.MANUAL, iterations=2)
+                             gate_policy=GatePolicy.MANUAL, iterations=2, single_agent=False)
     js_errors = []
     try:
         with sync_playwright() as p:

@@ -14,9 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_evolve_command_prints_each_iteration(tmp_path):
+def test_evolve_command_prints_each_iteration(tmp_path, light_task):
+    # light_task: a task of two validation folds; what is tested is what the command prints
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/diabetes-progression", "--search",
+    proc = subprocess.run([sys.executable, "manage.py", "evolve", str(light_task), "--search",
                            "mimosa", "--iterations", "1", "--seed", "1"], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -27,7 +28,7 @@ def test_evolve_command_prints_each_iteration(tmp_path):
     # each mutation says, on a line of its own, which of the judge's criteria it addresses
     assert re.search(r"why: addresses (goal_alignment|collaboration_efficiency|output_quality|answer_plausibility) "
                      r"\(\d\.\d+", out), out
-    assert "initial " in out and "final " in out and "official r2" in out
+    assert "initial " in out and "final " in out and "official relative_l2" in out
     # beside the team, after the commitment: the single agent on the same budget, and the hindsight
     assert re.search(r"baselines .*single agent \d", out), out
     assert re.search(r"single +completed, \d+ tokens", out), out
@@ -46,12 +47,15 @@ def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_sear
     assert f["value"] in [c["official"] for c in nodes]
 
 
-def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path):
+def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path, light_task):
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "manage.py", "evolve", "examples/discontinuous-1d", "--search",
-                           "scimars", "--iterations", "1", "--no-archive", "--no-single-agent"], cwd=ROOT, capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, "manage.py", "evolve", str(light_task), "--search",
+                           "scimars", "--iterations", "1", "--no-archive", "--no-single-agent", "--memory"], cwd=ROOT,
+                          capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr
     for editor in ("role_editor", "coordination_editor", "memory_editor"):
         assert editor in proc.stdout
     assert "round  1" in proc.stdout and "decision: " in proc.stdout and "official relative_l2" in proc.stdout
+    # SciMARS + Memory: one graph for the search, and the memory editor's change said in words
+    assert "memory: one evidence graph shared by every probe" in proc.stdout
+    assert re.search(r"memory_policy_change on memory\.\w+ \{", proc.stdout), proc.stdout

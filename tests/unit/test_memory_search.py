@@ -31,7 +31,7 @@ def events_of(run_dir: Path) -> list:
 @pytest.fixture(scope="module")
 def scimars_memory(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("scimars-memory")
-    result = evolve(DIABETES, "scimars", iterations=3, seed=2, budget=Budget(max_tokens=3_000_000),
+    result = evolve(DIABETES, "scimars", iterations=2, seed=2, budget=Budget(max_tokens=3_000_000),
                     run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"),
                     single_agent=False, memory=True)
     return result, events_of(result.run_dir)
@@ -120,18 +120,18 @@ def test_the_memory_editor_changes_the_policy_and_never_a_stored_record(scimars_
 
 def test_the_fixed_memory_control_never_edits_its_harness(tmp_path):
     out = io.StringIO()
-    result = evolve(DIABETES, "memory-fixed", iterations=3, seed=2, budget=Budget(max_tokens=2_000_000),
+    result = evolve(DIABETES, "memory-fixed", iterations=2, seed=2, budget=Budget(max_tokens=2_000_000),
                     run_dir=tmp_path / "run", out=out, executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
     events = events_of(result.run_dir)
     assert result.memory and not [e for e in events if e.kind in {"mutation_proposed", "composition"}]
     started = [e for e in events if e.kind == "run_started"]
-    assert len(started) == 4 and len({e.payload["workflow_hash"] for e in started}) == 1
+    assert len(started) == 3 and len({e.payload["workflow_hash"] for e in started}) == 1
     assert result.initial["workflow_hash"] == result.final["workflow_hash"]
-    # every run's records stay: the third run's planner is given records of the runs before it
+    # every run's records stay: the last run's planner is given records of the runs before it
     store = SqliteEvidenceStore(result.run_dir / "evidence.sqlite")
     assert set(store.branch_status().values()) == {"selected"}
-    given = [e for e in events if e.kind == "memory_retrieval" and e.payload["role"] == "planner" and e.iteration == 3]
-    earlier = {r.id for r in store.search(Query(limit=1000)) if r.iteration is not None and r.iteration < 3}
+    given = [e for e in events if e.kind == "memory_retrieval" and e.payload["role"] == "planner" and e.iteration == 2]
+    earlier = {r.id for r in store.search(Query(limit=1000)) if r.iteration is not None and r.iteration < 2}
     assert given and set(given[0].payload["records"]) & earlier
 
 
