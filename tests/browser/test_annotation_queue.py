@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from playwright.sync_api import expect, sync_playwright
 
-from tests.browser.test_browser import CHROMIUM_ARGS, SHOTS
+from tests.browser.conftest import CHROMIUM_ARGS, SHOTS
 from tests.studio_harness import add_member, running_run
 from webapp.runs.agreement import cohen_kappa
 from webapp.runs.models import Event, Run, RunStatus

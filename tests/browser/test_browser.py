@@ -5,49 +5,20 @@ Screenshots of each key moment land in test-artifacts/screenshots/."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Page, expect, sync_playwright
+from playwright.sync_api import Page, expect
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import ACTIVE_STATUSES, GatePolicy, Project, Run
+from webapp.runs.models import GatePolicy, Project, Run
 from webapp.runs.presenters import PAGE_CHARS, paged_payload
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PROBE_MS = 240_000  # a probe takes 10-20 s on a small machine; leave room for a slow one
 
 
-@pytest.fixture
-def page(request, studio, demo_user, monkeypatch):
-    """A logged-in 1440x900 page. Every run still going is cancelled afterwards, so that the
-    worker is not writing while the test database is flushed."""
-    # Sync Playwright keeps an event loop running in this thread, which Django's ORM refuses.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        context = browser.new_context(base_url=studio.url, viewport={"width": 1440, "height": 900})
-        context.set_default_timeout(30_000)
-        pg = context.new_page()
-        js_errors = []
-        pg.on("pageerror", lambda error: js_errors.append(error))
-        pg.goto("/login/")
-        pg.get_by_label("Name").fill("ada")
-        pg.get_by_label("Password").fill("lovelace-1843")
-        pg.get_by_role("button", name="Sign in").click()
-        expect(pg.get_by_role("heading", name="Projects and runs")).to_be_visible()
-        pg.shot = lambda step: pg.screenshot(path=SHOTS / f"{request.node.name}-{step}.png", full_page=True)
-        yield pg
-        browser.close()
-    for run in Run.objects.filter(status__in=ACTIVE_STATUSES):
-        controls.cancel_run(run)
-    wait_for(lambda: not Run.objects.filter(status__in=ACTIVE_STATUSES).exists(), 120, what="runs to stop")
-    assert not js_errors, f"JavaScript errors on the page: {js_errors}"
 
 
 def _start(light_task, **options) -> Run:

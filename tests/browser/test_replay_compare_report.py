@@ -5,37 +5,14 @@ disk (file://) with nothing fetched from anywhere. Screenshots land in test-arti
 from __future__ import annotations
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from tests.browser.test_browser import CHROMIUM_ARGS, SHOTS
 from tests.integration.test_replay_compare_report import record_run, record_tree_run
 from webapp.runs.replay_views import state_at
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def page(request, studio, demo_user, monkeypatch):
-    """A logged-in 1440x900 page (the launch of tests/browser/test_browser.py); no JavaScript error
-    may have happened on it."""
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        context = browser.new_context(base_url=studio.url, viewport={"width": 1440, "height": 900}, accept_downloads=True)
-        context.set_default_timeout(30_000)
-        pg = context.new_page()
-        js_errors = []
-        pg.on("pageerror", lambda error: js_errors.append((pg.url, error, error.stack)))
-        pg.goto("/login/")
-        pg.get_by_label("Name").fill("ada")
-        pg.get_by_label("Password").fill("lovelace-1843")
-        pg.get_by_role("button", name="Sign in").click()
-        expect(pg.get_by_role("heading", name="Projects and runs")).to_be_visible()
-        pg.shot = lambda step, **kw: pg.screenshot(path=SHOTS / f"{request.node.name}-{step}.png", **kw)
-        yield pg
-        browser.close()
-    assert not js_errors, f"JavaScript errors on the page: {js_errors}"
 
 
 def _slide_to(page, index: int) -> None:
@@ -53,7 +30,7 @@ def test_replay_scrubs_back_compare_two_runs_and_open_the_report(page, light_tas
     page.goto(f"/runs/{run.pk}/replay")
     expect(page.locator("#replay[data-ready='1']")).to_have_count(1)
     expect(page.locator(f"#state-{agents[-1]}")).to_have_attribute("data-state", "failed")
-    expect(page.locator("#replay-queue li")).to_have_text([f"it 1 · prompt_refinement coder · approved by user:ada"])
+    expect(page.locator("#replay-queue li")).to_have_text(["it 1 · prompt_refinement coder · approved by user:ada"])
     page.shot("replay-end", full_page=True)
     events = list(run.events.order_by("seq").values_list("seq", "kind", "source"))
     earlier = next(i for i, (seq, kind, source) in enumerate(events) if source == "002-iter1" and kind == "agent_started")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from tests.browser.test_browser import CHROMIUM_ARGS, SHOTS
+from tests.browser.conftest import CHROMIUM_ARGS, SHOTS
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
 from webapp.runs.models import ACTIVE_STATUSES, GatePolicy, Mutation, Project, Run
