@@ -2,6 +2,7 @@
 then) score the initial and final workflows with the official held-out evaluator."""
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -19,6 +20,7 @@ from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFail
                               SearchStarted, ValidationPlanned)
 from .synthesis import team_workflow
 from .task import Task, load_task
+from .training.jobs import tracing_to
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .validation import plan_validation
 from .workflow import Workflow
@@ -144,7 +146,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
                         executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
                         gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint)
+    training_trace = contextlib.ExitStack()
     try:
+        # the tree's programs and the official scoring train as jobs reporting into the search's trace
+        training_trace.enter_context(tracing_to(tracer))
         outcome = search_class(search)(ctx).run(resume if resume and resume.get("n") is not None else None)
         initial, final = outcome.initial, outcome.final
         initial_d, final_d = initial.describe(), final.describe()
@@ -197,6 +202,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         out.flush()
         raise
     finally:
+        training_trace.close()
         shared.close()
         tracer.close()
 

@@ -2,6 +2,7 @@
 status routes followed with their loop caps, the result scored by the task's evaluate.py."""
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -25,6 +26,7 @@ from .roles import ROLE_STEPS, RunContext, StepOutcome
 from .control import Control, NoControl
 from .sandbox import Executor
 from .task import Task
+from .training.jobs import tracing_to, training_executor
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
 
@@ -105,8 +107,10 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     (run_dir / "workflow.json").write_text(workflow.to_json())
     gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
                            cache_dir=config.cache_dir, control=config.control)
-    ctx = RunContext(task, workflow, gateway, executor or default_executor(run_dir / "sandboxes"),
+    ctx = RunContext(task, workflow, gateway,
+                     training_executor(executor or default_executor(run_dir / "sandboxes"), run_dir),
                      ArtifactStore(run_dir / "artifacts"), tracer)
+    training_trace = contextlib.ExitStack()
     scope = config.memory or MemoryScope.own(run_dir / (EVIDENCE_FILE if attempt == 1 else
                                                         f"evidence.{attempt}.sqlite"))
     if config.memory is not None and config.memory.branch and attempt > 1:
@@ -122,6 +126,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                            model_override=config.model_override, executor=ctx.executor.name,
                            budget=config.budget.limits(), order=workflow.order(), attempt=attempt))
     try:
+        training_trace.enter_context(tracing_to(tracer))  # this run's training jobs report into its trace
         scheduler = _Scheduler(ctx)
         status, reason, statuses, outputs = scheduler.run()
         delivered = _deliverable(ctx, outputs, statuses)
@@ -154,6 +159,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
                               duration_s=round(time.perf_counter() - started, 3)), exc.agent)
         raise
     finally:
+        training_trace.close()
         scope.close()
         tracer.close()
 

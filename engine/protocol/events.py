@@ -189,6 +189,8 @@ class ModelCall(Payload):
     request_key: str
     budget_used: Usage
     budget_remaining: BudgetLeft
+    tools: list[str] | None = None           # the MCP tools offered with the call (engine/tools/)
+    tool_calls: list[dict] | None = None     # the calls the model asked for: {id, name, arguments}
 
 
 class ToolCall(Payload):
@@ -202,6 +204,61 @@ class ToolCall(Payload):
     node: str | None = None
     attempt: int | None = None
     data: str | list[str] | None = None
+
+
+class ToolServerStatus(Strict):
+    """One configured MCP server at discovery: the tools it listed, or why it has none."""
+
+    name: str
+    ok: bool
+    tools: list[str] = Field(default_factory=list)
+    error: str | None = None
+    duration_s: float
+
+
+class DiscoveredTool(Strict):
+    """engine.tools.registry.ToolSpec.to_dict()."""
+
+    name: str                        # mcp.<server>.<tool>
+    server: str
+    tool: str
+    description: str = ""
+    input_schema: dict = Field(default_factory=dict)
+
+
+class ToolsDiscovered(Payload):
+    """The MCP servers of a run or search enumerated at its start (engine/tools/discovery.py)."""
+
+    kind: ClassVar[str] = "tools_discovered"
+    config: str | None = None        # the configuration file read
+    servers: list[ToolServerStatus]
+    tools: list[DiscoveredTool]
+
+
+class McpToolCall(Payload):
+    """An agent's call of a discovered MCP tool, as the model asked for it."""
+
+    kind: ClassVar[str] = "mcp_tool_call"
+    tool: str
+    server: str
+    role: str
+    call_id: str
+    arguments: dict
+
+
+class McpToolResult(Payload):
+    """What the call returned (or its error, a crashed server's included) and how long it took."""
+
+    kind: ClassVar[str] = "mcp_tool_result"
+    tool: str
+    server: str
+    role: str
+    call_id: str
+    ok: bool
+    result: str = ""                 # the text the agent read (bounded)
+    error: str | None = None
+    duration_s: float
+    artifacts: dict[str, str] = Field(default_factory=dict)   # files it wrote -> sha256 (in the run's store)
 
 
 class CodeExecution(Payload):
@@ -657,10 +714,62 @@ class ValidationPlanned(Payload):
     description: str
 
 
+# --- training jobs (engine/training/): a program that imports trellis_train runs as a job ------------
+class TrainingStarted(Payload):
+    """A training program began (or resumed from a checkpoint): which job, on which device."""
+
+    kind: ClassVar[str] = "training_started"
+    job: str                      # the job's key: the program and its inputs, hashed
+    purpose: str
+    device: str
+    resumed_from: str | None = None   # sha256 of the checkpoint it was handed, when resumed
+    resumed_epoch: int | None = None
+
+
+class TrainingProgress(Payload):
+    """One line the program reported through trellis_train.report()."""
+
+    kind: ClassVar[str] = "training_progress"
+    job: str
+    epoch: int | None = None
+    step: int | None = None
+    epochs: int | None = None     # how many epochs it plans, when it said
+    loss: float | None = None
+    val: float | None = None
+    lr: float | None = None
+    eta_s: float | None = None
+    extra: dict[str, float] = Field(default_factory=dict)
+
+
+class TrainingCheckpoint(Payload):
+    """A checkpoint file the program wrote, kept in the run's artifact store."""
+
+    kind: ClassVar[str] = "training_checkpoint"
+    job: str
+    path: str
+    sha256: str
+    bytes: int
+    epoch: int | None = None
+
+
+class TrainingFinished(Payload):
+    """How the job ended: its program's status, or paused/cancelled by a person."""
+
+    kind: ClassVar[str] = "training_finished"
+    job: str
+    status: Literal["ok", "error", "timeout", "memory", "violation", "killed", "paused", "cancelled"]
+    epochs: int | None = None
+    best_val: float | None = None
+    last_checkpoint: str | None = None
+    duration_s: float
+
+
 # Emission order: a run's events, the ways it stops, then the searches'.
 PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     RunStarted, AgentStarted, ModelCall, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
     BudgetExhausted, Evaluation, RunFinished,
+    # MCP tools: discovered at the start, called by agents
+    ToolsDiscovered, McpToolCall, McpToolResult,
     # the team's memory: what a role was given, what was recorded, which branches were kept
     MemoryRetrieval, EvidenceRecorded, EvidenceBranch,
     # the model could not be called at all (unknown model, missing key, provider down)
@@ -672,6 +781,8 @@ PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,
     # SciMARS harness self-improvement
     ReuseReceipt, Composition, Reflection,
+    # training jobs
+    TrainingStarted, TrainingProgress, TrainingCheckpoint, TrainingFinished,
 )}
 
 EVENT_KINDS: tuple[str, ...] = tuple(PAYLOADS)
@@ -702,6 +813,7 @@ __all__ = [
     # one model per kind
     "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
     "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "MemoryRetrieval", "EvidenceRecorded",
+    "ToolServerStatus", "DiscoveredTool", "ToolsDiscovered", "McpToolCall", "McpToolResult",
     "EvidenceBranch", "RunFailed", "SearchFailed",
     "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Hindsight", "Archive",
     "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",

@@ -10,7 +10,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal, Protocol
+from typing import Callable, Literal, Protocol
 
 from ..limits import EXECUTION_LIMIT_RANGES, LimitError, number_problem
 
@@ -71,6 +71,9 @@ class ExecutionRequest:
     limits: ExecutionLimits = field(default_factory=ExecutionLimits)
     args: tuple[str, ...] = ()
     entrypoint: str = "main.py"
+    # Called about twice a second with the program's working folder while it runs (a training
+    # job reads its progress there); returning True stops the program (a person paused it).
+    watch: Callable[[Path], bool] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

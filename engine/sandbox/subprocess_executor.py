@@ -296,6 +296,7 @@ class _Outcome:
     max_rss_kb: int = 0
     wall_timeout: bool = False
     disk_exceeded: str = ""  # why the program's files were too much, when they were
+    stopped: bool = False  # its watcher (a training job's person) asked to stop it
     stdout: _TailBuffer | None = None
     stderr: _TailBuffer | None = None
     scanner: _MarkerScanner = field(default_factory=_MarkerScanner)
@@ -358,7 +359,7 @@ class _DiskWatch:
 
 
 def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
-               disk: _DiskWatch | None = None) -> _Outcome:
+               disk: _DiskWatch | None = None, watch=None) -> _Outcome:
     """Pump both pipes, enforce the wall clock and reap the child, all in one loop
     (no reader threads that a leftover grandchild holding a pipe could hang)."""
     outcome = _Outcome(stdout=_TailBuffer(cap), stderr=_TailBuffer(cap))
@@ -391,6 +392,10 @@ def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
                     outcome.disk_exceeded = problem
                     _kill_group(proc.pid)
                     killed_at = now
+                elif killed_at is None and watch is not None and _watch_says_stop(watch, disk):
+                    outcome.stopped = True
+                    _kill_group(proc.pid)
+                    killed_at = now
                 elif killed_at is not None and now - killed_at > REAP_SECONDS:
                     log.error("sandbox child %s did not die after SIGKILL", proc.pid)
                     break
@@ -408,6 +413,15 @@ def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
         proc.stdout.close()
         proc.stderr.close()
     return outcome
+
+
+def _watch_says_stop(watch, disk: _DiskWatch | None) -> bool:
+    """Ask the request's watcher (it throttles itself); a watcher that fails never kills the program."""
+    try:
+        return bool(watch(disk.workdir)) if disk is not None and disk.workdir is not None else False
+    except Exception:  # noqa: BLE001
+        log.exception("sandbox: the run's watcher failed")
+        return False
 
 
 def _pump(fd: int, sink: _TailBuffer, outcome: _Outcome, selector: selectors.BaseSelector) -> None:
@@ -533,7 +547,7 @@ class SubprocessExecutor:
                                        duration_s=time.monotonic() - started, workdir=workdir,
                                        files={}, executor=self.name)
             outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes,
-                                 _DiskWatch(workdir, limits))
+                                 _DiskWatch(workdir, limits), request.watch)
             memory_exhausted = bool(cgroup and cgroup.memory_exhausted())
             process_cap_hit = bool(cgroup and cgroup.process_limit_hit())
         finally:
@@ -547,6 +561,8 @@ class SubprocessExecutor:
             stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
         if outcome.disk_exceeded:
             stderr += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
+        if outcome.stopped:
+            stderr += "\nsandbox: stopped on request while it ran\n"
         if memory_exhausted:
             stderr += (f"\nsandbox: the program's processes together reached the memory limit "
                        f"of {limits.memory_mb} MB\n")

@@ -15,6 +15,7 @@ from ..judge import Judgement, judge_execution, public_checks
 from ..control import Control, NoControl
 from ..evidence.memory import SharedMemory
 from ..runner import RunConfig, RunResult, default_executor, run_workflow
+from ..training.jobs import training_executor
 from ..sandbox import Executor
 from ..task import Task
 from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events
@@ -96,6 +97,9 @@ class ProbeRunner:
         # One sandbox executor for every probe (and the tree's programs), under the search's folder.
         if self.executor is None:
             self.executor = default_executor(Path(self.root).parent / "sandboxes")
+        # training programs are jobs of the search (one folder each under <search>/training), so
+        # the same program run again by another probe or the hindsight resumes, not restarts
+        self.executor = training_executor(self.executor, Path(self.root).parent)
 
     def run(self, workflow: Workflow, label: str, iteration: int, judge_with: ModelGateway | None = None) -> Probe:
         self.count += 1
