@@ -60,6 +60,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
     parser.add_argument("--no-single-agent", action="store_true",
                         help="skip the single-agent baseline run beside the workflow (it costs one more run)")
+    add_executor_argument(parser)
+
+
+def add_executor_argument(parser: argparse.ArgumentParser) -> None:
+    from .sandbox.select import EXECUTOR_KINDS
+
+    parser.add_argument("--executor", choices=EXECUTOR_KINDS, default="auto",
+                        help="the sandbox of generated programs: docker (a container each; build its image "
+                             "with `python -m engine.sandbox.image build`), subprocess, or auto (default: "
+                             "$TRELLIS_EXECUTOR when set, else docker when a daemon answers and the image is "
+                             "built, else subprocess)")
 
 
 def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFacts:
@@ -93,20 +104,29 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                             single_agent_baseline)
     from .console import ConsoleSink, print_summary
     from .runner import RunConfig, run_workflow
+    from .sandbox.select import make_executor
 
     run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}"
     run_dir = Path(args.runs_dir) / run_id
+    kind = getattr(args, "executor", None)
+    # before any model call: an executor asked for that cannot run here is an error naming the fix
+    choice = make_executor(kind, run_dir / "sandboxes")
+    out.write(choice.describe() + "\n")
+    out.flush()
     config = RunConfig(run_dir=run_dir, seed=args.seed, model_override=args.model, run_id=run_id,
                        budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost, max_calls=args.max_calls),
-                       cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None)
-    result = run_workflow(task, workflow, config, sinks=[ConsoleSink(out, verbose=args.verbose)])
+                       cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None,
+                       executor_reason=choice.reason)
+    result = run_workflow(task, workflow, config, executor=choice.executor,
+                          sinks=[ConsoleSink(out, verbose=args.verbose)])
     print_summary(result, out)
     baselines = official_baselines(task)
     if not getattr(args, "no_single_agent", False) and workflow.name != single_agent_workflow(task).name:
         out.write("single agent: the single-agent workflow on the same budget, beside it\n")
         out.flush()
-        solo = single_agent_baseline(task, run_dir.with_name(run_dir.name + "-single-agent"), seed=args.seed,
-                                     budget=config.budget, model_override=args.model)
+        solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
+        solo = single_agent_baseline(task, solo_dir, seed=args.seed, budget=config.budget, model_override=args.model,
+                                     executor=make_executor(choice.kind, solo_dir / "sandboxes").executor)
         baselines["single_agent"] = solo["official"]
         out.write(f"single     {describe_single_agent(solo)}\n")
     out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")

@@ -63,11 +63,12 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
            control: Control | None = None, single_agent: bool = True, memory: bool = False,
-           warm_start: bool | None = None) -> EvolveResult:
+           warm_start: bool | None = None, executor_kind: str | None = None) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
-    them). ``executor`` runs every program (tests pass a fake; default: the sandbox).
+    them). ``executor`` runs every program (tests pass a fake; default: the sandbox);
+    ``executor_kind`` (auto, docker or subprocess) chooses it otherwise (engine/sandbox/select.py).
     ``on_checkpoint`` receives a typed checkpoint (engine/protocol/checkpoints.py) after every
     step; passing one back as ``resume`` continues the search there, in the same ``run_dir``.
     ``gate`` decides proposals (it may raise AwaitingDecision: the last checkpoint holds the
@@ -99,6 +100,13 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     budget = budget or Budget(max_tokens=2_000_000)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
+    choice = None
+    if executor is None and executor_kind is not None:
+        from .sandbox.select import make_executor
+
+        # an executor asked for that cannot run here (no Docker daemon) fails now, with the fix
+        choice = make_executor(executor_kind, run_dir / "sandboxes")
+        executor = choice.executor
     # A resumed search writes its own trace file: sequence numbers never restart inside one.
     attempt, trace_path = claim_attempt(run_dir, "search")
     tracer = Tracer(run_dir.name if attempt == 1 else f"{run_dir.name}-attempt{attempt}",
@@ -128,8 +136,12 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 
     tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed, memory=memory,
                               budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
-                              workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None))
+                              workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None,
+                              executor=choice.kind if choice else None,
+                              executor_reason=choice.reason if choice else None))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
+    if choice is not None:
+        out.write(choice.describe() + "\n")
     plan = plan_validation(task)
     tracer.emit(ValidationPlanned(plan=plan.to_dict(), description=plan.describe()))
     out.write(f"validation: {plan.describe()}\n")

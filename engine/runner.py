@@ -48,6 +48,8 @@ class RunConfig:
     # The evidence graph the team remembers in: a search's shared one (with the probe's branch),
     # or None for one of the run's own (evidence.sqlite in run_dir, one file per attempt).
     memory: MemoryScope | None = None
+    # Why the executor is the one it is (engine/sandbox/select.py), for the run_started event.
+    executor_reason: str | None = None
 
 
 @dataclass
@@ -124,6 +126,7 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     tracer.emit(RunStarted(task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
                            workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
                            model_override=config.model_override, executor=ctx.executor.name,
+                           executor_reason=config.executor_reason,
                            budget=config.budget.limits(), order=workflow.order(), attempt=attempt))
     try:
         training_trace.enter_context(tracing_to(tracer))  # this run's training jobs report into its trace

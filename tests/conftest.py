@@ -8,6 +8,10 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Commands choose their sandbox "auto"; the suite pins auto to the subprocess sandbox (a CI machine
+# has Docker too, and a container per program would cost the suite minutes). The Docker tests ask
+# for docker themselves (the docker_image fixture).
+os.environ.setdefault("TRELLIS_EXECUTOR", "subprocess")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # A parallel test worker's settings put its var folder apart (webapp/settings.py). What the
@@ -37,6 +41,25 @@ def light_task(tmp_path_factory) -> Path:
     config["validation"] = {"split": "kfold", "folds": 2}
     (folder / "Data_config.json").write_text(json.dumps(config, indent=2))
     return folder
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> str:
+    """The Docker sandbox's image, built here only when missing (its tag is the definition's
+    hash, so a build serves every later session). Skipped where Docker cannot run, unless
+    TRELLIS_REQUIRE_DOCKER=1 (CI, which starts a daemon and builds the image first): then the
+    test fails instead, saying why."""
+    from engine.sandbox.image import ImageError, build, docker_client, image_present, image_ref
+
+    try:
+        ref = image_ref()
+        if not image_present(docker_client(), ref):
+            build(out=sys.stderr)
+        return ref
+    except ImageError as exc:
+        if os.environ.get("TRELLIS_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"TRELLIS_REQUIRE_DOCKER=1 but the Docker sandbox cannot run here: {exc}")
+        pytest.skip(f"no Docker sandbox here ({exc}); set TRELLIS_REQUIRE_DOCKER=1 to fail instead")
 
 
 @pytest.fixture(scope="session")

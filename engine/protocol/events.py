@@ -161,6 +161,7 @@ class RunStarted(Payload):
     seed: int
     model_override: str | None = None
     executor: str
+    executor_reason: str | None = None   # why this sandbox (engine/sandbox/select.py), when chosen
     budget: BudgetLimits
     order: list[str]
     attempt: int = 1
@@ -373,6 +374,8 @@ class SearchStarted(Payload):
     workflow: dict
     resumed_after: int | None = None    # the last iteration finished before a resume
     memory: bool = False                # the probes share one evidence graph
+    executor: str | None = None         # the sandbox of every probe's programs, and why
+    executor_reason: str | None = None
 
 
 class MutationProposed(Payload):

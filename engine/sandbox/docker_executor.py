@@ -154,7 +154,7 @@ class DockerExecutor:
                                        duration_s=time.monotonic() - started, workdir=workdir,
                                        files={}, executor=self.name)
             outcome = _supervise(self.client, container.id, limits, _DiskWatch(workdir, limits),
-                                 request.watch, workdir)
+                                 request.watch, workdir, _PidsWatch(container.id))
             streams.finish(DRAIN_SECONDS)
             state = _state(self.client, container.id)
         finally:
@@ -176,6 +176,9 @@ class DockerExecutor:
         if oom:
             stderr += (f"\nsandbox: the program's processes together reached the memory limit "
                        f"of {limits.memory_mb} MB\n")
+        if outcome.pids_cap_hit:
+            stderr += (f"\nsandbox: the program reached its limit of {limits.max_processes} "
+                       "processes and threads; more were refused\n")
         return ExecutionResult(
             status=_classify(code, stderr, streams.scanner.violations, outcome.wall_timeout, oom),
             exit_code=code, stdout=streams.stdout.text(), stderr=stderr, duration_s=duration,
@@ -222,10 +225,39 @@ class _Outcome:
         self.wall_timeout = False
         self.disk_exceeded = ""
         self.stopped = False
+        self.pids_cap_hit = False
+
+
+class _PidsWatch:
+    """Whether the container's PID cap refused a process or thread, read from its pids cgroup
+    on the host while it runs (the cgroup goes when the container exits, and Docker's API does
+    not say). Where the cgroup is not found, it never says so: the cap holds all the same."""
+
+    CANDIDATES = ("/sys/fs/cgroup/pids/docker/{id}", "/sys/fs/cgroup/pids/system.slice/docker-{id}.scope",
+                  "/sys/fs/cgroup/docker/{id}", "/sys/fs/cgroup/system.slice/docker-{id}.scope")
+
+    def __init__(self, container_id: str) -> None:
+        self.container_id = container_id
+        self.path: str | None = None
+        self.hit = False
+
+    def poll(self) -> None:
+        if self.hit:
+            return
+        if self.path is None:
+            self.path = next((p + "/pids.events" for p in (c.format(id=self.container_id) for c in self.CANDIDATES)
+                              if os.path.exists(p + "/pids.events")), "")
+        if not self.path:
+            return
+        try:
+            with open(self.path) as fh:
+                self.hit = any(line.split()[:1] == ["max"] and line.split()[1:2] != ["0"] for line in fh)
+        except OSError:
+            pass  # gone with the container
 
 
 def _supervise(client, container_id: str, limits: ExecutionLimits, disk: _DiskWatch, watch,
-               workdir: Path) -> _Outcome:
+               workdir: Path, pids: _PidsWatch) -> _Outcome:
     """Wait for the container to exit, killing it at the wall clock, when its files grow past
     the limits or when the request's watcher says stop."""
     outcome = _Outcome()
@@ -245,6 +277,7 @@ def _supervise(client, container_id: str, limits: ExecutionLimits, disk: _DiskWa
     next_watch = time.monotonic() + WATCH_SECONDS
     killed = False
     while not done.wait(POLL_SECONDS):
+        pids.poll()
         now = time.monotonic()
         if killed:
             continue
@@ -258,6 +291,7 @@ def _supervise(client, container_id: str, limits: ExecutionLimits, disk: _DiskWa
                 outcome.stopped = killed = True
         if killed:
             _kill(client, container_id)
+    outcome.pids_cap_hit = pids.hit
     if "status" in box:
         outcome.exit_code = box["status"].get("StatusCode")
     elif "error" in box:

@@ -16,6 +16,8 @@ changed requirements file gets a new tag that the executor then asks for.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -163,6 +165,16 @@ def _debootstrap(rootfs: Path, folder: Path, mirror: str, out: TextIO) -> None:
                     shutil.rmtree(child, ignore_errors=True)
 
 
+def _unmount_under(folder: Path) -> None:
+    prefix = str(folder.resolve()) + "/"
+    try:
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
+    except OSError:
+        return
+    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _import_root(client, rootfs: Path, ref: str, work: Path, out: TextIO) -> None:
     tarball = work / "rootfs.tar"
     _run(["tar", "--numeric-owner", "--xattrs", "-C", str(rootfs), "-cf", str(tarball), "."], out,
@@ -197,6 +209,27 @@ def build(rebuild: bool = False, out: TextIO = sys.stdout, folder: Path = DEFINI
         out.write(f"image: {ref} is up to date\n")
         return ref
     _check_can_build()
+    with _build_lock(out):
+        if image_present(client, ref) and not rebuild:  # another process built it while we waited
+            out.write(f"image: {ref} is up to date\n")
+            return ref
+        return _build(client, ref, rebuild, out, folder, mirror)
+
+
+@contextlib.contextmanager
+def _build_lock(out: TextIO):
+    """One build at a time on this machine (two test workers, two studio workers)."""
+    with open(Path(tempfile.gettempdir()) / "trellis-sandbox-image.lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            out.write("image: another build is under way; waiting for it\n")
+            out.flush()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _build(client, ref: str, rebuild: bool, out: TextIO, folder: Path, mirror: str) -> str:
     # the root file system depends on the package lists only: a changed Dockerfile reuses it
     base = f"{BASE_REPOSITORY}:{definition_tag(folder, only=BASE_FILES)}"
     started = time.monotonic()
@@ -208,6 +241,7 @@ def build(rebuild: bool = False, out: TextIO = sys.stdout, folder: Path = DEFINI
             _install_requirements(rootfs, folder, out)
             _import_root(client, rootfs, base, work, out)
         finally:
+            _unmount_under(work)  # an interrupted debootstrap may leave /proc or /sys mounted in it
             shutil.rmtree(work, ignore_errors=True)
     _build_on_top(client, folder, base, ref, out)
     out.write(f"image: built {ref} in {time.monotonic() - started:.0f} s\n")

@@ -3,7 +3,9 @@
 Each program here is what a hostile or careless model could write: ctypes around the
 audit hook, symlinks and hard links to files it must not read, forks and memory spread
 over children. Every test failed on the sandbox before the private view, the per-run
-user, seccomp and the cgroup, and on the evaluator that followed links."""
+user, seccomp and the cgroup, and on the evaluator that followed links. The attacks on
+programs run each against both executors: the subprocess sandbox and the Docker one
+(skipped where Docker cannot run, failed instead when TRELLIS_REQUIRE_DOCKER=1)."""
 from __future__ import annotations
 
 import json
@@ -30,9 +32,15 @@ EXAMPLE = ROOT / "examples" / "discontinuous-1d"
 pytestmark = pytest.mark.skipif(os.uname().sysname != "Linux", reason="the sandbox is Linux-only")
 
 
-@pytest.fixture(scope="module")
-def executor():
-    ex = SubprocessExecutor()
+@pytest.fixture(scope="module", params=["subprocess", "docker"])
+def executor(request):
+    if request.param == "docker":
+        request.getfixturevalue("docker_image")
+        from engine.sandbox.docker_executor import DockerExecutor
+
+        ex = DockerExecutor()
+    else:
+        ex = SubprocessExecutor()
     yield ex
     shutil.rmtree(ex.root, ignore_errors=True)
 
@@ -98,14 +106,17 @@ def test_programs_never_run_as_root_and_see_no_project(executor):
         print("uid", os.getuid(), os.getgid())
         caps = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")]
         print("caps", caps[0])
-        for path in ({str(ROOT / 'engine')!r}, {str(ROOT / 'var')!r}, "/root/.ssh", "/etc/shadow"):
+        for path in ({str(ROOT / 'engine')!r}, {str(ROOT / 'var')!r}, "/root/.ssh"):
             print(path, os.path.exists(path))
+        # a container's root has a shadow file of its own (no passwords in it), unreadable all the same
+        print("shadow readable", os.access("/etc/shadow", os.R_OK))
     """)
     assert result.status == "ok", result.stderr
     uid = int(result.stdout.split("uid ")[1].split()[0])
     assert uid != 0
     assert "caps 0000000000000000" in result.stdout
     assert " True" not in result.stdout
+    assert "shadow readable False" in result.stdout
 
 
 def test_each_run_has_a_user_of_its_own(executor):
@@ -147,7 +158,10 @@ def test_fork_bomb_stops_at_the_process_cap(executor):
     """, max_processes=32)
     forked = int(result.stdout.split("forked")[1])
     assert forked < 32, result.stdout
-    assert "limit of 32 processes" in result.stderr
+    if executor.name == "subprocess":
+        # its cgroup says when the cap refused a fork; a container's pids cgroup is gone by the
+        # time Docker reports the exit, so the Docker executor says it only when it saw it live
+        assert "limit of 32 processes" in result.stderr
 
 
 def test_memory_is_capped_across_children(executor):

@@ -7,7 +7,7 @@ from django.core.validators import RegexValidator
 from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
-from .models import GatePolicy, Run
+from .models import EXECUTOR_CHOICES, GatePolicy, Run
 
 
 def example_choices() -> list[tuple[str, str]]:
@@ -35,6 +35,10 @@ class NewRunForm(forms.Form):
                                 help_text="SciMARS only: the probes share one evidence graph, each writing on its "
                                           "own branch; later probes read the selected branches. "
                                           "memory-fixed always shares.")
+    executor = forms.ChoiceField(label="Sandbox", choices=EXECUTOR_CHOICES, initial="auto",
+                                 help_text="Where generated programs run: a Docker container each (no network, "
+                                           "read-only root; needs the daemon and `python -m engine.sandbox.image "
+                                           "build`), the subprocess sandbox, or auto")
 
     def clean(self) -> dict:
         d = super().clean()
@@ -50,7 +54,8 @@ class NewRunForm(forms.Form):
         d = self.cleaned_data
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
-                "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY}
+                "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY,
+                "executor": d["executor"]}
 
 
 class DecisionForm(forms.Form):

@@ -30,7 +30,15 @@ def run_context(run: Run, role: Role | None) -> dict:
             "hindsight": (run.result or {}).get("hindsight"),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
-            "evolves_workflow": registry.search_class(run.search).evolves == "workflow"}
+            "evolves_workflow": registry.search_class(run.search).evolves == "workflow",
+            "sandbox": sandbox(run)}
+
+
+def sandbox(run: Run) -> dict:
+    """The sandbox the run asked for and, once its search started, the one it runs in and why."""
+    started = run.events.filter(kind="search_started").order_by("-seq").values_list("payload", flat=True).first()
+    return {"asked": run.executor, "kind": (started or {}).get("executor"),
+            "reason": (started or {}).get("executor_reason") or ""}
 
 
 def header(run: Run, role: Role | None, **extra) -> str:

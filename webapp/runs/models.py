@@ -12,6 +12,10 @@ from django.utils import timezone
 from engine.protocol.gate import Proposal
 from engine.search import registry
 
+# engine/sandbox/select.py's kinds, spelled out for the form and the run page
+EXECUTOR_CHOICES = [("auto", "auto (Docker when it answers and its image is built)"),
+                    ("docker", "Docker container"), ("subprocess", "subprocess sandbox")]
+
 
 class Project(models.Model):
     name = models.CharField(max_length=120, unique=True)
@@ -78,6 +82,10 @@ class Run(models.Model):
     # SciMARS + Memory: the probes share one evidence graph (selected branches visible to later
     # probes). Only SciMARS takes it; memory-fixed always shares whatever this says.
     memory = models.BooleanField(default=False, help_text="probes share one evidence graph (SciMARS + Memory)")
+    # The sandbox of the run's programs (engine/sandbox/select.py); the run's search_started event
+    # says which one auto chose, and why.
+    executor = models.CharField(max_length=12, choices=EXECUTOR_CHOICES, default="auto",
+                                help_text="sandbox of generated programs: auto, docker or subprocess")
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
     # A worker owns a run while its lease matches; a resumed run gets a new lease, so a

@@ -47,7 +47,7 @@ def execute_run(run_id: int, lease: str) -> str:
                         gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
                         model_override=run.model or None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                         run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
-                        single_agent=run.single_agent, memory=run.memory)
+                        single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor)
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
         status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED
         reason, extra = result.failed or result.stopped, {"result": result.to_dict()}

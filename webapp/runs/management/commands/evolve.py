@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from engine.budget import Budget
-from engine.cli import bounded, check_task, model_name
+from engine.cli import add_executor_argument, bounded, check_task, model_name
 from engine.errors import TrellisError
 from engine.evolve import evolve
 from engine.task import load_task
@@ -33,6 +33,7 @@ class Command(BaseCommand):
         parser.add_argument("--warm-start", action="store_true",
                             help="start SciMARS from the archive's most similar workflow (other searches always do "
                                  "unless --no-archive)")
+        add_executor_argument(parser)
 
     def handle(self, *args, **o):
         try:
@@ -43,7 +44,7 @@ class Command(BaseCommand):
                             out=self.stdout, model_override=o["model"],
                             archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
                             single_agent=not o["no_single_agent"], memory=o["memory"],
-                            warm_start=True if o["warm_start"] else None)
+                            warm_start=True if o["warm_start"] else None, executor_kind=o["executor"])
             if result.failed:
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
