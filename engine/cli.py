@@ -116,6 +116,8 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     config = RunConfig(run_dir=run_dir, seed=args.seed, model_override=args.model, run_id=run_id,
                        budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost, max_calls=args.max_calls),
                        cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None,
+                       # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
+                       discover_tools=True, allocate_tools=args.workflow in WORKFLOWS,
                        executor_reason=choice.reason)
     result = run_workflow(task, workflow, config, executor=choice.executor,
                           sinks=[ConsoleSink(out, verbose=args.verbose)])

@@ -1,6 +1,7 @@
 """A live progress line per step, for the command line."""
 from __future__ import annotations
 
+import json
 import sys
 from typing import TextIO
 
@@ -100,6 +101,15 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
         return f"evaluation failed: {cut(p.get('error'))}"
     if e.kind == "run_finished":
         return f"run {p['status']}{': ' + cut(p['reason']) if p.get('reason') else ''}"
+    if e.kind == "tools_discovered":
+        return "\n".join(f"tools {t['name']}: {len(t['tools'])} ({', '.join(t['tools'])}) in {t['duration_s']:.1f}s"
+                         if t["ok"] else f"tools {t['name']}: NOT AVAILABLE, {cut(t.get('error'))}"
+                         for t in p["servers"]) or "tools: no MCP server configured"
+    if e.kind == "mcp_tool_call":
+        return f"calls {p['tool']} {cut(json.dumps(p['arguments'], sort_keys=True))}"
+    if e.kind == "mcp_tool_result":
+        return (f"tool {p['tool']}: ok in {p['duration_s']:.2f}s" if p["ok"] else
+                f"tool {p['tool']}: ERROR {cut(p.get('error'))}")
     if e.kind == "memory_retrieval":  # only what a role was actually given
         given = [*p["records"], *p.get("pushed", [])]
         return f"memory: given record(s) {', '.join('#' + str(i) for i in given)}" if given else None

@@ -21,6 +21,10 @@ from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFail
 from .synthesis import team_workflow
 from .task import Task, load_task
 from .training.jobs import tracing_to
+from .tools.allocation import allocate
+from .tools.config import load_config
+from .tools.discovery import discover
+from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .validation import plan_validation
 from .workflow import Workflow
@@ -97,6 +101,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     task = load_task(task_folder)
     # Bad data is a clear error here, before anything is written or any token spent.
     preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
+    load_config()  # and an unusable MCP server configuration (engine/tools/config.py)
     budget = budget or Budget(max_tokens=2_000_000)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
@@ -112,6 +117,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     tracer = Tracer(run_dir.name if attempt == 1 else f"{run_dir.name}-attempt{attempt}",
                     [JsonlTraceSink(trace_path), *sinks])
     gateway = search_gateway(budget, tracer, seed, model_override, control)
+    # The MCP servers, started once for the whole search: every probe's agents call the same ones.
+    tools = discover(task, run_dir, tracer, out)
     started = time.perf_counter()
     archive = None
     if archive_dir is not None:
@@ -124,7 +131,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
     else:
-        initial_wf, start_info = team_workflow(task), {
+        initial_wf, start_info = allocate(team_workflow(task), tools.registry if tools else None), {
             "path": "de_novo", "similarity": None,
             "reason": "no archive configured" if archive is None else
             f"{search} adapts within the task: no warm start from another task's workflow unless asked"}
@@ -154,7 +161,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     if memory:
         out.write(f"memory: one evidence graph shared by every probe, {run_dir / EVIDENCE_FILE}\n")
     runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
-                         sinks=sinks, executor=executor, control=control, memory=shared)
+                         sinks=sinks, executor=executor, control=control, memory=shared,
+                         tools=tools)
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
                         executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
                         gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint)
@@ -162,6 +170,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     try:
         # the tree's programs and the official scoring train as jobs reporting into the search's trace
         training_trace.enter_context(tracing_to(tracer))
+        # agents' tools are checked against what was discovered (mutations and edits included)
+        training_trace.enter_context(use(tools.registry if tools else None))
         outcome = search_class(search)(ctx).run(resume if resume and resume.get("n") is not None else None)
         initial, final = outcome.initial, outcome.final
         initial_d, final_d = initial.describe(), final.describe()
@@ -215,6 +225,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         raise
     finally:
         training_trace.close()
+        if tools is not None:
+            tools.close()
         shared.close()
         tracer.close()
 

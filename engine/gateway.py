@@ -39,6 +39,8 @@ class Completion:
     cost_usd: float
     duration_s: float
     cached: bool = False
+    # the tools the model asked to call instead of (or before) answering: {id, name, arguments}
+    tool_calls: tuple[dict, ...] = ()
 
 
 class ModelGateway:
@@ -61,7 +63,11 @@ class ModelGateway:
         self.model_seconds = 0.0  # time spent waiting on models, for overhead accounting
 
     def complete(self, agent: str, role: str, messages: list[dict], agent_model: str | None = None,
-                 temperature: float = 0.7, purpose: str = "role") -> Completion:
+                 temperature: float = 0.7, purpose: str = "role", tools: list[dict] | None = None,
+                 tool_choice: str | None = None) -> Completion:
+        """One model call. ``tools`` are function schemas the model may call (litellm's
+        ``tools=``; engine/tools/calls.py runs what it asks for); ``tool_choice="none"`` asks
+        for an answer without further calls."""
         self.control.check()
         model = resolve_model(role, agent_model, self.model_override)
         started = time.perf_counter()
@@ -69,15 +75,20 @@ class ModelGateway:
         self.budget.ensure_room(prompt_tokens, self.max_output_tokens)
         request = {"model": model, "messages": messages, "temperature": temperature, "seed": self.seed,
                    "max_tokens": self.max_output_tokens}
+        if tools:  # absent otherwise, so that calls without tools keep their cache keys
+            request["tools"] = tools
+            if tool_choice:
+                request["tool_choice"] = tool_choice
         key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
         cached = self._cache_get(key)
         reported: tuple[int, int] | None = None
+        calls: tuple[dict, ...] = ()
         if cached is not None:
-            text, cached_hit = cached, True
+            (text, calls), cached_hit = cached, True
         else:
-            text, reported = self._call(request, agent, role)
+            text, calls, reported = self._call(request, agent, role)
             cached_hit = False
-            self._cache_put(key, text)
+            self._cache_put(key, text, calls)
         if reported:  # trust the provider's own count when it gives one
             prompt_tokens, completion_tokens = reported
         else:
@@ -86,16 +97,18 @@ class ModelGateway:
         duration = time.perf_counter() - started
         self.model_seconds += duration
         self.budget.charge(agent, prompt_tokens, completion_tokens, cost)
-        result = Completion(text, model, provider_of(model), prompt_tokens, completion_tokens, cost, duration, cached_hit)
+        result = Completion(text, model, provider_of(model), prompt_tokens, completion_tokens, cost, duration, cached_hit,
+                            calls)
+        offered = {"tools": [t["function"]["name"] for t in tools], "tool_calls": list(calls)} if tools else {}
         self.tracer.emit(ModelCall(
             role=role, purpose=purpose, model=model, provider=result.provider,
             messages=messages, response=text, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
             cost_usd=cost, duration_s=round(duration, 4), cached=cached_hit, request_key=key,
-            budget_used=self.budget.used.to_dict(), budget_remaining=self.budget.remaining(),
+            budget_used=self.budget.used.to_dict(), budget_remaining=self.budget.remaining(), **offered,
         ), agent)
         return result
 
-    def _call(self, request: dict, agent: str, role: str) -> tuple[str, tuple[int, int] | None]:
+    def _call(self, request: dict, agent: str, role: str) -> tuple[str, tuple[dict, ...], tuple[int, int] | None]:
         """One answer from the provider. A bad answer (empty) is retried and then raised as
         ModelCallError, for the step to handle; a provider that cannot serve the model raises
         ModelUnavailable: at once when retrying cannot help (unknown model, rejected key), after
@@ -119,30 +132,57 @@ class ModelGateway:
                 if attempt < self.retries and not offline:
                     time.sleep(min(0.5 * 2 ** attempt, 4.0))
                 continue
-            text = response.choices[0].message.content
-            if not isinstance(text, str) or not text.strip():
+            message = response.choices[0].message
+            text = message.content if isinstance(message.content, str) else ""
+            calls = tool_calls_of(message) if request.get("tools") else ()
+            if not text.strip() and not calls:
                 last = ModelCallError(f"{model} returned an empty answer")
                 continue
             usage = getattr(response, "usage", None)
             reported = None
             if usage is not None and getattr(usage, "completion_tokens", None):
                 reported = (int(usage.prompt_tokens), int(usage.completion_tokens))
-            return text, reported
+            return text, calls, reported
         if isinstance(last, ModelCallError):
             raise ModelCallError(f"{model} failed after {self.retries + 1} attempts: {last}") from last
         raise ModelUnavailable(model, str(last), provider_error_kind(last) or "provider_error", agent, role,
                                self.retries + 1) from last
 
-    def _cache_get(self, key: str) -> str | None:
+    def _cache_get(self, key: str) -> tuple[str, tuple[dict, ...]] | None:
         if not self.cache_dir:
             return None
         p = self.cache_dir / f"{key}.json"
-        return json.loads(p.read_text())["response"] if p.exists() else None
+        if not p.exists():
+            return None
+        data = json.loads(p.read_text())
+        return data["response"], tuple(data.get("tool_calls", ()))
 
-    def _cache_put(self, key: str, text: str) -> None:
+    def _cache_put(self, key: str, text: str, calls: tuple[dict, ...] = ()) -> None:
         if self.cache_dir:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
-            (self.cache_dir / f"{key}.json").write_text(json.dumps({"response": text}))
+            entry = {"response": text, **({"tool_calls": list(calls)} if calls else {})}
+            (self.cache_dir / f"{key}.json").write_text(json.dumps(entry))
+
+
+MAX_TOOL_CALLS = 8  # calls one answer may ask for; more are dropped (engine/tools/calls.py says so)
+
+
+def tool_calls_of(message) -> tuple[dict, ...]:
+    """The tool calls of a litellm message as {id, name, arguments}; arguments that are not a
+    JSON object are kept as {"_unparsed": text}, for the call to be refused with the reason."""
+    out = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        function = getattr(call, "function", None)
+        name = str(getattr(function, "name", "") or "")[:200]
+        raw = getattr(function, "arguments", "") or "{}"
+        try:
+            arguments = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except (ValueError, TypeError):
+            arguments = None
+        if not isinstance(arguments, dict):
+            arguments = {"_unparsed": str(raw)[:2000]}
+        out.append({"id": str(getattr(call, "id", "") or f"call_{i}")[:100], "name": name, "arguments": arguments})
+    return tuple(out)
 
 
 # What a litellm exception says about the provider. Permanent kinds fail the run at once.

@@ -14,7 +14,7 @@ from .harness import ROLES, Harness, MemoryPolicy
 from .workflow import Agent, Edge, Route, Workflow
 
 KINDS = ("prompt_refinement", "procedure_refinement", "agent_addition", "agent_removal", "edge_rewiring",
-         "contract_change", "route_change", "memory_policy_change")
+         "contract_change", "route_change", "memory_policy_change", "tool_allocation")
 
 
 class MutationError(ValueError):
@@ -176,9 +176,30 @@ def _memory(wf: Workflow, m: Mutation) -> Workflow:
     return replace(wf, harness=Harness(wf.harness.procedures, wf.harness.coordination, policy))
 
 
+def _tools(wf: Workflow, m: Mutation) -> Workflow:
+    """Give an agent a tool (params.add) or take one away (params.remove); the workflow rules then
+    check the tool against the run's discovered tools (engine/tools/registry.py)."""
+    unknown = set(m.params) - {"add", "remove"}
+    if unknown or len(m.params) != 1:
+        raise MutationError("tool_allocation takes params {\"add\": <tool>} or {\"remove\": <tool>}")
+    (action, tool), = m.params.items()
+    if not isinstance(tool, str) or not tool:
+        raise MutationError(f"tool_allocation {action}: name one tool, e.g. mcp.science.fit_curve")
+    agent = next((a for a in wf.agents if a.id == m.target), None)
+    if agent is None:
+        raise MutationError(f"no agent called {m.target!r}")
+    if action == "add":
+        if tool in agent.tools:
+            raise MutationError(f"agent {m.target!r} already has {tool!r}")
+        return _agent_changed(wf, m.target, tools=agent.tools + (tool,))
+    if tool not in agent.tools:
+        raise MutationError(f"agent {m.target!r} has no tool {tool!r}; it has {', '.join(agent.tools) or 'none'}")
+    return _agent_changed(wf, m.target, tools=tuple(t for t in agent.tools if t != tool))
+
+
 _APPLY = {"prompt_refinement": _prompt, "procedure_refinement": _procedure, "agent_addition": _add_agent,
           "agent_removal": _remove_agent, "edge_rewiring": _rewire, "contract_change": _contract,
-          "route_change": _route, "memory_policy_change": _memory}
+          "route_change": _route, "memory_policy_change": _memory, "tool_allocation": _tools}
 
 
 def diff(parent: Workflow, child: Workflow) -> dict:
@@ -197,6 +218,9 @@ def diff(parent: Workflow, child: Workflow) -> dict:
     procedures = {role: {"before": ph["procedures"].get(role), "after": ch["procedures"].get(role)}
                   for role in sorted(set(ph["procedures"]) | set(ch["procedures"]))
                   if ph["procedures"].get(role) != ch["procedures"].get(role)}
+    tools = [{"agent": aid, "added": sorted(set(ca[aid]["tools"]) - set(pa[aid]["tools"])),
+              "removed": sorted(set(pa[aid]["tools"]) - set(ca[aid]["tools"]))}
+             for aid in sorted(changed_agents) if "tools" in changed_agents[aid]]
     return {
         "from": {"version": parent.version, "hash": parent.hash}, "to": {"version": child.version, "hash": child.hash},
         "agents_added": sorted(set(ca) - set(pa)), "agents_removed": sorted(set(pa) - set(ca)),
@@ -206,6 +230,7 @@ def diff(parent: Workflow, child: Workflow) -> dict:
         "procedures_changed": procedures,
         "coordination_changed": ph["coordination"] != ch["coordination"],
         "memory_changed": _memory_diff(ph["memory"]["roles"], ch["memory"]["roles"]),
+        "tools_changed": tools,  # also in agents_changed; said per tool here: "removes X from planner"
     }
 
 
@@ -224,4 +249,10 @@ def is_empty(d: dict) -> bool:
     return not any(d[k] for k in d if k not in {"from", "to"})
 
 
-__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty"]
+def tool_lines(d: dict) -> list[str]:
+    """A diff's tool changes in words: "adds mcp.science.plot to analyzer"."""
+    return [f"{verb} {tool} {prep} {change['agent']}" for change in d.get("tools_changed", [])
+            for verb, prep, key in (("adds", "to", "added"), ("removes", "from", "removed")) for tool in change[key]]
+
+
+__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty", "tool_lines"]

@@ -33,6 +33,9 @@ LESSONS = "Lessons from earlier runs"
 ANSWER_FORMAT = "Answer format"
 INPUT_PREFIX = "Input: "
 FEEDBACK_PREFIX = "Feedback from "
+# A tool message whose call failed begins with this (engine/tools/calls.py writes it).
+TOOL_ERROR_PREFIX = "ERROR: "
+TOOL_RESULTS = "tool_results"   # the input the offline scientist reads its tool results as
 
 
 def input_heading(name: str) -> str:
@@ -163,6 +166,66 @@ def feedback(user_text: str) -> Feedback | None:
     if not m:
         return None
     return Feedback(m.group(1), m.group(2), section(user_text[m.start():], feedback_heading(m.group(1), m.group(2))))
+
+
+# --- tool calls in a conversation ------------------------------------------------------------------
+@dataclass(frozen=True)
+class ToolExchange:
+    """One tool call of a conversation and what came back."""
+
+    name: str           # the function name the model called
+    arguments: dict
+    ok: bool
+    result: str         # the result, or the error without its prefix
+
+
+def tool_exchanges(messages: list[dict]) -> list[ToolExchange]:
+    """Each call an assistant message asked for, with the ``tool`` message answering it."""
+    answers = {m.get("tool_call_id"): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    out = []
+    for m in messages:
+        for call in (m.get("tool_calls") or []) if m.get("role") == "assistant" else []:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                arguments = {}
+            answer = answers.get(call.get("id"))
+            if answer is None:
+                continue
+            failed = answer.startswith(TOOL_ERROR_PREFIX)
+            out.append(ToolExchange(str(function.get("name", "")), arguments if isinstance(arguments, dict) else {},
+                                    not failed, answer[len(TOOL_ERROR_PREFIX):] if failed else answer))
+    return out
+
+
+def render_tool_results(exchanges: list[ToolExchange]) -> str:
+    """Tool results as one input: a ``### <tool> <arguments>`` heading and the result (or
+    ``ERROR: ...``) per call. Read back by parse_tool_results."""
+    parts = []
+    for x in exchanges:
+        parts += [f"### {x.name} {json.dumps(x.arguments, sort_keys=True)}",
+                  x.result if x.ok else f"{TOOL_ERROR_PREFIX}{x.result}", ""]
+    return "\n".join(parts).strip()
+
+
+_TOOL_RESULT = re.compile(r"^### (\S+) (\{.*\})[ \t]*$", re.M)
+
+
+def parse_tool_results(text: str) -> list[ToolExchange]:
+    """The exchanges of a rendered ``tool_results`` input."""
+    found = list(_TOOL_RESULT.finditer(text))
+    out = []
+    for i, m in enumerate(found):
+        body = text[m.end():found[i + 1].start() if i + 1 < len(found) else len(text)].strip()
+        try:
+            arguments = json.loads(m.group(2))
+        except ValueError:
+            arguments = {}
+        failed = body.startswith(TOOL_ERROR_PREFIX)
+        out.append(ToolExchange(m.group(1), arguments if isinstance(arguments, dict) else {}, not failed,
+                                body[len(TOOL_ERROR_PREFIX):] if failed else body))
+    return out
 
 
 # --- reading an answer ------------------------------------------------------------------------------

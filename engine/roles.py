@@ -17,6 +17,8 @@ from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
 from .prompts import build_messages, extract_code, extract_status
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from .task import Task
+from .tools.calls import CallRecord, complete_with_tools
+from .tools.host import ToolHost
 from .trace import Tracer
 from .workflow import Agent, Workflow
 
@@ -34,6 +36,8 @@ class RunContext:
     recalled: list[Record] = field(default_factory=list)  # what the current role step was given
     last_execution: int | None = None   # seq of the latest code_execution event
     last_execution_record: int | None = None  # and its evidence record, when one was written
+    tools: ToolHost | None = None  # the run's MCP servers (engine/tools/host.py), None without any
+    tool_calls: list[CallRecord] = field(default_factory=list)  # the tool calls of the latest model answer
 
 
 @dataclass
@@ -48,7 +52,8 @@ def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, feedback: dict 
     if ctx.recalled:  # what the memory policy gave this step (runner.recall), after the artifacts
         inputs = {**inputs, "memory": render_memory(ctx.recalled)}
     messages = build_messages(role, agent, ctx.workflow.harness, ctx.task, inputs, feedback)
-    return ctx.gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature).text
+    ctx.tool_calls = []
+    return complete_with_tools(ctx, agent, role, messages, temperature)
 
 
 def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> ExecutionResult:
@@ -131,12 +136,15 @@ def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     code = extract_code(answer)
     if code is None:
         return StepOutcome("FAILURE", message="the analyzer's answer had no ```python block to run")
+    notes = answer.split("```", 1)[0].strip() if any(c.ok for c in ctx.tool_calls) else ""
     result = execute(ctx, agent, code, "exploratory analysis")
     if result.ok:
         report = result.stdout.strip() or "(the analysis script printed nothing)"
     else:
         report = (f"The exploratory script failed ({result.status}); the team works without it.\n\n"
                   f"```\n{result.stderr[-1500:]}\n```")
+    if notes:  # what the analyzer took from its tools heads the report the team reads
+        report = f"{notes[:4000]}\n\n{report}"
     _remember(ctx, agent, "analyzer", "observation", report[:4000], tags=("data-report", result.status),
               links=_cited(ctx), event_seq=ctx.last_execution)
     return StepOutcome("SUCCESS", {"report": report}, f"analysis {result.status}")

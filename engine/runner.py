@@ -27,6 +27,8 @@ from .control import Control, NoControl
 from .sandbox import Executor
 from .task import Task
 from .training.jobs import tracing_to, training_executor
+from .tools.host import ToolHost
+from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .workflow import Workflow
 
@@ -48,6 +50,13 @@ class RunConfig:
     # The evidence graph the team remembers in: a search's shared one (with the probe's branch),
     # or None for one of the run's own (evidence.sqlite in run_dir, one file per attempt).
     memory: MemoryScope | None = None
+    # The MCP servers discovered at the start of the search or run (engine/tools/discovery.py);
+    # its tools are what agents' tool allocations are checked against and call.
+    tools: ToolHost | None = None
+    # With no ``tools`` given: start the configured MCP servers for this run alone (run_task),
+    # and give the agents of a team Trellis built the tools the configuration allocates.
+    discover_tools: bool = False
+    allocate_tools: bool = False
     # Why the executor is the one it is (engine/sandbox/select.py), for the run_started event.
     executor_reason: str | None = None
 
@@ -98,7 +107,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     A second run in the same ``run_dir`` (a probe re-run after a resume) is another *attempt*:
     it writes its own trace file and its run id gains an ``-attempt<n>`` suffix, so its events
     never mix with the first attempt's (engine/trace.py)."""
-    workflow.validate()
+    with use(config.tools.registry if config.tools else None):
+        workflow.validate()
     run_dir = Path(config.run_dir)
     attempt, trace_path = claim_attempt(run_dir, "trace")
     run_id = config.run_id or uuid.uuid4().hex[:12]
@@ -106,12 +116,23 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
         run_id = f"{run_id}-attempt{attempt}"
     tracer = Tracer(run_id, [JsonlTraceSink(trace_path), *sinks])
     tracer.iteration = config.iteration
+    tools = config.tools
+    own_tools = None
+    if tools is None and config.discover_tools:
+        from .tools.allocation import allocate
+        from .tools.discovery import discover
+
+        tools = own_tools = discover(task, run_dir, tracer)
+        if tools is not None and config.allocate_tools:
+            with use(tools.registry):
+                workflow = allocate(workflow, tools.registry).validate()
     (run_dir / "workflow.json").write_text(workflow.to_json())
     gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
                            cache_dir=config.cache_dir, control=config.control)
     ctx = RunContext(task, workflow, gateway,
                      training_executor(executor or default_executor(run_dir / "sandboxes"), run_dir),
                      ArtifactStore(run_dir / "artifacts"), tracer)
+    ctx.tools = tools
     training_trace = contextlib.ExitStack()
     scope = config.memory or MemoryScope.own(run_dir / (EVIDENCE_FILE if attempt == 1 else
                                                         f"evidence.{attempt}.sqlite"))
@@ -163,6 +184,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
         raise
     finally:
         training_trace.close()
+        if own_tools is not None:
+            own_tools.close()
         scope.close()
         tracer.close()
 

@@ -15,14 +15,16 @@ import networkx as nx
 from .contracts import ContractSyntaxError, Type, is_assignable, parse_type
 from .errors import WorkflowValidationError
 from .harness import ROLE_GIVES, ROLE_NEEDS, ROLES, Harness
+from .tools.registry import BUILTIN_TOOLS, tool_problem
 from .limits import (MAX_AGENTS, MAX_EDGES, MAX_NAME_CHARS, MAX_PROCEDURE_CHARS, MAX_PROMPT_CHARS,
                      MAX_QUERY_HINT_CHARS, MAX_QUERY_HINTS, MAX_RECORD_LIMIT, MAX_ROUTES, contract_problem,
                      model_problem, number_problem, text_problem)
 
 STATUSES = ("SUCCESS", "RETRY", "FALLBACK", "FAILURE")
 ENGINE_INPUTS = {"task": "markdown"}  # artifacts the engine itself gives every agent
-KNOWN_TOOLS = ("sandbox.python",)
+KNOWN_TOOLS = BUILTIN_TOOLS  # and the MCP tools a run discovered (engine/tools/registry.py)
 MAX_ROUTE_LOOPS = 10
+MAX_AGENT_TOOLS = 50
 
 
 @dataclass(frozen=True)
@@ -41,14 +43,14 @@ class Agent:
 
     def to_dict(self) -> dict:
         return {"id": self.id, "roles": list(self.roles), "inputs": dict(sorted(self.inputs.items())),
-                "outputs": dict(sorted(self.outputs.items())), "tools": list(self.tools),
+                "outputs": dict(sorted(self.outputs.items())), "tools": sorted(set(self.tools)),
                 "model": self.model, "prompt": self.prompt}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Agent":
         roles = d.get("roles") or ([d["role"]] if d.get("role") else [])
         return cls(id=str(d["id"]), roles=tuple(roles), inputs=dict(d.get("inputs", {})),
-                   outputs=dict(d.get("outputs", {})), tools=tuple(d.get("tools", ())),
+                   outputs=dict(d.get("outputs", {})), tools=tuple(str(t) for t in d.get("tools", ())),
                    model=d.get("model"), prompt=d.get("prompt", ""))
 
 
@@ -226,6 +228,8 @@ def _size_problems(wf: Workflow) -> list[str]:
     for a in wf.agents:
         checks.append(text_problem(f"agent id {a.id[:40]!r}", a.id, MAX_NAME_CHARS))
         checks.append(text_problem(f"agent {a.id[:40]!r} prompt", a.prompt, MAX_PROMPT_CHARS))
+        if len(a.tools) > MAX_AGENT_TOOLS:
+            checks.append(f"agent {a.id[:40]!r} has {len(a.tools)} tools; the limit is {MAX_AGENT_TOOLS}")
         if a.model is not None:
             checks.append(model_problem(f"agent {a.id[:40]!r} model", a.model))
         checks += [text_problem(f"agent {a.id[:40]!r} artifact name {str(name)[:40]!r}", name, MAX_NAME_CHARS)
@@ -247,8 +251,9 @@ def _agent_problems(a: Agent, types: dict[tuple[str, str, str], Type]) -> list[s
         if r not in ROLES:
             out.append(f"agent {a.id!r} has unknown role {r!r}; roles are {', '.join(ROLES)}")
     for t in a.tools:
-        if t not in KNOWN_TOOLS:
-            out.append(f"agent {a.id!r} asks for unknown tool {t!r}; available tools are {', '.join(KNOWN_TOOLS)}")
+        problem = tool_problem(t)  # against the tools the run discovered, when one is in force
+        if problem:
+            out.append(f"agent {a.id!r} asks for {problem}")
     for side, decl in (("input", a.inputs), ("output", a.outputs)):
         for name, text in decl.items():
             problem = contract_problem(f"agent {a.id!r} {side} {name!r}: the type", text)

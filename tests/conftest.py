@@ -12,6 +12,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # has Docker too, and a container per program would cost the suite minutes). The Docker tests ask
 # for docker themselves (the docker_image fixture).
 os.environ.setdefault("TRELLIS_EXECUTOR", "subprocess")
+# Runs start the MCP servers of mcp_servers.json; the suite starts none unless a test names its
+# own configuration (the MCP tests do), so every other run keeps its model calls and its seconds.
+os.environ.setdefault("TRELLIS_MCP_CONFIG", "none")
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # A parallel test worker's settings put its var folder apart (webapp/settings.py). What the

@@ -134,6 +134,8 @@ class Context:
     history: str
     tried: list[dict] = field(default_factory=list)  # proposals the history holds, parsed
     feedback: dict[str, str] = field(default_factory=dict)  # criterion -> the judge's words
+    tools: list["ToolUse"] = field(default_factory=list)   # how each agent's MCP tools served it
+    unallocated: dict[str, str] = field(default_factory=dict)  # discovered tool -> its description
 
     @property
     def procedures(self) -> dict[str, str]:
@@ -183,13 +185,37 @@ def _tried(history: str) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class ToolUse:
+    """One line of the ``tool_use`` input: an agent's MCP tool and how its calls went."""
+
+    agent: str
+    tool: str
+    calls: int
+    ok: int
+    last_error: str = ""
+
+
+_TOOL_USE = re.compile(r"^- (\S+) (mcp\.\S+): (?:never called|(\d+) call\(s\), (\d+) ok, \d+ failed"
+                       r"(?: \(last error: (.*)\))?)\s*$", re.M)
+_UNALLOCATED = re.compile(r"^- not allocated: (mcp\.\S+) — (.*)$", re.M)
+
+
+def read_tool_use(text: str) -> tuple[list[ToolUse], dict[str, str]]:
+    used = [ToolUse(m.group(1), m.group(2), int(m.group(3) or 0), int(m.group(4) or 0), m.group(5) or "")
+            for m in _TOOL_USE.finditer(text)]
+    return used, {m.group(1): m.group(2) for m in _UNALLOCATED.finditer(text)}
+
+
 def read_context(system: str, user: str) -> Context:
     given = inputs(user)
     wf = json_block(given.get("workflow", "")) or {}
     history = given.get("history", "")
+    tools, unallocated = read_tool_use(given.get("tool_use", ""))
     return Context(workflow=wf, agents={a["id"]: a for a in wf.get("agents", [])},
                    facts=read_facts(system, user), report=given.get("report", "").lower(),
-                   failed=read_failed(given.get("failed_checks", "")), history=history, tried=_tried(history))
+                   failed=read_failed(given.get("failed_checks", "")), history=history, tried=_tried(history),
+                   tools=tools, unallocated=unallocated)
 
 
 # --- deciding -----------------------------------------------------------------------------------
@@ -201,6 +227,13 @@ def propose(system: str, user: str) -> dict:
     if not standings:  # no judgement: the failed checks say what is wrong, else the answer's quality
         judged = "no judge scores"
         standings = [Standing("answer_plausibility" if ctx.failed else "output_quality", None, judged)]
+    for remedy in _broken_tools(ctx):  # a tool that only fails is repaired before anything else
+        if _untried(remedy, ctx):
+            standing = next((s for s in standings if s.criterion == "collaboration_efficiency"),
+                            Standing("collaboration_efficiency", None, ""))
+            score = f"{standing.score:.2f}" if standing.score is not None else "not scored"
+            return {**remedy.mutation, "rationale": f"addresses collaboration_efficiency ({score}, before the weakest "
+                                                    f"criterion: a broken tool comes first): {remedy.why}"}
     spent: list[Standing] = []
     for standing in standings:
         for remedy in REMEDIES.get(standing.criterion, _output_quality)(ctx):
@@ -300,7 +333,42 @@ def model_hints(ctx: Context) -> list[tuple[Hint, str]]:
 
 def _output_quality(ctx: Context, why: str = "") -> list[Remedy]:
     out = [_ask_planner(ctx, hint, (why + "; " if why else "") + grounds) for hint, grounds in model_hints(ctx)]
+    out.insert(1, _fitting_tool(ctx))  # after the best-grounded modelling change
     return [r for r in out if r]
+
+
+# --- tools -----------------------------------------------------------------------------------------
+def _tool_change(agent: str, action: str, tool: str, why: str) -> Remedy:
+    return Remedy({"kind": "tool_allocation", "target": agent, "params": {action: tool}}, why)
+
+
+def _broken_tools(ctx: Context) -> list[Remedy]:
+    """A tool every call of which failed in the incumbent's probe: it only costs calls and puts
+    errors in the agent's context."""
+    return [_tool_change(u.agent, "remove", u.tool,
+                         f"every one of the {u.calls} call(s) of {u.tool} by {u.agent} failed in the incumbent's "
+                         f"probe{f' (last error: {u.last_error[:160]})' if u.last_error else ''}; it costs calls "
+                         f"and fills the agent's context with errors, so it is removed from {u.agent}")
+            for u in ctx.tools if u.calls and not u.ok and u.agent in ctx.agents]
+
+
+def _unused_tools(ctx: Context) -> list[Remedy]:
+    return [_tool_change(u.agent, "remove", u.tool, f"{u.agent} was offered {u.tool} on every call and never "
+                         "used it: fewer tools, shorter requests")
+            for u in ctx.tools if not u.calls and u.agent in ctx.agents]
+
+
+def _fitting_tool(ctx: Context) -> Remedy | None:
+    """A curve-fitting tool for a planner without one, where the task welcomes a law."""
+    planner = planner_id(ctx.agents)
+    facts = ctx.facts
+    if planner is None or not (facts.physics or facts.extrapolate or facts.monotone):
+        return None
+    fitter = next((t for t, d in sorted(ctx.unallocated.items()) if re.search(r"\bfit", d, re.I)), None)
+    if fitter is None or fitter in ctx.agents[planner].get("tools", []):
+        return None
+    return _tool_change(planner, "add", fitter, f"the task welcomes a law; with {fitter} the planner measures how "
+                                                "well one fits the training data (with uncertainties) before choosing")
 
 
 def _safe_model(ctx: Context, why: str) -> list[Remedy]:
@@ -353,7 +421,7 @@ def _answer_plausibility(ctx: Context) -> list[Remedy]:
 def _collaboration_efficiency(ctx: Context) -> list[Remedy]:
     """A router first (a call that decides nothing), then fewer repair loops, unless the judge
     counted none: then less memory per call comes before the loops."""
-    out: list[Remedy | None] = []
+    out: list[Remedy | None] = list(_unused_tools(ctx))
     wf = ctx.workflow
     for r, d in ctx.agents.items():
         if d.get("roles") == ["router"]:
@@ -375,7 +443,7 @@ def _collaboration_efficiency(ctx: Context) -> list[Remedy]:
         memory = Remedy({"kind": "memory_policy_change", "target": "memory", "params": {"record_limit": smaller}},
                         f"each role retrieves {smaller} memory records instead of {limit}: fewer tokens per call")
         no_loops = re.search(r"\b0 repair loop", ctx.feedback.get("collaboration_efficiency", ""))
-        routers = sum(1 for r in out if r and r.mutation["kind"] == "agent_removal")
+        routers = sum(1 for r in out if r and r.mutation["kind"] in ("agent_removal", "tool_allocation"))
         if no_loops:
             out.insert(routers, memory)
         else:

@@ -4,23 +4,33 @@ Imported only by engine.llm after litellm itself, because subclassing CustomLLM 
 """
 from __future__ import annotations
 
+import json
+
 import litellm
 from litellm import CustomLLM
 from litellm.types.utils import ModelResponse, Usage
 
-from .scientist import respond
+from .scientist import answer
 
 
 class OfflineScientistLLM(CustomLLM):
     def completion(self, model: str, messages: list, *args, **kwargs) -> ModelResponse:
         optional = kwargs.get("optional_params") or {}
         seed = int(optional.get("seed") or 0)
-        text = respond(messages, seed=seed)
+        said = answer(messages, seed=seed, tools=optional.get("tools"), tool_choice=optional.get("tool_choice"))
+        text = said.text
+        message: dict = {"role": "assistant", "content": text}
+        if said.tool_calls:  # the standard shape: the gateway reads it as any provider's
+            message = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"call_{i + 1}", "type": "function",
+                 "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], sort_keys=True)}}
+                for i, c in enumerate(said.tool_calls)]}
+            text = message["tool_calls"][0]["function"]["arguments"]  # something to count
         prompt_tokens = litellm.token_counter(model="gpt-4o", messages=messages)
         completion_tokens = litellm.token_counter(model="gpt-4o", text=text)
         return ModelResponse(
             model=model,
-            choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+            choices=[{"index": 0, "finish_reason": "tool_calls" if said.tool_calls else "stop", "message": message}],
             usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                         total_tokens=prompt_tokens + completion_tokens),
         )

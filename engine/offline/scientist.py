@@ -15,10 +15,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..prompt_format import (extract_code, extract_strategy, feedback, input_heading, inputs, json_block, role_of,
-                             section, strategy_line, task_sections)
+from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
+                             parse_tool_results, render_tool_results, role_of, section, strategy_line, task_sections,
+                             tool_exchanges)
 from .reading import TaskFacts, read_facts, report_text, tags_asked
 from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
+from .tool_use import fit_findings, plan_calls, profile_notes
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
 BUG_RATE = 0.3  # how often a first draft has a mistake for the debugger to find
@@ -35,14 +37,36 @@ class Draw(random.Random):
 
 
 def respond(messages: list[dict], seed: int = 0) -> str:
+    return answer(messages, seed).text
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str = ""
+    tool_calls: tuple[dict, ...] = ()   # {name, arguments}: asked instead of answering
+
+
+def answer(messages: list[dict], seed: int = 0, tools: list[dict] | None = None,
+           tool_choice: str | None = None) -> Answer:
+    """The answer to a conversation; with ``tools`` offered, the calls to make first where a
+    tool helps the role (engine/offline/tool_use.py). Tool results already in the conversation
+    are read as one more input, ``tool_results``."""
     system = next((m["content"] for m in messages if m.get("role") == "system"), "")
     user = "\n".join(m["content"] for m in messages if m.get("role") == "user")
     role = role_of(system)
     handler = ROLES.get(role or "")
     if handler is None:
-        return ("STATUS: FAILURE\nThe offline scientist only plays Trellis roles "
-                f"({', '.join(ROLES)}); it cannot answer this prompt.")
-    return handler(system, user, Draw(f"{seed}:{role}:{content_key(role, system, user)}", seed))
+        return Answer("STATUS: FAILURE\nThe offline scientist only plays Trellis roles "
+                      f"({', '.join(ROLES)}); it cannot answer this prompt.")
+    done = tool_exchanges(messages)
+    if tools and tool_choice != "none":
+        facts = read_facts(system, user)
+        calls = plan_calls(role, facts, data_spec(user, facts), user, tools, done)
+        if calls:
+            return Answer(tool_calls=tuple(calls))
+    if done:
+        user = f"{user}\n\n## {input_heading(TOOL_RESULTS)}\n{render_tool_results(done)}"
+    return Answer(handler(system, user, Draw(f"{seed}:{role}:{content_key(role, system, user)}", seed)))
 
 
 def program_seed(run_seed: int) -> int:
@@ -83,6 +107,8 @@ def _input_digest(name: str, body: str) -> str:
             return ",".join(sorted(tags_asked(body)))
     if name in {"checks", "execution_evidence"}:
         return failure_signature(body)
+    if name == TOOL_RESULTS:  # which tools answered, not their numbers
+        return json.dumps(sorted((x.name, x.ok) for x in parse_tool_results(body)))
     return " ".join(_VOLATILE.sub("<>", body).split())
 
 
@@ -215,7 +241,9 @@ def applicable(facts: TaskFacts) -> list[Strategy]:
 @register("analyzer")
 def _analyzer(system: str, user: str, rng: random.Random) -> str:
     spec = data_spec(user)
-    return ("I will start with an exploratory pass over the training data before anyone models it.\n\n"
+    profile = profile_notes(user)
+    return ((f"{profile}\n\n" if profile else "")
+            + "I will start with an exploratory pass over the training data before anyone models it.\n\n"
             f"```python\n{render_analysis_script(spec).rstrip()}\n```")
 
 
@@ -250,6 +278,9 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     memory = remembered(input_section(user, "memory"))
     if memory.asked:  # a person's note or hypothesis steers like an instruction
         facts = replace(facts, asked=facts.asked | memory.asked)
+    fits = fit_findings(user)
+    if fits is not None and fits.prefers_law:  # a law that fits the data well steers like one
+        facts = replace(facts, asked=facts.asked | {"parametric"})
     ranked = sorted(applicable(facts), key=lambda s: -_score(s, facts, report, rng, memory))
     choice = ranked[0]
     params = {k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())}
@@ -274,6 +305,7 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
         f"**Validation.** {validation}, report the validation score, then refit on all rows.",
         f"**Risks.** Hyperparameters {json.dumps(params, sort_keys=True)} are untuned; runner-up was {alt}.",
         *([f"**Memory.** {_memory_line(memory, choice.key)}"] if memory.cited else []),
+        *([fits.line] if fits is not None else []),
     ])
 
 

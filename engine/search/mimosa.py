@@ -17,6 +17,7 @@ from ..prompt_format import build_messages, fenced_json
 from ..protocol.events import Judgement, MutationProposed, SearchIteration
 from ..protocol.checkpoints import MimosaState
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
+from ..tools.registry import MCP_PREFIX
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
 from .probe import Probe, ProbeRunner
@@ -24,13 +25,15 @@ from .probe import Probe, ProbeRunner
 MUTATOR_PROCEDURE = (
     "Propose exactly one change to the team's workflow that addresses the judge's weakest criterion: "
     "refine an agent's prompt, refine a role procedure, add or remove an agent, rewire an edge, change a "
-    "contract or route, or change the memory policy. Ground it in the data report, the feedback and the "
-    "failed public checks; do not repeat a change the history shows was already tried. Begin the rationale "
-    "with the criterion you address and its score."
+    "contract or route, change the memory policy, or give an agent a tool or take one away. Ground it in the "
+    "data report, the feedback, the failed public checks and how the agents' tools served them; do not repeat "
+    "a change the history shows was already tried. Begin the rationale with the criterion you address and "
+    "its score."
 )
 MUTATOR_FORMAT = ('Reply with one ```json block: {"kind": ..., "target": ..., "params": {...}, "rationale": ...}; '
                   "kinds: prompt_refinement, procedure_refinement, agent_addition, agent_removal, edge_rewiring, "
-                  "contract_change, route_change, memory_policy_change.")
+                  "contract_change, route_change, memory_policy_change, tool_allocation "
+                  '(params {"add": <tool>} or {"remove": <tool>}, target the agent).')
 STOP_J = 0.9
 
 
@@ -271,7 +274,38 @@ def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) 
     failed = [c for c in incumbent.checks if not c.get("passed")]
     failed_checks = ("\n".join(f"- FAIL {c.get('name')}: {c.get('detail', '')}" for c in failed) if failed
                      else "(all public checks passed)" if incumbent.checks else "(no public checks ran)")
-    return build_messages("mutator", MUTATOR_PROCEDURE, MUTATOR_FORMAT, runner.task.description(), {
-        "workflow": fenced_json(incumbent.workflow.to_dict(), indent=1, sort_keys=False),
-        "judge_feedback": feedback, "failed_checks": failed_checks, "report": incumbent.report()[:3000],
-        "history": "\n".join(history) or "(nothing tried yet)"})
+    given = {"workflow": fenced_json(incumbent.workflow.to_dict(), indent=1, sort_keys=False),
+             "judge_feedback": feedback, "failed_checks": failed_checks, "report": incumbent.report()[:3000],
+             "history": "\n".join(history) or "(nothing tried yet)"}
+    tools = getattr(runner, "tools", None)
+    registry = tools.registry if tools is not None else None
+    if registry is not None and registry.specs:  # only where there are MCP tools to move
+        given["tool_use"] = tool_use(incumbent, registry)
+    return build_messages("mutator", MUTATOR_PROCEDURE, MUTATOR_FORMAT, runner.task.description(), given)
+
+
+def tool_use(probe: Probe, registry) -> str:
+    """How each agent's MCP tools served it in the probe (calls, failures, the last error, or
+    never called), then the discovered tools no agent has, one line each."""
+    calls: dict[tuple[str, str], list[dict]] = {}
+    for e in probe.events:
+        if e.kind == "mcp_tool_result":
+            calls.setdefault((e.agent or "", e.payload.get("tool", "")), []).append(e.payload)
+    lines, held = [], set()
+    for agent in probe.workflow.agents:
+        for tool in agent.tools:
+            if not tool.startswith(MCP_PREFIX):
+                continue
+            held.add(tool)
+            made = calls.get((agent.id, tool), [])
+            failed = [c for c in made if not c.get("ok")]
+            if not made:
+                lines.append(f"- {agent.id} {tool}: never called")
+            else:
+                last = f" (last error: {str(failed[-1].get('error'))[:200]})" if failed else ""
+                lines.append(f"- {agent.id} {tool}: {len(made)} call(s), {len(made) - len(failed)} ok, "
+                             f"{len(failed)} failed{last}")
+    for name, spec in sorted(registry.specs.items()):
+        if name not in held:
+            lines.append(f"- not allocated: {name} — {spec.description[:160]}")
+    return "\n".join(lines) or "(no MCP tools)"

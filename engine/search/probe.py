@@ -18,6 +18,7 @@ from ..runner import RunConfig, RunResult, default_executor, run_workflow
 from ..training.jobs import training_executor
 from ..sandbox import Executor
 from ..task import Task
+from ..tools.host import ToolHost
 from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events
 from ..workflow import Workflow
 
@@ -92,6 +93,7 @@ class ProbeRunner:
     control: Control = field(default_factory=NoControl)
     count: int = 0
     memory: SharedMemory | None = None  # a search's shared evidence graph; None: each probe its own
+    tools: ToolHost | None = None  # the search's MCP servers (engine/tools/), shared by every probe
 
     def __post_init__(self) -> None:
         # One sandbox executor for every probe (and the tree's programs), under the search's folder.
@@ -108,7 +110,7 @@ class ProbeRunner:
         result = run_workflow(self.task, workflow, RunConfig(
             run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
             model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control,
-            memory=self.memory.scope(run_dir.name) if self.memory is not None else None),
+            memory=self.memory.scope(run_dir.name) if self.memory is not None else None, tools=self.tools),
             executor=self.executor,
             sinks=[sink, *self.sinks])
         probe = Probe(workflow, result, sink.events, public_checks(sink.events), run_dir=run_dir)
