@@ -49,6 +49,13 @@ _POSITIVE = (r"(\b(strictly positive|non-?negative|always positive|(is|are|must 
              r"greater than zero|above zero)\b|\b[a-z_]\w* ?>=? ?0(\.0*)?(?![\w.]))")
 _DISCONTINUITY = (r"\b(discontinu\w*|jumps?|step change|abrupt (change|jump|shift)|breakpoints?|"
                   r"change ?points?|piecewise)\b")
+# A neural network named where the task says it may (or must) be used: a deep-learning framework
+# costs minutes of CPU per run, so a program imports one only where the task opts in. A sentence
+# that names one without a permission ("networks smear the jump") or with any negation ("neural
+# networks are not allowed") opts nothing in.
+_NEURAL = r"\b(neural ?(network|net)s?|pytorch|torch|deep learning|deep neural)\b"
+_PERMISSION = (r"\b(allowed|permitted|welcome|encouraged|required|recommended|may be (used|trained)|"
+               r"can be (used|trained)|use|using|train)\b")
 _NEGATION = re.compile(r"\b(no|not|none|never|without|cannot|isn't|doesn't|don't|neither)\b")
 _NEGATION_WINDOW = 4  # words before a cue that may negate it
 
@@ -88,6 +95,9 @@ class TaskFacts:
     # The only libraries the task allows ("use only numpy, scipy, ..."); empty: no such rule.
     # A filter on strategies, not a reason to choose differently, so not part of canonical().
     libraries: frozenset[str] = frozenset()
+    # The task allows or asks for a neural network (PyTorch): a permission, like libraries, so
+    # not part of canonical() either (a task that says nothing of networks keeps its choices).
+    neural: bool = False
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -107,15 +117,20 @@ class TaskFacts:
             tags.add("parametric")
         if self.discontinuity:
             tags |= {"discontinuity", "piecewise"}
+        if self.neural:  # a task that opts into networks has a use for one in mind
+            tags.add("neural")
         return tags
 
     def allows(self, packages: tuple[str, ...] | frozenset[str]) -> bool:
         """Whether a program may import these distributions (beyond the scientific stack)."""
-        return not self.libraries or all(normalise_library(p) in self.libraries for p in packages)
+        names = {normalise_library(p) for p in packages}
+        if names & OPT_IN_LIBRARIES and not self.neural:
+            return False
+        return not self.libraries or names <= self.libraries
 
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
-        data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries"}}
+        data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural"}}
         data["asked"] = sorted(self.asked)
         return json.dumps(data, sort_keys=True)
 
@@ -126,7 +141,8 @@ class TaskFacts:
             parts.append(f"metric {self.metric}")
         parts += [name for name, on in (("must extrapolate", self.extrapolate), ("physics welcome", self.physics),
                                         ("monotone", self.monotone), ("positive target", self.positive),
-                                        ("discontinuous", self.discontinuity)) if on]
+                                        ("discontinuous", self.discontinuity),
+                                        ("neural network allowed", self.neural)) if on]
         return ", ".join(parts)
 
 
@@ -140,6 +156,16 @@ def mentions(text: str, pattern: str) -> bool:
             before = sentence[:m.start()].split()[-_NEGATION_WINDOW:]
             if not any(_NEGATION.fullmatch(w.strip(",:()")) for w in before):
                 return True
+    return False
+
+
+def permits_network(text: str) -> bool:
+    """Whether some sentence of ``text`` says a neural network may or must be used: it names one
+    (or PyTorch) with a word of permission and no negation anywhere in it."""
+    for sentence in re.split(r"(?<=[.;!?])\s+|\n", text.lower()):
+        if (re.search(_NEURAL, sentence) and re.search(_PERMISSION, sentence)
+                and not any(_NEGATION.fullmatch(w.strip(",:()")) for w in sentence.split())):
+            return True
     return False
 
 
@@ -159,7 +185,10 @@ _NOT_A_LIBRARY = frozenset({"python", "with", "and", "or", "the", "its", "standa
                             "package", "modules", "stack", "plus", "scientific", "no", "other", "dependencies", "of"})
 _KNOWN_LIBRARIES = frozenset({"numpy", "scipy", "pandas", "scikit-learn", "statsmodels", "torch", "pytorch",
                                "tensorflow", "jax", "xgboost", "lightgbm", "catboost", "sympy", "pyoperon", "gplearn"})
-_LIBRARY_ALIASES = {"sklearn": "scikit-learn"}
+_LIBRARY_ALIASES = {"sklearn": "scikit-learn", "pytorch": "torch"}
+# Libraries a program may import only where the task opts in (a network allowed, or the library
+# named in its closed list), never merely because the task lists no libraries at all.
+OPT_IN_LIBRARIES = frozenset({"torch"})
 
 
 def normalise_library(name: str) -> str:
@@ -261,6 +290,10 @@ def read_facts(system: str, user: str) -> TaskFacts:
     libraries = libraries_allowed(parts["Constraints"] + "\n" + prose)
     if libraries:
         evidence.append(f"libraries: only {', '.join(sorted(libraries))} (stated by the task's constraints)")
+    neural = "torch" in libraries or permits_network(prose)
+    if neural:
+        evidence.append("neural network allowed: " + ("the task's library list names PyTorch" if "torch" in libraries
+                                                      else "stated by the task text"))
 
     instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
     return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
@@ -268,7 +301,7 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      positive=positive, discontinuity=discontinuity,
                      n_classes=n_classes if kind == CLASSIFICATION else None,
                      group_column=group.group(1) if group else "",
-                     asked=tags_asked(instructions), libraries=libraries, evidence=tuple(evidence))
+                     asked=tags_asked(instructions), libraries=libraries, neural=neural, evidence=tuple(evidence))
 
 
 def _line(resources: str, label: str) -> str:

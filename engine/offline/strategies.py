@@ -12,7 +12,8 @@ program in analysis.py.
 
 Pure Python, no Django and no third-party imports: the *rendered* programs use numpy,
 scipy, pandas and scikit-learn (and, where a strategy declares it in ``requires``, another
-package: pyoperon for symbolic regression), but this module only writes their source.
+package: pyoperon for symbolic regression, torch for the mixture of experts in neural.py), but
+this module only writes their source.
 """
 from __future__ import annotations
 
@@ -123,6 +124,15 @@ $scores
 
 $contract
 
+$main
+
+if __name__ == "__main__":
+    main()
+''')
+
+# The frame's main(): validate on a hold-out split, then refit on every row. A strategy whose
+# model trains in epochs brings its own (Strategy.main).
+_FIT_THEN_REFIT = '''
 def main():
     start = time.perf_counter()
     X, y, X_test, ids = load_data()
@@ -139,11 +149,7 @@ def main():
     check_predictions(len(ids))
     print(f"wrote {len(out)} predictions to {PREDICTIONS_FILE}")
     print(f"elapsed_seconds: {time.perf_counter() - start:.2f}")
-
-
-if __name__ == "__main__":
-    main()
-''')
+'''
 
 _RANDOM_SPLIT = '''
 def holdout_split(X, X_test, seed):
@@ -299,6 +305,9 @@ class Strategy:
     # Distributions beyond the scientific stack (numpy, scipy, pandas, scikit-learn) the program
     # imports, by their PyPI name: a task that allows only that stack rules the strategy out.
     requires: tuple[str, ...] = field(default=(), compare=False)
+    # The program's own main() in place of the frame's fit-then-refit one: a model trained in
+    # epochs validates as it trains and predicts with its best epoch (a Template source too).
+    main: str = field(default="", compare=False)
 
     def default_params(self) -> dict:
         """First value of every grid entry: the cheap, conventional configuration a scientist
@@ -321,7 +330,7 @@ class Strategy:
                 lines += [line for imports, _ in part.options.values() for line in imports]
         return tuple(dict.fromkeys(lines))
 
-    def _assemble(self, resolved: dict) -> tuple[list[str], str]:
+    def _assemble(self, resolved: dict) -> tuple[list[str], str, str]:
         imports, pieces = list(self.imports), []
         for part in self.body:
             if isinstance(part, Variant):
@@ -333,16 +342,17 @@ class Strategy:
                 imports += extra
             # Pieces are written at different indentation levels; dedent each one.
             pieces.append(dedent(part).strip("\n"))
-        source = Template("\n\n\n".join(pieces)).substitute(
-            {name: repr(value) for name, value in resolved.items()})
-        return list(dict.fromkeys(imports)), source
+        values = {name: repr(value) for name, value in resolved.items()}
+        source = Template("\n\n\n".join(pieces)).substitute(values)
+        main = Template(dedent(self.main).strip("\n") + "\n").substitute(values) if self.main else ""
+        return list(dict.fromkeys(imports)), source, main
 
     def render(self, params: dict, spec: DataSpec, seed: int) -> str:
         """Complete, runnable program for ``spec``; the header records the resolved params."""
         if family_of(spec) not in self.families:
             raise ValueError(f"strategy {self.key!r} does not apply to {family_of(spec)} problems")
         resolved = self.resolve_params(params)
-        imports, body = self._assemble(resolved)
+        imports, body, main = self._assemble(resolved)
         classify = spec.kind == "classification"
         tail = spec.extrapolate
         grouped = bool(spec.group_column) and not tail
@@ -377,16 +387,17 @@ class Strategy:
             contract=_CONTRACT_FN.format(target_type=spec.target_type,
                                          expression=_CONTRACT.get(spec.target_type, _CONTRACT["float"])
                                          ).strip("\n") + "\n",
+            main=main or _FIT_THEN_REFIT.lstrip("\n"),
         )
 
 
 def make_strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,
                   summary: str, imports: tuple[str, ...], *body: str | Variant,
-                  requires: tuple[str, ...] = ()) -> Strategy:
+                  requires: tuple[str, ...] = (), main: str = "") -> Strategy:
     tag_set = frozenset(tags.split())
     assert tag_set <= TAG_VOCABULARY, tag_set - TAG_VOCABULARY
-    return Strategy(key=key, title=title, families=frozenset(families), tags=tag_set,
-                    param_grid=grid, summary=summary, imports=imports, body=tuple(body), requires=requires)
+    return Strategy(key=key, title=title, families=frozenset(families), tags=tag_set, param_grid=grid,
+                    summary=summary, imports=imports, body=tuple(body), requires=requires, main=main)
 
 
 _BOTH = (ONE_D, TABULAR)
@@ -815,10 +826,11 @@ _CORE: tuple[Strategy, ...] = (
 # The parametric and classification strategies build on the helpers above, so they are imported
 # here, once those exist (engine/offline/__init__.py always imports this module first).
 from .classifiers import CLASSIFIERS  # noqa: E402
+from .neural import NEURAL  # noqa: E402
 from .parametric import PARAMETRIC  # noqa: E402
 from .symbolic import SYMBOLIC  # noqa: E402
 
-STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + CLASSIFIERS
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 

@@ -300,10 +300,14 @@ def test_truth_file_replaces_the_held_out_targets(task, tmp_path):
     exact = result_line(evaluate(task, tmp_path / "exact.csv", "--truth", tmp_path / "fold_truth.csv"))
     assert math.isclose(exact["value"], 1.0 if exact["higher_is_better"] else 0.0, abs_tol=1e-12)
 
-    # predictions for the held-out ids do not cover the fold's ids: the truth file decides
+    # predictions for the held-out ids are not the fold's ids (some missing, or extra ones where the
+    # test grid's ids include every fold id): the truth file decides
     perfect_predictions(task).to_csv(tmp_path / "heldout_ids.csv", index=False)
     proc = evaluate(task, tmp_path / "heldout_ids.csv", "--truth", tmp_path / "fold_truth.csv")
-    assert proc.returncode == 2 and proc.stdout == "" and "missing ids" in proc.stderr
+    assert proc.returncode == 2 and proc.stdout == ""
+    id_column = cfg["id_column"]
+    uncovered = set(truth[id_column]) - set(truth_frame(task)[id_column])
+    assert ("missing ids" if uncovered else "unexpected ids") in proc.stderr
 
 
 @pytest.mark.parametrize("task", TASKS)
