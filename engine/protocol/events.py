@@ -727,6 +727,7 @@ class TrainingStarted(Payload):
     device: str
     resumed_from: str | None = None   # sha256 of the checkpoint it was handed, when resumed
     resumed_epoch: int | None = None
+    node: str | None = None           # the tree node whose program it is, when one is
 
 
 class TrainingProgress(Payload):
@@ -742,6 +743,7 @@ class TrainingProgress(Payload):
     lr: float | None = None
     eta_s: float | None = None
     extra: dict[str, float] = Field(default_factory=dict)
+    device: str | None = None     # the device the program says it trains on, when it first says so
 
 
 class TrainingCheckpoint(Payload):

@@ -242,8 +242,28 @@ def _rlimits(limits: ExecutionLimits) -> list[tuple[int, int, int]]:
     return result
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _libc_prctl():
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def _make_preexec(rlimits: list[tuple[int, int, int]], cgroup_procs: list[str]):
+    prctl, parent = _libc_prctl(), os.getpid()  # looked up here: nothing is loaded after the fork
+
     def preexec() -> None:
+        # The program dies with the engine process supervising it (a worker killed with kill -9):
+        # nobody would enforce its wall clock or read what it writes any more.
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != parent:  # the supervisor died before the line above
+                os._exit(137)
         # Join the run's cgroup before anything of the program exists: every process it
         # ever starts is born inside and counted against the tree's caps.
         for procs in cgroup_procs:

@@ -9,12 +9,20 @@ continues from there instead of training from scratch. While it runs, what it re
 Each job has a folder under ``<run>/training/<key>/``: ``state.json`` (status, device, epochs,
 last checkpoint, the curve's points), ``control`` (a command: pause, cancel) and
 ``checkpoints/`` (the artifact store). Both the process that runs the program and the one that
-waits for it read and write only there, so a job can run in a Celery worker of its own.
+waits for it read and write only there, so a job can run in a Celery worker of its own
+(``remote.py``: the run's process hands the job to a ``JobHost`` and forwards its events).
+
+A paused job is waited on, not given up: the run that needs it stays with it until a person
+resumes it (the command is cleared and the job goes on from its last checkpoint) or cancels it
+(the run is handed the cancelled execution and goes on without it). When the run itself stops
+(paused, cancelled, its lease lost), its job is stopped too and continues, from its last
+checkpoint, when the run runs the program again.
 """
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -25,7 +33,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, Protocol
 
 from ..artifacts import ArtifactStore, sha256_file
 from ..protocol.events import (Payload, TrainingCheckpoint, TrainingFinished, TrainingProgress,
@@ -39,9 +47,55 @@ MAX_LINE_BYTES = 4096          # a longer metrics line is not a report, it is no
 MAX_READ_PER_POLL = 1 << 20    # bytes of the metrics file read per poll
 MAX_POINTS = 5000              # points of a curve kept in state.json (the trace keeps them all)
 WATCH_SECONDS = 0.5
-Command = Literal["pause", "cancel"]
+PAUSED_POLL_S = 0.5            # how often a run waiting on a paused job looks at its command
+# pause and cancel are a person's; stop is the engine's own when the run that waited on the job
+# stopped (it is cleared when the program is started again, a person's commands are not)
+Command = Literal["pause", "cancel", "stop"]
+COMMANDS = ("pause", "cancel", "stop")
 
 _tracer: ContextVar[object | None] = ContextVar("trellis_training_tracer", default=None)
+_host: ContextVar["JobHost | None"] = ContextVar("trellis_training_host", default=None)
+_label: ContextVar[tuple[str, str | None]] = ContextVar("trellis_training_label", default=("", None))
+
+
+class JobHost(Protocol):
+    """Where a run's training jobs go when it is not this process (the studio: a Celery
+    ``training`` queue, webapp/runs/training.py), and what the run does while it waits."""
+
+    def slots(self) -> int:
+        """Training jobs the host can run at once now (0: none, the job runs here)."""
+        ...
+
+    def send(self, spec: dict) -> None:
+        """Queue one job ticket (engine/training/remote.py) for a training worker."""
+        ...
+
+    def waiting(self) -> None:
+        """Called a few times a second while the run waits on a job (queued, training or paused):
+        raise (RunInterrupted) to stop waiting; the job is stopped and keeps its checkpoint."""
+        ...
+
+
+@contextlib.contextmanager
+def hosting_jobs(host: JobHost | None) -> Iterator[None]:
+    """Training programs run inside this block go to ``host`` (when it has slots) and are
+    waited on with its ``waiting`` hook, which is also called while a job run here is paused."""
+    token = _host.set(host)
+    try:
+        yield
+    finally:
+        _host.reset(token)
+
+
+@contextlib.contextmanager
+def labelled(purpose: str, node: str | None = None) -> Iterator[None]:
+    """What the training jobs started inside this block are for (a tree node's validation),
+    shown beside their curves."""
+    token = _label.set((purpose, node))
+    try:
+        yield
+    finally:
+        _label.reset(token)
 
 
 @contextlib.contextmanager
@@ -83,10 +137,16 @@ def job_key(request: ExecutionRequest) -> str:
 
 def detect_device() -> str:
     """CUDA when this machine has a GPU torch can use, else CPU (the same program runs on both).
-    TRELLIS_TRAINING_DEVICE=cpu|cuda overrides."""
+    TRELLIS_TRAINING_DEVICE=cpu|cuda overrides. Asked once per process (torch takes seconds to
+    import), and only when a training job starts."""
     wanted = os.environ.get("TRELLIS_TRAINING_DEVICE", "").strip().lower()
     if wanted in {"cpu", "cuda"}:
         return wanted
+    return _torch_device()
+
+
+@functools.cache
+def _torch_device() -> str:
     try:
         import torch
     except ImportError:
@@ -101,6 +161,7 @@ def detect_device() -> str:
 class JobState:
     key: str
     purpose: str = ""
+    node: str | None = None          # the tree node whose program it is
     status: str = "queued"   # queued, running, ok, error, timeout, memory, violation, killed, paused, cancelled
     device: str = "cpu"
     started: float = 0.0
@@ -149,10 +210,10 @@ class JobFolder:
             text = (self.path / "control").read_text(encoding="utf-8").strip()
         except OSError:
             return None
-        return text if text in ("pause", "cancel") else None
+        return text if text in COMMANDS else None
 
     def send(self, command: Command | None) -> None:
-        """A person's pause or cancel (None clears it, before a resume)."""
+        """A person's pause or cancel, the engine's stop (None clears it: a resume)."""
         target = self.path / "control"
         if command is None:
             target.unlink(missing_ok=True)
@@ -176,15 +237,19 @@ def list_jobs(root: Path) -> list[JobState]:
 
 class _Watcher:
     """Called by the executor every ~0.5 s with the program's working folder: turns the new lines
-    of its metrics file into events and keeps its checkpoints; says stop when a person asked."""
+    of its metrics file into events and keeps its checkpoints; says stop when a person asked, or
+    when the run waiting on the job stopped (its ``waiting`` hook raised: kept in ``interrupted``)."""
 
     def __init__(self, folder: JobFolder, state: JobState, emit: Callable[[Payload], None],
-                 max_checkpoint_bytes: int) -> None:
+                 max_checkpoint_bytes: int, waiting: Callable[[], None] | None = None) -> None:
         self.folder, self.state, self.emit = folder, state, emit
         self.max_checkpoint_bytes = max_checkpoint_bytes
+        self.waiting = waiting
         self.offset = 0
         self.pending = b""
         self.stopped_by: Command | None = None
+        self.interrupted: BaseException | None = None
+        self.device_said: str | None = None
         self.next_poll = 0.0
         self.lock = threading.Lock()
 
@@ -194,6 +259,11 @@ class _Watcher:
             return self.stopped_by is not None
         self.next_poll = now + WATCH_SECONDS
         self.drain(workdir)
+        if self.stopped_by is None and self.waiting is not None:
+            try:
+                self.waiting()
+            except BaseException as exc:  # noqa: BLE001 - RunInterrupted: the run stops, so does its job
+                self.interrupted, self.stopped_by = exc, "stop"
         if self.stopped_by is None:
             self.stopped_by = self.folder.command()
         return self.stopped_by is not None
@@ -231,6 +301,12 @@ class _Watcher:
         epoch = _int(entry.get("epoch"))
         if "checkpoint" in entry:
             return self._keep_checkpoint(workdir, str(entry["checkpoint"]), epoch)
+        if "device" in entry and len(entry) <= 2:  # the helper's word on the device it actually got
+            said = entry.get("device")
+            if isinstance(said, str) and (said == "cpu" or said.startswith("cuda")) and len(said) <= 12:
+                self.state.device = said
+                return True
+            return False
         values = {k: _float(entry.get(k)) for k in ("loss", "val", "lr")}
         extra = entry.get("extra") if isinstance(entry.get("extra"), dict) else {}
         extra = {str(k)[:40]: f for k, v in list(extra.items())[:20] if (f := _float(v)) is not None}
@@ -247,8 +323,11 @@ class _Watcher:
                                                                               if v is not None}}
         s.points.append(point)
         del s.points[:-MAX_POINTS]
+        device = None
+        if s.device != self.device_said:  # said once, with the first point after it changed
+            device = self.device_said = s.device
         self.emit(TrainingProgress(job=s.key, epoch=epoch, step=_int(entry.get("step")), epochs=s.epochs,
-                                   eta_s=s.eta_s, extra=extra, **values))
+                                   eta_s=s.eta_s, extra=extra, device=device, **values))
         return True
 
     def _eta(self) -> float | None:
@@ -284,55 +363,132 @@ def _float(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def tracer_emit(agent: str = "trainer") -> Callable[[Payload], None]:
+    """An emit into the trace of the block this is called in (``tracing_to``), or nowhere."""
+    tracer = _tracer.get()
+
+    def emit(payload: Payload) -> None:
+        if tracer is not None:
+            tracer.emit(payload, agent)
+    return emit
+
+
+def not_run(folder: JobFolder, why: str) -> ExecutionResult:
+    """The execution of a job that did not run (a person paused or cancelled it first)."""
+    empty = folder.path / "not-run"
+    empty.mkdir(exist_ok=True)
+    return ExecutionResult(status="killed", exit_code=None, stdout="", stderr=f"trellis: {why}\n",
+                           duration_s=0.0, workdir=empty, files={}, executor="training")
+
+
+def cancelled_while_paused(folder: JobFolder, emit: Callable[[Payload], None]) -> ExecutionResult:
+    """A paused job cancelled before it ran again: nobody else will say so, so the waiting run does."""
+    state = folder.load()
+    state.status, state.updated, state.eta_s = "cancelled", time.time(), None
+    folder.save(state)
+    emit(TrainingFinished(job=state.key, status="cancelled", epochs=None if state.epoch is None else state.epoch + 1,
+                          best_val=state.best_val, last_checkpoint=(state.checkpoint or {}).get("sha256"),
+                          duration_s=0.0))
+    return not_run(folder, "the training job was cancelled by a person while it was paused")
+
+
+def wait_while_paused(folder: JobFolder, waiting: Callable[[], None] | None) -> Command | None:
+    """Until a person resumes the paused job (its command cleared: None) or cancels it
+    ("cancel"); ``waiting`` may stop the wait (the run was paused or cancelled)."""
+    while True:
+        command = folder.command()
+        if command != "pause":
+            return "cancel" if command == "cancel" else None
+        if waiting is not None:
+            waiting()
+        time.sleep(PAUSED_POLL_S)
+
+
 class TrainingExecutor:
     """Runs training programs as jobs, and everything else as ``inner`` would.
 
     ``root``: where the jobs' folders are (``<run>/training``). ``device``: "auto" (CUDA when
-    present, else CPU), "cpu" or "cuda". ``dispatch``: how the program is started; by default
-    here, in this process (the studio passes one that sends it to a Celery ``training`` queue)."""
+    present, else CPU, decided when the first job starts), "cpu" or "cuda". Where a job runs is
+    the ``JobHost`` of the block it is run in (``hosting_jobs``): a training worker when the host
+    has slots, else here, in this process."""
 
-    def __init__(self, inner: Executor, root: Path, *, device: str = "auto",
-                 dispatch: Callable[[ExecutionRequest, JobFolder], ExecutionResult] | None = None) -> None:
+    def __init__(self, inner: Executor, root: Path, *, device: str = "auto") -> None:
         self.inner = inner
         self.root = Path(root)
-        self.device = detect_device() if device == "auto" else device
-        self.dispatch = dispatch
+        self._device = device
+
+    @property
+    def device(self) -> str:
+        if self._device == "auto":
+            self._device = detect_device()
+        return self._device
 
     @property
     def name(self) -> str:
         return self.inner.name
 
     def __getattr__(self, attr: str):  # the inner executor's other attributes (root, python, ...)
+        if attr in ("inner", "_device"):  # not set yet (unpickling): never recurse
+            raise AttributeError(attr)
         return getattr(self.inner, attr)
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         if not is_training_program(request.code):
             return self.inner.run(request)
-        return self.run_job(request)
+        host = _host.get()
+        purpose, node = _label.get()
+        emit = tracer_emit()
+        if host is not None and host.slots() > 0 and getattr(self.inner, "root", None) is not None:
+            from .remote import wait_for_job
 
-    def run_job(self, request: ExecutionRequest, purpose: str = "") -> ExecutionResult:
+            return wait_for_job(self, request, host, emit, purpose=purpose, node=node)
+        return self.run_here(request, emit, purpose=purpose, node=node,
+                             waiting=host.waiting if host is not None else None)
+
+    def run_here(self, request: ExecutionRequest, emit: Callable[[Payload], None], *, purpose: str = "",
+                 node: str | None = None, waiting: Callable[[], None] | None = None) -> ExecutionResult:
+        """The job in this process; while a person has it paused, wait for their resume or cancel."""
+        while True:
+            result = self.run_job(request, emit=emit, purpose=purpose, node=node, waiting=waiting)
+            folder = JobFolder(self.root, job_key(request))
+            if folder.load().status != "paused":
+                return result
+            if wait_while_paused(folder, waiting) == "cancel":
+                return cancelled_while_paused(folder, emit)
+
+    def run_job(self, request: ExecutionRequest, purpose: str = "", *, emit: Callable[[Payload], None] | None = None,
+                node: str | None = None, waiting: Callable[[], None] | None = None) -> ExecutionResult:
+        """Run the program once, from the job's last checkpoint if it has one. A person's pause or
+        cancel stops it (status paused / cancelled, the result not ok); so does ``waiting``
+        raising, which is raised again here once the job is saved as paused."""
         folder = JobFolder(self.root, job_key(request))
         state = folder.load()
-        tracer = _tracer.get()
-
-        def emit(payload: Payload) -> None:
-            if tracer is not None:
-                tracer.emit(payload, "trainer")
+        emit = emit or tracer_emit()
+        command = folder.command()
+        if command == "stop":  # the engine stopped the last start: this one goes on
+            folder.send(None)
+        elif command in ("pause", "cancel"):  # a person's, from before this start: it stands
+            state.status = "paused" if command == "pause" else "cancelled"
+            state.purpose, state.node = purpose or state.purpose, node or state.node
+            state.updated = time.time()
+            folder.save(state)
+            return not_run(folder, f"the training job was {state.status} by a person before it started again")
 
         resume = folder.checkpoint_file(state)
         state.status, state.device, state.purpose = "running", self.device, purpose or state.purpose
+        state.node = node or state.node
         state.started, state.runs = time.time(), state.runs + 1
         state.first_epoch = (state.checkpoint.get("epoch") or -1) + 1 if resume and state.checkpoint else 0
         folder.save(state)
-        folder.send(None)  # a new start clears the command that stopped the last one
-        emit(TrainingStarted(job=state.key, purpose=purpose, device=self.device,
+        emit(TrainingStarted(job=state.key, purpose=state.purpose, device=state.device, node=state.node,
                              resumed_from=state.checkpoint["sha256"] if resume else None,
                              resumed_epoch=state.checkpoint.get("epoch") if resume else None))
-        watcher = _Watcher(folder, state, emit, request.limits.max_file_mb * 1024 * 1024)
+        watcher = _Watcher(folder, state, emit, request.limits.max_file_mb * 1024 * 1024, waiting)
         with tempfile.TemporaryDirectory(prefix="trellis-job-") as tmp:
             job_file = Path(tmp) / helper.JOB_FILE
             job_file.write_text(json.dumps({
-                "device": self.device, "job": state.key,
+                "device": state.device, "job": state.key,
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
                 "resume": state.checkpoint["name"] if resume and state.checkpoint else None,
                 "resumed_epoch": state.checkpoint.get("epoch") if resume and state.checkpoint else None}))
             inputs = {**request.input_files, HELPER_NAME: HELPER_SOURCE, helper.JOB_FILE: job_file}
@@ -340,12 +496,13 @@ class TrainingExecutor:
                 inputs[f"{helper.RESUME_DIR}/{state.checkpoint['name']}"] = resume
             job_request = replace(request, input_files=inputs, watch=watcher)
             started = time.monotonic()
-            result = (self.dispatch or _here(self.inner))(job_request, folder)
+            result = self.inner.run(job_request)
         watcher.drain(result.workdir)  # what it wrote after the last poll
         stopped = watcher.stopped_by or folder.command()
         if stopped and not result.ok:
-            state.status = "paused" if stopped == "pause" else "cancelled"
-            result.stderr += f"\ntrellis: the training job was {state.status} by a person\n"
+            state.status = "cancelled" if stopped == "cancel" else "paused"
+            who = "the run waiting on it stopped" if stopped == "stop" else "a person"
+            result.stderr += f"\ntrellis: the training job was {state.status}: {who}\n"
         else:
             state.status = result.status
         state.updated, state.eta_s = time.time(), None
@@ -359,11 +516,11 @@ class TrainingExecutor:
             result.files.pop(name, None)
         if resume is not None:
             result.files.pop(f"{helper.RESUME_DIR}/{state.checkpoint['name']}", None)
+        if watcher.interrupted is not None:
+            if folder.command() is None:
+                folder.send("stop")  # said as a remote job's is: the engine stopped it, nobody paused it
+            raise watcher.interrupted
         return result
-
-
-def _here(inner: Executor) -> Callable[[ExecutionRequest, JobFolder], ExecutionResult]:
-    return lambda request, folder: inner.run(request)
 
 
 def training_executor(inner: Executor, run_dir: Path, device: str = "auto") -> Executor:

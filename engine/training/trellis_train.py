@@ -46,16 +46,32 @@ def _job() -> dict:
     return _job_cache
 
 
+_device_cache: str | None = None
+
+
 def device() -> str:
-    """The device this job runs on: "cuda" where Trellis gave it a GPU and torch sees one, else "cpu"."""
-    wanted = _job().get("device", "cpu")
-    if wanted != "cuda":
-        return "cpu"
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    """The device this job runs on: "cuda" where Trellis gave it a GPU and torch sees one, else
+    "cpu" (the sandbox may hide a GPU the machine has). Trellis is told which it was."""
+    global _device_cache
+    if _device_cache is None:
+        _device_cache = "cpu"
+        if _job().get("device", "cpu") == "cuda":
+            try:
+                import torch
+
+                _device_cache = "cuda" if torch.cuda.is_available() else "cpu"
+            except ImportError:
+                pass
+        _append({"device": _device_cache})
+    return _device_cache
+
+
+def _pin_gpu() -> None:
+    """The GPU of the training worker that runs this job (CUDA_VISIBLE_DEVICES of its process),
+    set before torch first touches CUDA: the sandbox gives the program an environment of its own."""
+    visible = _job().get("cuda_visible_devices")
+    if isinstance(visible, str) and visible and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
 
 
 def resume_path(name: str | None = None) -> str | None:
@@ -119,3 +135,6 @@ def saving(name: str = CHECKPOINT_NAME, *, epoch: int | None = None):
     if epoch is not None:
         entry["epoch"] = int(epoch)
     _append(entry)
+
+
+_pin_gpu()

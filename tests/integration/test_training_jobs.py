@@ -96,34 +96,150 @@ def test_a_plain_program_is_not_a_job(tmp_path):
     assert result.ok and not events and not (tmp_path / "training").exists()
 
 
-def test_a_paused_job_resumes_from_its_last_checkpoint(tmp_path):
+def _when(predicate, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def _in_thread(fn, *args):
+    """Run ``fn`` in a thread with this context (the tracer), returning a box with its outcome."""
+    import contextvars
+
+    box: dict = {}
+    ctx = contextvars.copy_context()
+
+    def target():
+        try:
+            box["result"] = ctx.run(fn, *args)
+        except BaseException as exc:  # noqa: BLE001
+            box["error"] = exc
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    box["thread"] = thread
+    return box
+
+
+def test_a_paused_job_waits_for_its_resume_and_continues_from_its_checkpoint(tmp_path):
+    """A person's pause stops the program, keeps its checkpoint, and the run waits; clearing the
+    command (the studio's Resume) starts it again from there: the epochs continue, not restart."""
     code = _program(epochs=8, pause=0.4)
     executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
     folder = JobFolder(tmp_path / "training", job_key(_request(code)))
-
-    def pause_after_two_checkpoints():
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            state = folder.load()
-            if state.checkpoint and state.checkpoint["epoch"] >= 1:
-                folder.send("pause")
-                return
-            time.sleep(0.1)
-
-    threading.Thread(target=pause_after_two_checkpoints, daemon=True).start()
-    first, events, _ = _run(tmp_path, code, executor)
-    assert not first.ok
-    assert _kinds(events, "training_finished")[0]["status"] == "paused"
-    paused_at = folder.load().checkpoint["epoch"]
-    assert 1 <= paused_at < 7
-
-    second, events, _ = _run(tmp_path, code, executor)
-    assert second.ok, second.stderr
-    started, = _kinds(events, "training_started")
-    assert started["resumed_epoch"] == paused_at
+    sink = ListSink()
+    with tracing_to(Tracer("t", [sink])):
+        box = _in_thread(executor.run, _request(code))
+        _when(lambda: (s := folder.load()).checkpoint and s.checkpoint["epoch"] >= 1)
+        folder.send("pause")
+        _when(lambda: folder.load().status == "paused")
+        paused_at = folder.load().checkpoint["epoch"]
+        time.sleep(1.0)
+        assert box["thread"].is_alive()  # the run waits on its paused job
+        folder.send(None)  # resume
+        box["thread"].join(60)
+    result = box["result"]
+    assert result.ok, result.stderr
+    events = sink.events
+    assert [f["status"] for f in _kinds(events, "training_finished")] == ["paused", "ok"]
+    assert [s["resumed_epoch"] for s in _kinds(events, "training_started")] == [None, paused_at]
     epochs = [p["epoch"] for p in _kinds(events, "training_progress")]
-    assert epochs[0] == paused_at + 1 and epochs[-1] == 7  # continued, not restarted
-    assert f"resumed at {paused_at + 1}" in second.stdout
+    assert epochs[-1] == 7 and epochs[epochs.index(paused_at) + 1] == paused_at + 1  # continued, not restarted
+    assert epochs.count(0) == 1
+    assert f"resumed at {paused_at + 1}" in result.stdout
+
+
+def test_a_job_cancelled_while_paused_hands_the_run_a_failed_execution(tmp_path):
+    code = _program(epochs=30, pause=0.3)
+    executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
+    folder = JobFolder(tmp_path / "training", job_key(_request(code)))
+    sink = ListSink()
+    with tracing_to(Tracer("t", [sink])):
+        box = _in_thread(executor.run, _request(code))
+        _when(lambda: folder.load().checkpoint is not None)
+        folder.send("pause")
+        _when(lambda: folder.load().status == "paused")
+        folder.send("cancel")
+        box["thread"].join(30)
+    result = box["result"]
+    assert not result.ok and "cancelled" in result.stderr
+    assert [f["status"] for f in _kinds(sink.events, "training_finished")] == ["paused", "cancelled"]
+    assert folder.load().status == "cancelled"
+    # a cancel stands: the same program run again is not trained behind the person's back
+    again, events, _ = _run(tmp_path, code, executor)
+    assert not again.ok and not _kinds(events, "training_started")
+
+
+class _ThreadHost:
+    """A JobHost whose training worker is a thread of this process calling remote.work."""
+
+    def __init__(self, stop_after: float | None = None):
+        from engine.training import remote
+
+        self.remote, self.sent, self.results = remote, [], []
+        self.stop_at = None if stop_after is None else time.time() + stop_after
+
+    def slots(self) -> int:
+        return 1
+
+    def send(self, spec: dict) -> None:
+        self.sent.append(spec)
+        worker = threading.Thread(target=lambda: self.results.append(self.remote.work(spec, device="cpu")),
+                                  daemon=True)
+        worker.start()
+
+    def waiting(self) -> None:
+        from engine.errors import RunInterrupted
+
+        if self.stop_at is not None and time.time() > self.stop_at:
+            raise RunInterrupted("paused")
+
+
+def test_a_job_sent_to_a_training_worker_reports_into_the_waiting_runs_trace(tmp_path):
+    from engine.training.jobs import hosting_jobs, labelled
+
+    code = _program(epochs=4)
+    host = _ThreadHost()
+    sink = ListSink()
+    executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
+    with tracing_to(Tracer("t", [sink])), hosting_jobs(host), labelled("n3 validation", "n3"):
+        result = executor.run(_request(code))
+    assert result.ok, result.stderr
+    assert len(host.sent) == 1 and host.results == ["ok"]
+    assert json.loads(result.read_file("training/checkpoints/checkpoint.json"))["epoch"] == 3  # its workdir, readable
+    started, = _kinds(sink.events, "training_started")
+    assert (started["purpose"], started["node"]) == ("n3 validation", "n3")
+    assert [p["epoch"] for p in _kinds(sink.events, "training_progress")] == [0, 1, 2, 3]
+    assert all(e.agent == "trainer" for e in sink.events)
+    assert len(_kinds(sink.events, "training_checkpoint")) == 4
+    assert _kinds(sink.events, "training_finished")[0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("where", ["here", "worker"])
+def test_a_run_that_stops_waiting_stops_its_job_and_its_next_start_resumes(tmp_path, where):
+    """The run is paused while its job trains: the job stops, keeps its checkpoint, and the same
+    program run again (the run resumed) continues from there."""
+    from engine.errors import RunInterrupted
+    from engine.training.jobs import hosting_jobs
+
+    code = _program(epochs=12, pause=0.4)
+    host = _ThreadHost(stop_after=2.0)
+    if where == "here":
+        host.slots = lambda: 0
+    executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
+    folder = JobFolder(tmp_path / "training", job_key(_request(code)))
+    with tracing_to(Tracer("t", [ListSink()])), hosting_jobs(host), pytest.raises(RunInterrupted):
+        executor.run(_request(code))
+    _when(lambda: folder.load().status == "paused", 15)
+    stopped_at = folder.load().checkpoint["epoch"]
+    assert folder.command() == "stop"
+
+    result, events, _ = _run(tmp_path, code, executor)
+    assert result.ok, result.stderr
+    assert _kinds(events, "training_started")[0]["resumed_epoch"] == stopped_at
+    assert folder.command() is None
 
 
 DRIVER = textwrap.dedent('''
@@ -152,8 +268,10 @@ def test_a_job_killed_with_sigkill_resumes_from_its_last_checkpoint(tmp_path):
     deadline = time.time() + 60
     while time.time() < deadline and not ((s := folder.load()).checkpoint and s.checkpoint["epoch"] >= 2):
         time.sleep(0.1)
-    os.killpg(driver.pid, signal.SIGKILL)  # the engine and the program with it
+    os.killpg(driver.pid, signal.SIGKILL)  # the engine; its program is in a session of its own
     driver.wait(10)
+    # ... and dies with it (PDEATHSIG): no orphan goes on training with nobody watching
+    _when(lambda: not _processes_under(tmp_path / "sandboxes"), 1.0)
     killed_at = folder.load().checkpoint["epoch"]
     assert folder.load().status == "running"  # nobody lived to say otherwise
 
@@ -161,6 +279,18 @@ def test_a_job_killed_with_sigkill_resumes_from_its_last_checkpoint(tmp_path):
     assert result.ok, result.stderr
     assert _kinds(events, "training_started")[0]["resumed_epoch"] == killed_at
     assert _kinds(events, "training_progress")[0]["epoch"] == killed_at + 1
+
+
+def _processes_under(folder: Path) -> list[int]:
+    """Processes whose command line names ``folder`` (the sandbox's bootstrap names its workdir)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(folder).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 HOSTILE = textwrap.dedent('''

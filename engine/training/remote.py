@@ -1,0 +1,286 @@
+"""A training job run by another process (a training worker), and the run that waits for it.
+
+The run's process writes a *ticket* into the job's folder (``<job>/tickets/<id>/spec.json``: the
+program, its inputs, its limits, where the sandboxes are) and hands it to its ``JobHost``
+(the studio: a Celery task on the ``training`` queue). A training worker runs the job there
+with ``work``: the same ``TrainingExecutor.run_job`` as a job run in place, its events appended
+to the ticket's ``events.jsonl`` and its execution written to ``result.json`` when it ends. The
+run tails the events into its own trace (live curves, checkpoints) and returns the result, so
+nothing above the executor knows where the program ran. Both sides share only the run's folder.
+
+Delivery is at least once (a worker killed with ``kill -9`` has its ticket delivered again, and
+the run sends it again when the worker's beat stops): ``work`` skips a ticket that is finished
+or abandoned, and one job runs in one process at a time (an ``flock`` on the job's folder, let
+go by the kernel when its holder dies), resuming from the last checkpoint the job kept.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..protocol.events import Payload, PayloadError, parse_payload
+from ..sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, Executor
+from .jobs import (JobFolder, JobHost, TrainingExecutor, cancelled_while_paused, job_key)
+
+TRAINING_KINDS = ("training_started", "training_progress", "training_checkpoint", "training_finished")
+POLL_S = 0.25              # how often the waiting run reads the ticket
+BEAT_S = 2.0               # how often a worker working a ticket says it is alive
+LOST_AFTER_S = 30.0        # a ticket whose worker has been silent this long is sent again
+MAX_EVENT_LINE = 64 * 1024
+
+
+class Ticket:
+    """One hand-over of a job to a training worker: ``<job>/tickets/<id>/``."""
+
+    def __init__(self, folder: JobFolder, ticket: str) -> None:
+        if not ticket.isalnum() or len(ticket) > 40:
+            raise ValueError(f"not a ticket id: {ticket[:60]!r}")
+        self.folder = folder
+        self.id = ticket
+        self.path = folder.path / "tickets" / ticket
+
+    @classmethod
+    def new(cls, folder: JobFolder) -> "Ticket":
+        ticket = cls(folder, uuid.uuid4().hex[:16])
+        ticket.path.mkdir(parents=True)
+        return ticket
+
+    spec_file = property(lambda self: self.path / "spec.json")
+    events_file = property(lambda self: self.path / "events.jsonl")
+    result_file = property(lambda self: self.path / "result.json")
+    abandoned_file = property(lambda self: self.path / "abandoned")
+    beat_file = property(lambda self: self.path / "alive")
+
+    def spec(self) -> dict:
+        return json.loads(self.spec_file.read_text(encoding="utf-8"))
+
+    @property
+    def finished(self) -> bool:
+        return self.result_file.is_file()
+
+    @property
+    def abandoned(self) -> bool:
+        return self.abandoned_file.exists()
+
+    @property
+    def open(self) -> bool:
+        """A run waits on it: sent, and neither finished nor given up."""
+        return self.spec_file.is_file() and not self.finished and not self.abandoned
+
+    def append(self, payload: Payload) -> None:
+        """One event, one write of one line (O_APPEND): a worker killed mid-way leaves whole lines."""
+        line = json.dumps({"kind": payload.kind, "payload": payload.to_payload()}).encode() + b"\n"
+        fd = os.open(self.events_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+
+def open_tickets(folder: JobFolder) -> list[Ticket]:
+    """The tickets of a job that a run still waits on (normally none or one)."""
+    root = folder.path / "tickets"
+    if not root.is_dir():
+        return []
+    tickets = [Ticket(folder, p.name) for p in root.iterdir() if p.name.isalnum()]
+    return [t for t in tickets if t.open]
+
+
+# --- what travels: the request and the result, as JSON --------------------------------------------------
+def encode_request(request: ExecutionRequest) -> dict:
+    return {"code": request.code, "input_files": {rel: str(path) for rel, path in request.input_files.items()},
+            "limits": asdict(request.limits), "args": list(request.args), "entrypoint": request.entrypoint}
+
+
+def decode_request(data: dict) -> ExecutionRequest:
+    return ExecutionRequest(code=data["code"], input_files={rel: Path(p) for rel, p in data["input_files"].items()},
+                            limits=ExecutionLimits(**data["limits"]), args=tuple(data["args"]),
+                            entrypoint=data["entrypoint"])
+
+
+def encode_result(result: ExecutionResult) -> dict:
+    return {"status": result.status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
+            "duration_s": result.duration_s, "workdir": str(result.workdir), "files": dict(result.files),
+            "violations": list(result.violations), "executor": result.executor}
+
+
+def decode_result(data: dict) -> ExecutionResult:
+    return ExecutionResult(status=data["status"], exit_code=data["exit_code"], stdout=data["stdout"],
+                           stderr=data["stderr"], duration_s=data["duration_s"], workdir=Path(data["workdir"]),
+                           files=dict(data["files"]), violations=list(data["violations"]), executor=data["executor"])
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(data), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# --- the run's side -------------------------------------------------------------------------------------
+class _Tail:
+    """The new whole lines of a ticket's events file, as typed training payloads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.pending = path, 0, b""
+
+    def read(self) -> list[Payload]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(1 << 20)
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        lines = (self.pending + data).split(b"\n")
+        self.pending = lines.pop()[-MAX_EVENT_LINE:]
+        out = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+                if entry.get("kind") in TRAINING_KINDS:
+                    out.append(parse_payload(entry["kind"], entry.get("payload") or {}))
+            except (ValueError, AttributeError, PayloadError):
+                continue  # a torn or foreign line is not an event
+        return out
+
+
+def wait_for_job(executor: TrainingExecutor, request: ExecutionRequest, host: JobHost,
+                 emit: Callable[[Payload], None], *, purpose: str = "", node: str | None = None) -> ExecutionResult:
+    """Send the job to ``host`` and wait for it, its events forwarded to ``emit``. A paused job
+    is waited on until a person resumes it (the studio sends the ticket again) or cancels it;
+    when ``host.waiting`` raises, the job is stopped (it keeps its checkpoint) and so is this."""
+    folder = JobFolder(executor.root, job_key(request))
+    ticket = Ticket.new(folder)
+    spec = {"root": str(executor.root), "key": folder.key, "ticket": ticket.id, "purpose": purpose, "node": node,
+            "device": executor._device, "executor": executor.inner.name, "sandbox_root": str(executor.inner.root),
+            "request": encode_request(request)}
+    _write_json(ticket.spec_file, spec)
+    host.send(spec)
+    tail = _Tail(ticket.events_file)
+    sent_at = time.time()
+    try:
+        while True:
+            for payload in tail.read():
+                emit(payload)
+            if ticket.finished:
+                for payload in tail.read():
+                    emit(payload)
+                return decode_result(json.loads(ticket.result_file.read_text(encoding="utf-8")))
+            state = folder.load()
+            if state.status == "paused" and folder.command() == "cancel":
+                ticket.abandoned_file.touch()  # no worker holds a paused job to say so: the run does
+                return cancelled_while_paused(folder, emit)
+            if state.status != "paused" and time.time() - max(_beat(ticket), sent_at) > LOST_AFTER_S \
+                    and ticket.beat_file.exists():
+                host.send(spec)  # its worker went silent (killed whole): another takes it, from the checkpoint
+                sent_at = time.time()
+            host.waiting()
+            time.sleep(POLL_S)
+    except BaseException:
+        # The run stops waiting: a worker must not start the ticket now, and one running it stops.
+        ticket.abandoned_file.touch()
+        if not ticket.finished and folder.command() is None:
+            folder.send("stop")
+        raise
+
+
+def _beat(ticket: Ticket) -> float:
+    try:
+        return ticket.beat_file.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def resend(folder: JobFolder, send: Callable[[dict], None]) -> bool:
+    """A person resumed a paused job: clear the command and send the ticket a run waits on
+    again. False when no run waits on the job (then the run's own resume continues it)."""
+    tickets = open_tickets(folder)
+    folder.send(None)
+    for ticket in tickets:
+        send(ticket.spec())
+    return bool(tickets)
+
+
+# --- the training worker's side ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def _job_lock(folder: JobFolder, ticket: Ticket) -> Iterator[bool]:
+    """The job's lock, waited for while another process runs the same job; False when the
+    ticket was settled meanwhile (nothing left to do)."""
+    fd = os.open(folder.path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if ticket.finished or ticket.abandoned:
+                    yield False
+                    return
+                time.sleep(0.5)
+        yield not (ticket.finished or ticket.abandoned)
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
+class _Beat:
+    """Touches the ticket's beat file while the worker works it."""
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket, self.stop = ticket, threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="trellis-job-beat", daemon=True)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(OSError):
+                self.ticket.beat_file.touch()
+            self.stop.wait(BEAT_S)
+
+    def __enter__(self) -> "_Beat":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def work(spec: dict, make_executor: Callable[[str, Path], Executor] | None = None, device: str = "auto") -> str:
+    """Run one ticket in this (training worker's) process. Returns what became of it: "ok" (or the
+    program's status), "paused" (a person paused the job: the ticket stays open for a resume),
+    "skipped" (finished already, or no run waits on it any more)."""
+    folder = JobFolder(Path(spec["root"]), spec["key"])
+    ticket = Ticket(folder, spec["ticket"])
+    if ticket.finished or ticket.abandoned or not ticket.spec_file.is_file():
+        return "skipped"
+    with _job_lock(folder, ticket) as mine:
+        if not mine:
+            return "skipped"
+        inner = (make_executor or _executor)(spec["executor"], Path(spec["sandbox_root"]))
+        executor = TrainingExecutor(inner, Path(spec["root"]), device=spec.get("device") or device)
+        request = decode_request(spec["request"])
+        with _Beat(ticket):
+            result = executor.run_job(request, spec.get("purpose") or "", emit=ticket.append, node=spec.get("node"))
+        state = folder.load()
+        if state.status == "paused" and folder.command() in ("pause", "stop"):
+            return "paused"  # resumed by a person (the ticket is sent again) or by the run's next start
+        _write_json(ticket.result_file, encode_result(result))
+        return state.status
+
+
+def _executor(kind: str, root: Path) -> Executor:
+    """The sandbox the run itself would have used, under the same root (both sides share it)."""
+    if kind == "subprocess":
+        from ..sandbox.subprocess_executor import SubprocessExecutor
+
+        return SubprocessExecutor(root)
+    from ..sandbox.select import make_executor
+
+    return make_executor(kind, root).executor
