@@ -198,6 +198,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         known = {e.code: d["official"] for e, d in ((initial, initial_d), (final, final_d)) if e.code is not None}
         seen = hindsight(task, run_dir, runner.executor, official, known)
         tracer.emit(Hindsight(**seen.to_dict()))
+        _champion_bundle(task, run_dir, outcome, final_official, baselines, out)
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
                               baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed,
@@ -229,6 +230,25 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             tools.close()
         shared.close()
         tracer.close()
+
+
+def _champion_bundle(task: Task, run_dir: Path, outcome, official: dict, baselines: dict, out: TextIO) -> None:
+    """A tree search's champion bundle (engine/bundle/), written now that the official evaluation
+    is done. A bundle that cannot be written is said on ``out``; the run's result stands."""
+    from .bundle import write_champion_bundle
+    from .search.tree import TreeResult
+
+    tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
+    if tree is None or tree.champion is None:
+        return
+    try:
+        bundle = write_champion_bundle(task, run_dir, tree.tree, tree.champion, predictions=outcome.final.predictions,
+                                       official=official, baselines=baselines, stopped=tree.stopped, notes=tree.reason)
+    except Exception as exc:  # noqa: BLE001 - the search and its official scores are done and kept
+        out.write(f"champion bundle not written: {type(exc).__name__}: {exc}\n")
+        return
+    missing = f"; not included: {', '.join(p for p, _ in bundle.missing)}" if bundle.missing else ""
+    out.write(f"champion bundle: {bundle.zip_path} ({len(bundle.files)} files{missing})\n")
 
 
 def not_archivable(final: Endpoint, budget: Budget) -> str:

@@ -5,6 +5,7 @@ it after a search has returned its final workflow.
 """
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 from .artifacts import ArtifactStore
@@ -24,6 +25,29 @@ def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -
 def official_for_predictions(task: Task, predictions: bytes) -> dict:
     """evaluate.py's held-out score of a predictions file's bytes."""
     return {**evaluate_predictions(task, predictions), "evaluator": "evaluate.py (official, held out)"}
+
+
+MAX_TRUTH_BYTES = 64 * 1024 * 1024
+
+
+def heldout_truth(task: Task) -> dict[str, str] | None:
+    """The held-out answer key as ``{id: target}``, for the plots of the champion bundle made
+    after the final commitment (engine/bundle.py): the first CSV in the task's ``heldout/`` that
+    has the id and target columns. None when there is none (evaluate.py may keep its truth
+    elsewhere). Never called inside a search."""
+    r = task.resources
+    heldout = Path(task.folder) / "heldout"
+    if not (r.id_column and r.target) or not heldout.is_dir():
+        return None
+    for path in sorted(heldout.glob("*.csv")):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_TRUTH_BYTES:
+            continue
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.DictReader(fh)
+            if r.id_column not in (reader.fieldnames or []) or r.target not in (reader.fieldnames or []):
+                continue
+            return {str(row[r.id_column]).strip(): str(row[r.target]).strip() for row in reader}
+    return None
 
 
 def official_for_code(task: Task, code: str, executor) -> dict:

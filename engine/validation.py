@@ -275,6 +275,28 @@ def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor:
     return pinned
 
 
+def validation_rows(task: Task, seed: int = 0,
+                    plan: SplitPlan | None = None) -> list[list[tuple[int, dict[str, str]]]]:
+    """For each fold of ``plan``, the training rows it validates on as (row number in the
+    training file, row), in the order the program's validation file numbers them (id k is the
+    k-th): the truth a fold's predictions are compared with, for the plots made after a search
+    (engine/bundle/)."""
+    plan = plan or plan_validation(task)
+    data = _data(task)
+    return [[(i, data.rows[i]) for i in val_idx] for _, val_idx in fold_rows(task, plan, data, seed)]
+
+
+def input_columns(task: Task) -> list[str]:
+    """The inputs a program is given for each row (the test file's columns, id and target aside)."""
+    return validation_columns(task, _data(task))
+
+
+def plan_from_dict(d: dict) -> SplitPlan:
+    """A SplitPlan from its ``to_dict()`` (as a validation metric carries it)."""
+    known = {k: d[k] for k in SplitPlan.__dataclass_fields__ if k in d}
+    return SplitPlan(**known)
+
+
 # --- one fold's files --------------------------------------------------------------------------
 def make_split(task: Task, workdir: Path, seed: int = 0, fold: int = 0, plan: SplitPlan | None = None) -> ValidationSplit:
     """The files of fold ``fold`` of ``plan`` (default: the task's plan)."""

@@ -449,10 +449,12 @@ class _FoldChecker:
     def __init__(self, task: Task, inner: Executor):
         self.task, self.inner, self.name = task, inner, inner.name
         self.folds: list[list[Check]] = []
+        self.predictions: list[str | None] = []  # each fold's predictions file, kept for the champion bundle
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         result = self.inner.run(request)
         self.folds.append(_fold_checks(self.task, request, result))
+        self.predictions.append(_fold_predictions(self.task, result))
         return result
 
     def summary(self, node_id: str) -> list[Check]:
@@ -468,6 +470,32 @@ class _FoldChecker:
             else:
                 out.append(Check(name, True, f"{node_id}, all {len(per)} validation fold(s); fold {k + 1}: {c.detail}"))
         return out
+
+
+# A fold's predictions larger than this are not kept (the bundle's plots then say so).
+MAX_KEPT_FOLD_BYTES = 2 * 1024 * 1024
+
+
+def _fold_predictions(task: Task, result: ExecutionResult) -> str | None:
+    if not result.ok:
+        return None
+    try:
+        return result.read_file(task.resources.predictions_file, max_bytes=MAX_KEPT_FOLD_BYTES).decode(
+            "utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None  # none, a link, or too large: nothing to plot, and validate_program says why
+
+
+def fold_predictions_path(tree_dir: Path, node_id: str) -> Path:
+    """Where a scored node's predictions on each validation fold are kept (engine/bundle.py reads them)."""
+    return Path(tree_dir) / "nodes" / f"{node_id}.folds.json"
+
+
+def _keep_fold_predictions(ctx: SearchContext, node_id: str, metric: dict, folds: list[str | None]) -> None:
+    path = fold_predictions_path(ctx.run_dir, node_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"node": node_id, "seed": ctx.config.seed, "plan": metric.get("validation"),
+                                "predictions_file": ctx.task.resources.predictions_file, "folds": folds}))
 
 
 def _fold_checks(task: Task, request: ExecutionRequest, result: ExecutionResult) -> list[Check]:
@@ -489,7 +517,7 @@ def _fold_checks(task: Task, request: ExecutionRequest, result: ExecutionResult)
 def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
               attempt: int) -> tuple[dict, ExecutionResult, list[Check]]:
     """In-loop validation: run on a seeded split of the training rows, traced like any tool,
-    with the plausibility of every fold's predictions."""
+    with the plausibility of every fold's predictions (kept beside the node when it scored)."""
     train = ctx.task.resources.files.get("train", "")
     ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name,
                              purpose="in-loop validation", node=node_id, attempt=attempt, code=code,
@@ -500,6 +528,8 @@ def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
     ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
                                   **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir), validation=metric), agent)
+    if metric.get("ok") and _finite(metric.get("value")):
+        _keep_fold_predictions(ctx, node_id, metric, checker.predictions)
     return metric, result, checker.summary(node_id)
 
 

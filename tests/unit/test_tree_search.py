@@ -67,6 +67,8 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
         # a program run now, or the predictions the champion wrote at the final commitment
         mp.setattr(engine.official, "official_for_code", lambda task, code, executor: stand_in)
         mp.setattr(engine.official, "official_for_predictions", lambda task, predictions: stand_in)
+        # the champion bundle's held-out plots read the answer key after the search: not here
+        mp.setattr(engine.official, "heldout_truth", lambda task: None)
         mp.setattr(engine.evaluation, "evaluate_predictions", lambda *a, **k: refuse("evaluate_predictions"))
         # The trivial baselines are scored officially after the final commitment, like the stand-in above.
         mp.setattr(engine.evolve, "official_baselines", lambda task: {})
