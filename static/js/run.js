@@ -177,6 +177,9 @@
     if (msg.kind === "agent_finished") text += " · " + d.status;
     if (msg.kind === "judgement" && d.point && d.point.J != null) text += " · J " + d.point.J.toFixed(3);
     if (msg.kind === "search_iteration" && d.accepted != null) text += d.accepted ? " · accepted" : " · not accepted";
+    if (msg.kind === "mcp_tool_call") text += " · " + d.tool;
+    if (msg.kind === "mcp_tool_result") text += " · " + d.tool + (d.ok ? " · ok" : " · ERROR " + (d.error || "").slice(0, 80));
+    if (msg.kind === "tools_discovered") text += " · " + (d.servers || []).map(s => s.name + (s.ok ? " " + s.tools.length + " tools" : " not available")).join(", ");
     if (msg.kind === "tree_node") text += " · " + d.node + (d.score != null ? " " + d.score.toPrecision(4) : " failed");
     if (msg.kind === "status") text += " · " + msg.status;
     li.textContent = (msg.iteration != null ? "it " + msg.iteration + " · " : "") + text;

@@ -1,3 +1,5 @@
+import json
+
 from django import template
 
 register = template.Library()
@@ -22,7 +24,9 @@ def event_summary(event) -> str:
     """One line on what an event says, for the trace table."""
     p = event.payload or {}
     if event.kind == "model_call":
-        return f"{p.get('purpose') or p.get('role', '')} · {p.get('model', '')} · {p.get('prompt_tokens', 0)}+{p.get('completion_tokens', 0)} tokens"
+        asked = f" · asks {', '.join(c.get('name', '') for c in p['tool_calls'])}" if p.get("tool_calls") else ""
+        return (f"{p.get('purpose') or p.get('role', '')} · {p.get('model', '')} · "
+                f"{p.get('prompt_tokens', 0)}+{p.get('completion_tokens', 0)} tokens{asked}")
     if event.kind in ("agent_finished", "route"):
         return " · ".join(str(x) for x in (p.get("status") or p.get("on"), p.get("target"), (p.get("message") or p.get("reason") or "")[:80]) if x)
     if event.kind == "judgement":
@@ -38,4 +42,13 @@ def event_summary(event) -> str:
         return f"{p.get('metric', '')} = {p.get('value')}" if p.get("ok") else str(p.get("error", ""))[:80]
     if event.kind == "handoff":
         return f"{p.get('artifact', '')} from {p.get('source', '')}: {'ok' if p.get('ok') else 'contract broken'}"
+    if event.kind == "tools_discovered":
+        return " · ".join(f"{s.get('name')}: {len(s.get('tools') or [])} tools" if s.get("ok") else
+                          f"{s.get('name')}: NOT AVAILABLE ({str(s.get('error', ''))[:60]})" for s in p.get("servers", []))
+    if event.kind == "mcp_tool_call":
+        return f"calls {p.get('tool', '')} {json.dumps(p.get('arguments', {}), sort_keys=True)[:100]}"
+    if event.kind == "mcp_tool_result":
+        took = f"{p.get('duration_s', 0):.2f}s"
+        return f"{p.get('tool', '')} · ok · {took}" if p.get("ok") else \
+            f"{p.get('tool', '')} · ERROR · {took} · {str(p.get('error', ''))[:100]}"
     return ""
