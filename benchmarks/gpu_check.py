@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join("---" for _ in header) + "|")
     for device, per_epoch, wall, n, last_val, best_val, error, ran_on in rows:
-        print(f"| {device} | {per_epoch:.4f} | {wall:.1f} | {n} | {last_val:.5f} | {best_val} | {error:.5f} | {ran_on} |")
+        print(f"| {device} | {per_epoch:.4f} | {wall:.1f} | {n} | {last_val:.5f} | {best_val} | {error:.5f} "
+              f"| {ran_on} |")
     if len(rows) == 2:
         print(f"\nGPU speed-up per epoch: {rows[0][1] / rows[1][1]:.2f}x")
     else:
