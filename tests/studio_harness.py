@@ -45,6 +45,7 @@ class Studio:
         self.env = studio_environment(self.var_dir, self.db_path)
         self.redis = None  # webapp.embedded_redis.EmbeddedRedis
         self.worker = None  # webapp.supervisor.Child
+        self.training = None  # the training queue's worker, when a test starts one
         self.web = None
         self.supervisor = None
         self.supervisor_log: list[str] = []
@@ -82,6 +83,35 @@ class Studio:
                                            "runs,celery", "-c", "2", "--loglevel", "INFO", "-n",
                                            f"test-{time.monotonic_ns()}@%h"], self.env, ROOT, self.logs / "worker.log")
         self.worker.start()
+
+    def start_training_worker(self, processes: int = 1) -> None:
+        """The training queue's worker, as ``manage.py studio`` starts it; the runs see its
+        slots (webapp/health.py) within a second of it being ready."""
+        from webapp.health import live_training_slots
+        from webapp.runs.management.commands.studio import training_worker
+
+        if self.training is None:
+            self.training = training_worker(self.env, processes)
+            self.training.argv[self.training.argv.index("-n") + 1] = f"training-{time.monotonic_ns()}@%h"
+            self.training.argv[self.training.argv.index("--loglevel") + 1] = "INFO"
+            self.training.log = self.logs / "training.log"
+        self.training.start()
+        wait_for(lambda: live_training_slots() >= processes, 60, what=f"the training worker (see {self.logs})")
+
+    def stop_training_worker(self) -> None:
+        if self.training is not None:
+            self.training.stop(15)
+            self.training = None
+
+    def training_pool_pids(self) -> list[int]:
+        """The training worker's pool processes (the ones that run jobs)."""
+        if self.training is None or not self.training.alive():
+            return []
+        pid = self.training.pid
+        try:
+            return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return []
 
     def kill_worker(self) -> None:
         """kill -9 the worker and every process it started: nothing gets to clean up."""
@@ -145,7 +175,7 @@ class Studio:
 
     def stop(self) -> None:
         self.unsupervise()
-        for child in (self.web, self.worker):
+        for child in (self.web, self.worker, self.training):
             if child:
                 child.stop(15)
         if self.redis:

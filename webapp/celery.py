@@ -9,6 +9,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 app = Celery("trellis")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["webapp.runs"])
+app.autodiscover_tasks(["webapp.runs"], related_name="training")  # the training queue's task
 _beat = None  # this worker's heartbeat thread (webapp/health.py), in its main process only
 
 
@@ -23,11 +24,31 @@ def _import_litellm_before_the_pool_forks(**_):
 
 @signals.worker_ready.connect
 def _start_worker_beat(sender=None, **_):
-    """Tell /healthz (and the studio's supervisor) that this worker's main process is alive."""
-    from webapp.health import WorkerBeat
+    """Tell /healthz (and the studio's supervisor) that this worker's main process is alive; a
+    worker of the training queue alone tells the runs how many training jobs it takes at once."""
+    from webapp.health import TRAINING_KEY, WorkerBeat
 
     global _beat
-    _beat = WorkerBeat(getattr(sender, "hostname", None) or f"worker-{os.getpid()}").start()
+    name = getattr(sender, "hostname", None) or f"worker-{os.getpid()}"
+    queues = set(app.amqp.queues.consume_from or ())
+    if queues == {"training"}:
+        processes = getattr(getattr(sender, "controller", None), "concurrency", None) or 1
+        _beat = WorkerBeat(f"{name}|{processes}", TRAINING_KEY).start()
+    else:
+        _beat = WorkerBeat(name).start()
+
+
+@signals.worker_process_init.connect
+def _pin_training_gpu(**_):
+    """A training worker's processes each get a GPU of their own when the studio named them
+    (TRELLIS_TRAINING_GPUS=0,1,...: one process per GPU), through CUDA_VISIBLE_DEVICES."""
+    gpus = [g.strip() for g in os.environ.get("TRELLIS_TRAINING_GPUS", "").split(",") if g.strip()]
+    if not gpus:
+        return
+    from billiard.process import current_process
+
+    index = getattr(current_process(), "index", 0) or 0
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[index % len(gpus)]
 
 
 @signals.worker_shutdown.connect
@@ -42,5 +63,5 @@ def declare_queues() -> None:
     run sent before the worker has reconnected is routed to its queue instead of refused."""
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=3)
-        for name in ("runs", app.conf.task_default_queue):
+        for name in ("runs", "training", app.conf.task_default_queue):
             app.amqp.queues[name](conn.default_channel).declare()

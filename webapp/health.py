@@ -20,6 +20,9 @@ from redis.retry import Retry
 log = logging.getLogger(__name__)
 
 WORKERS_KEY = "trellis:workers"
+# Training workers (the ``training`` queue only) beat apart, as "<name>|<processes>": they run
+# training jobs, not runs, so they are the studio's training slots and not its run workers.
+TRAINING_KEY = "trellis:training-workers"
 WORKER_BEAT_S = 1.0
 WORKER_FRESH_S = 5.0  # a worker silent for longer than this is gone (or cut off from Redis)
 
@@ -58,6 +61,17 @@ def live_workers(now: float | None = None) -> int:
     return int(redis_client().zcount(WORKERS_KEY, now - WORKER_FRESH_S, "+inf"))
 
 
+def live_training_slots(now: float | None = None) -> int:
+    """Training jobs the fresh training workers can run at once (0 when there is none)."""
+    now = time.time() if now is None else now
+    slots = 0
+    for member in redis_client().zrangebyscore(TRAINING_KEY, now - WORKER_FRESH_S, "+inf"):
+        name = member.decode() if isinstance(member, bytes) else str(member)
+        count = name.rpartition("|")[2]
+        slots += int(count) if count.isdigit() else 1
+    return slots
+
+
 def report() -> dict:
     """``{"database": "ok"|"error", "redis": "ok"|"error", "worker": "ok"|"none"|"unknown",
     "workers": n, "ok": bool}``; nothing in it is a secret (no URL, no path)."""
@@ -79,8 +93,9 @@ class WorkerBeat:
     Celery timer: it keeps beating while the consumer reconnects after a Redis restart, and it
     stops with the process, which is what the studio needs to know."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, key: str = WORKERS_KEY):
         self.name = name
+        self.key = key
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="trellis-worker-beat", daemon=True)
 
@@ -93,8 +108,8 @@ class WorkerBeat:
             try:
                 client = redis_client()
                 now = time.time()
-                client.zadd(WORKERS_KEY, {self.name: now})
-                client.zremrangebyscore(WORKERS_KEY, "-inf", now - 10 * WORKER_FRESH_S)  # long-gone workers
+                client.zadd(self.key, {self.name: now})
+                client.zremrangebyscore(self.key, "-inf", now - 10 * WORKER_FRESH_S)  # long-gone workers
             except (redis.RedisError, OSError):
                 pass  # Redis is down or restarting: the next beat tries again
             self.stop.wait(WORKER_BEAT_S)
@@ -102,6 +117,6 @@ class WorkerBeat:
     def close(self) -> None:
         self.stop.set()
         try:
-            redis_client().zrem(WORKERS_KEY, self.name)  # a clean stop shows at once
+            redis_client().zrem(self.key, self.name)  # a clean stop shows at once
         except (redis.RedisError, OSError):
             pass

@@ -153,7 +153,10 @@ CELERY_BROKER_URL = ("redis+socket://" + REDIS_URL[len("unix://"):].split("?", 1
                      if REDIS_URL.startswith("unix://") else REDIS_URL)
 CELERY_TASK_ACKS_LATE = False  # a lost worker's run is resumed from its checkpoint, not redelivered
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_TASK_ROUTES = {"webapp.runs.tasks.execute_run": {"queue": "runs"}}
+# Training jobs go to workers of their own (one process per device; webapp/runs/training.py),
+# acknowledged once done, so that a worker killed mid-job has its job delivered again.
+CELERY_TASK_ROUTES = {"webapp.runs.tasks.execute_run": {"queue": "runs"},
+                      "webapp.runs.training.train": {"queue": "training"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 AUTH_PASSWORD_VALIDATORS = []

@@ -87,6 +87,12 @@ def hosting_jobs(host: JobHost | None) -> Iterator[None]:
         _host.reset(token)
 
 
+def set_job_host(host: JobHost | None) -> None:
+    """``hosting_jobs`` for the rest of this thread's context, for a framework's task hooks that
+    cannot wrap the task in a block (webapp/runs/training.py: Celery's task_prerun/postrun)."""
+    _host.set(host)
+
+
 @contextlib.contextmanager
 def labelled(purpose: str, node: str | None = None) -> Iterator[None]:
     """What the training jobs started inside this block are for (a tree node's validation),
@@ -155,6 +161,18 @@ def _torch_device() -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     except Exception:  # noqa: BLE001 - a broken driver is a machine without a GPU
         return "cpu"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs training workers may use, one worker process each: CUDA_VISIBLE_DEVICES where
+    set, else the NVIDIA driver's list (no torch import, no subprocess); none on a CPU machine."""
+    pinned = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if pinned is not None:
+        return [g.strip() for g in pinned.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
+    except OSError:
+        return []
 
 
 @dataclass

@@ -34,6 +34,7 @@ TRAINING_KINDS = ("training_started", "training_progress", "training_checkpoint"
 POLL_S = 0.25              # how often the waiting run reads the ticket
 BEAT_S = 2.0               # how often a worker working a ticket says it is alive
 LOST_AFTER_S = 30.0        # a ticket whose worker has been silent this long is sent again
+STOP_WAIT_S = 10.0         # how long a run that stops waiting gives its job to stop and say so
 MAX_EVENT_LINE = 64 * 1024
 
 
@@ -185,10 +186,16 @@ def wait_for_job(executor: TrainingExecutor, request: ExecutionRequest, host: Jo
             host.waiting()
             time.sleep(POLL_S)
     except BaseException:
-        # The run stops waiting: a worker must not start the ticket now, and one running it stops.
+        # The run stops waiting: a worker must not start the ticket now, and one running it stops;
+        # what it says as it stops (its last checkpoint, "paused") still goes into the trace.
         ticket.abandoned_file.touch()
         if not ticket.finished and folder.command() is None:
             folder.send("stop")
+        deadline = time.monotonic() + STOP_WAIT_S
+        while folder.load().status == "running" and time.monotonic() < deadline and not ticket.finished:
+            time.sleep(POLL_S)
+        for payload in tail.read():
+            emit(payload)
         raise
 
 

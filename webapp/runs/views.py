@@ -134,6 +134,30 @@ def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
     return JsonResponse(tree_view.tree_state(run))
 
 
+def training_json(request: HttpRequest, run_id: int) -> JsonResponse:
+    """The Training panel's job list: each job's status, device, progress, ETA, best validation
+    and curve (webapp/runs/training.py); training_* messages keep it live."""
+    from . import training
+
+    run, role = access.run_for(request.user, run_id)
+    return JsonResponse({**training.jobs_state(run), "can_control": access.abilities(role)["review"]})
+
+
+@require_POST
+def training_control(request: HttpRequest, run_id: int, job: str, action: str) -> JsonResponse:
+    """Pause, cancel or resume one training job: reviewers and owners, audited; refused through
+    a share link (403) like every other write."""
+    from . import training
+
+    run, _ = access.run_for(request.user, run_id, access.REVIEW)
+    try:
+        said = training.control_job(run, job, action)
+    except training.TrainingRefused as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.http_status)
+    audit(run.task.project, request.user, "control", run=run, control=f"training {action}", job=job)
+    return JsonResponse({"ok": True, "message": said, **training.jobs_state(run)})
+
+
 def evidence_json(request: HttpRequest, run_id: int) -> JsonResponse:
     """The evidence panel's first state: every record (a preview of its text), link, branch
     verdict and what each role was given (webapp/runs/evidence.py); live messages extend it."""

@@ -31,6 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="do not start a demo run")
         parser.add_argument("--demo-task", default=str(Path(settings.TRELLIS_EXAMPLES_DIR) / "diabetes-progression"))
         parser.add_argument("--workers", type=int, default=2, help="runs executed at once by the embedded worker")
+        parser.add_argument("--training-workers", type=int, default=None,
+                            help="training jobs run at once by the training worker (default: one per GPU, "
+                                 "or 1 on a machine without one; 0: jobs run in the runs' own worker)")
 
     def handle(self, *args, **options):
         # SIGTERM (from a supervisor or `kill`) stops the children like Ctrl-C does.
@@ -52,6 +55,12 @@ class Command(BaseCommand):
             Child("web", [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]),
                           "webapp.asgi:application"], env, settings.BASE_DIR),
         ]
+        training = training_worker(env, options["training_workers"])
+        if training is not None:
+            children.append(training)
+            self.stdout.write(f"training worker: {training.argv[training.argv.index('-c') + 1]} job(s) at once"
+                              + (f" on GPU(s) {training.env['TRELLIS_TRAINING_GPUS']}"
+                                 if training.env.get("TRELLIS_TRAINING_GPUS") else " on the CPU"))
         # Another broker may have other workers: then a restart of ours resumes nothing by itself.
         supervisor = Supervisor(children, redis, on_restart=self._after_restart if embedded else lambda name: None,
                                 say=lambda text: self.stderr.write(text))
@@ -137,3 +146,19 @@ class Command(BaseCommand):
             self.stderr.write(f"{exc}; stopping the studio")
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the studio")
+
+
+def training_worker(env: dict, processes: int | None = None) -> Child | None:
+    """The Celery worker of the ``training`` queue: one process per device (each GPU pinned to one
+    process through CUDA_VISIBLE_DEVICES, webapp/celery.py), one on a machine without a GPU.
+    None for 0: training jobs then run in the runs' own worker."""
+    from engine.training.jobs import visible_gpus
+
+    gpus = visible_gpus()
+    processes = (len(gpus) or 1) if processes is None else processes
+    if processes <= 0:
+        return None
+    env = {**env, "TRELLIS_TRAINING_GPUS": ",".join(gpus)} if gpus else dict(env)
+    return Child("training", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "training",
+                              "-c", str(processes), "--loglevel", "WARNING", "-n", "trellis-training@%h"],
+                 env, settings.BASE_DIR)
