@@ -122,3 +122,36 @@ def test_the_studio_offers_every_executor():
     from webapp.runs.models import EXECUTOR_CHOICES
 
     assert tuple(kind for kind, _ in EXECUTOR_CHOICES) == EXECUTOR_KINDS
+
+
+@pytest.mark.django_db
+def test_the_new_run_form_stores_the_sandbox_and_refuses_an_unknown_one(examples):
+    from webapp.runs.forms import NewRunForm
+
+    base = {"project": "P", "task_folder": str(examples / "discontinuous-1d"), "iterations": 1, "search": "mimosa",
+            "gate_policy": "automatic", "seed": 0, "max_tokens": 100000}
+    docker = NewRunForm({**base, "executor": "docker"})
+    assert docker.is_valid(), docker.errors
+    assert docker.run_options()["executor"] == "docker"
+    plain = NewRunForm(base)  # a form posted without the field (an older page): auto
+    assert plain.is_valid(), plain.errors
+    assert plain.run_options()["executor"] == "auto"
+    refused = NewRunForm({**base, "executor": "vm"})
+    assert not refused.is_valid() and "executor" in refused.errors
+
+
+@pytest.mark.django_db
+def test_the_run_page_says_which_sandbox_the_run_got_and_why(examples):
+    from tests.studio_harness import running_run
+    from webapp.runs import fragments
+    from webapp.runs.models import Event, Run
+
+    run = running_run(examples / "discontinuous-1d", "p")
+    Run.objects.filter(pk=run.pk).update(executor="auto")
+    run.refresh_from_db()
+    assert "sandbox: auto" in fragments.header(run, None)  # not started yet: what it asked for
+    why = "a Docker daemon answers and trellis-sandbox:abc is built"
+    Event.objects.create(run=run, seq=1, ts=0.0, kind="search_started",
+                         payload={"executor": "docker", "executor_reason": why})
+    header = fragments.header(run, None)
+    assert "sandbox: docker (auto)" in header and f'title="{why}"' in header

@@ -35,7 +35,7 @@ class NewRunForm(forms.Form):
                                 help_text="SciMARS only: the probes share one evidence graph, each writing on its "
                                           "own branch; later probes read the selected branches. "
                                           "memory-fixed always shares.")
-    executor = forms.ChoiceField(label="Sandbox", choices=EXECUTOR_CHOICES, initial="auto",
+    executor = forms.ChoiceField(label="Sandbox", choices=EXECUTOR_CHOICES, initial="auto", required=False,
                                  help_text="Where generated programs run: a Docker container each (no network, "
                                            "read-only root; needs the daemon and `python -m engine.sandbox.image "
                                            "build`), the subprocess sandbox, or auto")
@@ -55,7 +55,7 @@ class NewRunForm(forms.Form):
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
                 "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY,
-                "executor": d["executor"]}
+                "executor": d["executor"] or "auto"}  # a form posted without it: auto
 
 
 class DecisionForm(forms.Form):
