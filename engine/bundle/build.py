@@ -109,7 +109,11 @@ def _write_parts(task: Task, run_dir: Path, out: Path, tree: Tree, champion: Nod
         else:
             heldout = _pairs(c, "held-out (official) plots", lambda: heldout_pairs(task, predictions, truth))
 
-    job = champion_job(task, run_dir, champion.id, champion.code)
+    try:
+        job = champion_job(task, run_dir, champion.id, champion.code)
+    except PartMissing as exc:
+        job = None
+        c.lack("trained checkpoint and training curves", str(exc))
     if job is not None:
         _checkpoint(c, run_dir, out, job)
         if job.state.points:
@@ -177,7 +181,8 @@ def _plots(c: Contents, out: Path, task: Task, tree: Tree, champion: Node, valid
     if job is not None and job.state.points:
         wanted.append(("training_curves.png", lambda p: plots.training_curves(job.state.points, p, job.key)))
     elif job is None:
-        c.lack("training curves", "the champion's program is not a training job (it does not import trellis_train)")
+        if not any(part.startswith("trained checkpoint") for part, _ in c.missing):
+            c.lack("training curves", "the champion's program is not a training job (it does not import trellis_train)")
     else:
         c.lack("training curves", f"the training job {job.key} reported no point")
     nodes = [{**row, "failed_checks": row.get("failed_checks")} for row in tree.table()]

@@ -218,7 +218,8 @@ def _job_from_trace(run_dir: Path, node_id: str) -> str | None:
 
 
 def champion_job(task: Task, run_dir: Path, node_id: str, code: str) -> Job | None:
-    """The training job of the champion's run on the task's data, when its program is one."""
+    """The training job of the champion's run on the task's data; None when its program is not
+    a training job, PartMissing when it is one but no job of it is in the run folder."""
     if not is_training_program(code):
         return None
     request = ExecutionRequest(code=code, input_files=task.input_files(), limits=task.resources.limits)
@@ -228,7 +229,10 @@ def champion_job(task: Task, run_dir: Path, node_id: str, code: str) -> Job | No
         return Job(key, state, "job key of the final commitment")
     traced = _job_from_trace(run_dir, node_id)
     state = _job_state(run_dir, traced) if traced else None
-    return Job(traced, state, "the trace's training events") if state is not None else None
+    if state is None:
+        raise PartMissing(f"the champion's program is a training job, but no readable state of it (job {key}) "
+                          "is in the run folder")
+    return Job(traced, state, "the trace's training events")
 
 
 def safe_name(name: str, default: str = "checkpoint.bin") -> str:

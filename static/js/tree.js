@@ -188,6 +188,7 @@
     parts.push(state.metric_label + ", " + state.direction);
     if (state.finished) parts.push("finished: " + state.finished.stopped);
     $("tree-summary").textContent = parts.join(" · ");
+    $("tree-bundle").hidden = !state.bundle;  // written after the official evaluation (engine/bundle/)
   }
 
   function drawChart(champ) {
@@ -265,6 +266,8 @@
   document.addEventListener("trellis:message", (e) => {
     const tree = ((e.detail || {}).data || {}).tree;
     if (tree) show(tree);
+    // the champion bundle is written after the last tree event: a finished run reads the tree again
+    else if ((e.detail || {}).kind === "status" && e.detail.status === "completed") load();
   });
   document.addEventListener("trellis:reconnected", () => { load(); });
   load();

@@ -10,6 +10,7 @@ from engine.harness import ROLES, MemoryPolicy
 from engine.search import registry
 
 from . import access
+from .bundles import has_bundle
 from .models import Mutation, MutationStatus, Role, Run
 from .presenters import side_by_side
 
@@ -26,11 +27,14 @@ def run_context(run: Run, role: Role | None) -> dict:
     official += [{"label": f"baseline: {name.replace('_', ' ')}", "official": score, "baseline": True,
                   "how": "one agent, every role, same budget" if name == "single_agent" else "engine, no model"}
                  for name, score in ((run.result or {}).get("baselines") or {}).items()]
+    evolves_workflow = registry.search_class(run.search).evolves == "workflow"
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
             "hindsight": (run.result or {}).get("hindsight"),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
-            "evolves_workflow": registry.search_class(run.search).evolves == "workflow",
+            "evolves_workflow": evolves_workflow,
+            # its champion's script, checkpoint, plots and report, once written (engine/bundle/)
+            "champion_bundle": not evolves_workflow and has_bundle(run),
             "sandbox": sandbox(run)}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .bundles import has_bundle
 from .models import Event, Run
 
 TREE_KINDS = ("tree_node", "node_retired", "search_iteration")
@@ -102,4 +103,5 @@ def tree_state(run: Run) -> dict:
                      "children": [c["id"] for c in nodes.values() if c["iteration"] == n]})
     return {"metric": run.task.metric_name, "higher_is_better": higher, "max_children": max_children,
             "nodes": list(nodes.values()), "iterations": rows, "champion": champion(nodes.values(), higher),
-            "finished": finished, "pending_votes": pending_votes, "seq": last_seq}
+            "finished": finished, "pending_votes": pending_votes, "seq": last_seq,
+            "bundle": has_bundle(run)}  # the champion bundle is written (after the official evaluation)

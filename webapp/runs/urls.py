@@ -25,6 +25,7 @@ urlpatterns = [
     path("runs/<int:run_id>/trace", views.trace, name="trace"),
     path("runs/<int:run_id>/events/<int:seq>", views.event_detail, name="event"),
     path("runs/<int:run_id>/artifacts/<str:sha>", views.artifact, name="artifact"),
+    path("runs/<int:run_id>/champion.zip", views.champion_bundle, name="champion_bundle"),
     path("runs/<int:run_id>/replay", replay_views.replay_page, name="replay"),
     path("runs/<int:run_id>/replay/events.json", replay_views.replay_json, name="replay_json"),
     path("runs/<int:run_id>/replay/state.json", replay_views.replay_state, name="replay_state"),

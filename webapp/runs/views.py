@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -21,6 +21,7 @@ from engine.errors import TaskSpecError
 
 from . import access, controls, evidence, fragments, live, members
 from .bridge import broadcast, decide
+from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
 from .forms import DecisionForm, NewRunForm
 from .models import Event, Membership, MutationStatus, Project, Role
@@ -312,6 +313,20 @@ def artifact(request: HttpRequest, run_id: int, sha: str) -> HttpResponse:
         data = path.read_bytes()
         return HttpResponse(data[:1_000_000], content_type="text/plain; charset=utf-8")
     raise Http404("artifact not found in this run")
+
+
+@require_GET
+def champion_bundle(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The champion bundle of a tree run (engine/bundle/): champion.zip, streamed as a download.
+    Whoever may view the run may download it, through a share link too; a run without one gets
+    404 saying why."""
+    run, _ = access.run_for(request.user, run_id)
+    handle = open_bundle(run)
+    if handle is None:
+        return HttpResponseNotFound(f"Run {run.pk} has no champion bundle: {bundle_absent(run)}.\n",
+                                    content_type="text/plain; charset=utf-8")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", f"run-{run.pk}-{run.task.name}-champion.zip")
+    return FileResponse(handle, as_attachment=True, filename=name, content_type="application/zip")
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,0 +1,42 @@
+"""A tree run's champion bundle as the studio offers it: whether the run has one, why not, and
+the zip opened for streaming (engine/bundle/ writes it after the official evaluation)."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from engine.bundle import bundle_zip
+
+from .models import Run
+
+
+def has_bundle(run: Run) -> bool:
+    return bool(run.run_dir) and bundle_zip(Path(run.run_dir)) is not None
+
+
+def bundle_absent(run: Run) -> str:
+    """Why ``run`` offers no champion bundle, in words for the person who asked."""
+    if run.search != "tree":
+        return f"only an AgenticSciML tree search writes one, and this run's search is {run.search}"
+    if run.status != "completed":
+        return (f"the run is {run.get_status_display().lower()}; its bundle is written when the search has "
+                "committed to its champion and the official evaluation is done")
+    return "none was written (the search committed to no champion, or writing it failed: see the run's log)"
+
+
+def open_bundle(run: Run) -> BinaryIO | None:
+    """champion.zip opened for reading, never through a link (checked on the file opened, so a
+    link swapped in after the check is refused too); None when there is none."""
+    path = bundle_zip(Path(run.run_dir)) if run.run_dir else None
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
