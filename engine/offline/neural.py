@@ -14,7 +14,12 @@ part a training job watches is separate and small: ``report()`` prints one JSON 
 (``{"trellis_metric": {"epoch", "loss", "val", "lr"}}``), a checkpoint (model, optimizer,
 schedule, shuffling state, best weights, epoch) is written to checkpoint.pt every few epochs,
 and a run that finds checkpoint.pt made with the same data and settings resumes after its epoch;
-killed and resumed, it ends with the predictions of an uninterrupted run (on the CPU).
+killed and resumed, it ends with the predictions of an uninterrupted run (on the CPU). The
+program imports Trellis's ``trellis_train`` helper (engine/training/), so Trellis runs it as a
+training job: each epoch is also a point of its live curves (``tt.report``), each checkpoint is
+kept by the job (``tt.saving``) and handed back when the job resumes (``tt.resume_path``), and
+the device is the one the job was given (``tt.device``). Run on its own, without the helper, it
+does as above.
 
 Deterministic for its seed (torch.manual_seed, deterministic algorithms, one thread); on the GPU
 when torch.cuda.is_available(), with the same code. The sandbox hides GPUs, so there it trains
@@ -39,16 +44,24 @@ LEARNING_RATE = $learning_rate  # Adam's, decayed to 0 over EPOCHS by a cosine s
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_EVERY = 5  # epochs between checkpoints
 
+try:  # Trellis's training-job helper, put beside the program when Trellis runs it as a job
+    import trellis_train as tt
+except ImportError:  # run on its own (benchmarks/gpu_check.py): stdout lines, checkpoint.pt here
+    tt = None
+
 # The same code on the CPU and a GPU; deterministic kernels on either (cuBLAS needs a fixed workspace).
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DEVICE = torch.device(tt.device() if tt else "cuda" if torch.cuda.is_available() else "cpu")
 
 
 # --- what a training job reads: one metrics line per epoch, checkpoints, resume -----------------
 def report(epoch, loss, val, lr):
-    """One JSON line per epoch: training loss (standardised target), validation RMSE, learning rate."""
+    """One JSON line per epoch: training loss (standardised target), validation RMSE, learning rate;
+    as a job, also a point of its live curves (epochs counted from 0 there)."""
     print(json.dumps({"trellis_metric": {"epoch": epoch, "loss": round(loss, 8), "val": round(val, 8),
                                          "lr": lr}}), flush=True)
+    if tt:
+        tt.report(epoch=epoch - 1, epochs=EPOCHS, loss=loss, val=val, lr=lr)
 
 
 def run_fingerprint(X, y):
@@ -59,16 +72,22 @@ def run_fingerprint(X, y):
 
 
 def save_checkpoint(state):
-    """Write the checkpoint whole or not at all: a run killed mid-write keeps the previous one."""
+    """Write the checkpoint whole or not at all: a run killed mid-write keeps the previous one.
+    As a job, Trellis keeps it and hands it back when the job resumes."""
+    if tt:
+        with tt.saving(CHECKPOINT_FILE, epoch=state["epoch"] - 1) as path:
+            torch.save(state, path)
+        return
     torch.save(state, CHECKPOINT_FILE + ".tmp")
     os.replace(CHECKPOINT_FILE + ".tmp", CHECKPOINT_FILE)
 
 
 def load_checkpoint(fingerprint):
     """The training state to resume from; None without a checkpoint or with one of other data or settings."""
-    if not os.path.exists(CHECKPOINT_FILE):
+    path = (tt.resume_path(CHECKPOINT_FILE) if tt else None) or CHECKPOINT_FILE
+    if not os.path.exists(path):
         return None
-    state = torch.load(CHECKPOINT_FILE, map_location=DEVICE, weights_only=True)  # tensors only, no code
+    state = torch.load(path, map_location=DEVICE, weights_only=True)  # tensors only, no code
     if state.get("fingerprint") != fingerprint:
         print(f"checkpoint: {CHECKPOINT_FILE} was made with other data or settings; training from scratch")
         return None

@@ -43,6 +43,7 @@ from ..prompts import ANSWER_FORMATS
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..task import Task
 from ..trace import Tracer
+from ..training.jobs import labelled
 from ..validation import validate_program
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
 from ..protocol.events import Check as CheckEvent
@@ -524,7 +525,8 @@ def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
                              data=f"validation split of {train} (seed {ctx.config.seed})",
                              limits=asdict(ctx.task.resources.limits)), agent)
     checker = _FoldChecker(ctx.task, ctx.executor)
-    metric, result = validate_program(ctx.task, code, checker, seed=ctx.config.seed)
+    with labelled("in-loop validation", node_id):  # a training program's curves are this node's
+        metric, result = validate_program(ctx.task, code, checker, seed=ctx.config.seed)
     ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
                                   **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir), validation=metric), agent)
@@ -862,7 +864,8 @@ def _run_on_task_data(ctx: SearchContext, node: Node) -> tuple[list[Check], byte
     ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose="final commitment",
                              node=node.id, code=node.code, data=sorted(request.input_files),
                              limits=asdict(request.limits)), "final_commitment")
-    result = ctx.executor.run(request)
+    with labelled("final commitment", node.id):
+        result = ctx.executor.run(request)
     ctx.tracer.emit(CodeExecution(purpose="final commitment", node=node.id, **result.evidence(),
                                   stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir)), "final_commitment")

@@ -189,7 +189,7 @@
   }
 
   function onMessage(msg) {
-    activity(msg);
+    if (msg.kind !== "training_progress") activity(msg);  // one per epoch: the Training panel's curves say them
     if (msg.html) applyFragments(msg.html);
     const d = msg.data || {};
     switch (msg.kind) {

@@ -99,6 +99,7 @@
       cy = cytoscape({ container: box, style: STYLE, elements: [], userZoomingEnabled: true, boxSelectionEnabled: false,
                        autoungrabify: true, minZoom: 0.2, maxZoom: 2 });
       cy.on("mouseover tap", "node", (e) => showTip(e.target));
+      cy.on("tap", "node", (e) => document.dispatchEvent(new CustomEvent("trellis:node", { detail: e.target.id() })));  // training.js
       cy.on("mouseout", "node", hideTip);
       cy.on("tap", (e) => { if (e.target === cy) hideTip(); });
     }

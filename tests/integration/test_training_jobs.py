@@ -326,3 +326,41 @@ def test_garbage_reports_are_skipped_not_fatal(tmp_path):
     assert [p.get("epoch") for p in progress] == [0, 1]  # the lines with nothing usable are not points
     assert progress[0].get("loss") is None and progress[0]["val"] == 0.5
     assert progress[1]["loss"] == 1.0 and progress[1].get("val") is None
+
+
+@pytest.mark.slow
+def test_the_offline_scientists_neural_program_trains_as_a_job(tmp_path):
+    """The mixture of experts the offline scientist writes (engine/offline/neural.py) imports
+    trellis_train: run by Trellis it is a job whose epochs are live curve points and whose
+    checkpoints the job keeps; run again, it is handed its last one instead of training anew."""
+    pytest.importorskip("torch")
+    from tests.integration.test_neural_strategy import EPOCHS, LIMITS, SPEC
+    from engine.offline import scientist
+    from engine.offline.strategies import get_strategy
+    from tests.unit.test_neural_strategy import JUMPS, signal
+    from tests.unit.test_offline_scientist import make_task
+
+    task = make_task(tmp_path / "task", context=JUMPS, train=signal()[0], test=signal()[1],
+                     requirements=("CPU only.", "A neural network (PyTorch) may be used."))
+    code = get_strategy("mixture_of_experts").render({"epochs": EPOCHS}, SPEC, scientist.program_seed(0))
+    assert is_training_program(code)
+    request = ExecutionRequest(code=code, limits=LIMITS,
+                               input_files={rel: task / rel for rel in ("data/train.csv", "data/test_features.csv")})
+    executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
+    sink = ListSink()
+    with tracing_to(Tracer("t", [sink])):
+        first = executor.run(request)
+    assert first.ok, first.stderr[-2000:]
+    assert [p["epoch"] for p in _kinds(sink.events, "training_progress")] == list(range(EPOCHS))
+    assert all(p["epochs"] == EPOCHS and p["val"] > 0 for p in _kinds(sink.events, "training_progress"))
+    assert [c["epoch"] for c in _kinds(sink.events, "training_checkpoint")] == [4, EPOCHS - 1]  # every 5, and the last
+    assert _kinds(sink.events, "training_progress")[0]["device"] == "cpu"  # what the program said it got
+
+    sink = ListSink()
+    with tracing_to(Tracer("t", [sink])):
+        again = executor.run(request)
+    assert again.ok, again.stderr[-2000:]
+    assert _kinds(sink.events, "training_started")[0]["resumed_epoch"] == EPOCHS - 1
+    assert f"checkpoint: resumed after epoch {EPOCHS} of {EPOCHS}" in again.stdout
+    assert not _kinds(sink.events, "training_progress")  # nothing left to train
+    assert again.files["predictions.csv"] == first.files["predictions.csv"]

@@ -113,3 +113,12 @@ def test_viewers_annotators_and_share_links_cannot_control_a_job(run):
     assert guest.post(f"/share/{signed}/training/abc123/cancel").status_code == 403
     assert folder.command() is None
     assert not AuditEntry.objects.filter(run=run, action="control").exists()
+
+
+def test_the_run_page_carries_the_training_panel(run):
+    _job(run, "abc123")
+    reviewer = _client(_member(run, "rev", "reviewer"))
+    page = reviewer.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="training-panel"' in page and "js/training.js" in page
+    assert f'data-jobs="/runs/{run.pk}/training.json"' in page
+    assert f'data-control="/runs/{run.pk}/training/JOB/ACTION"' in page

@@ -121,6 +121,7 @@ def job_row(folder: engine_jobs.JobFolder, state: engine_jobs.JobState) -> dict:
             "epoch": state.epoch, "epochs": state.epochs, "progress": progress,
             "eta_s": state.eta_s if status == "running" else None, "best_val": state.best_val,
             "checkpoint_epoch": (state.checkpoint or {}).get("epoch"), "runs": state.runs, "command": command,
+            "first_epoch": state.first_epoch,
             "waited_on": waited, "points": points,
             "can": {"pause": status in ("running", "queued") and command is None,
                     "cancel": status in ("running", "queued", "paused") and command != "cancel",
