@@ -21,7 +21,7 @@ from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFail
 from .synthesis import team_workflow
 from .task import Task, load_task
 from .training.jobs import tracing_to
-from .tools.allocation import allocate
+from .tools.allocation import allocate, available_only
 from .tools.config import load_config
 from .tools.discovery import discover
 from .tools.registry import use
@@ -131,10 +131,15 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
     else:
-        initial_wf, start_info = allocate(team_workflow(task), tools.registry if tools else None), {
+        initial_wf, start_info = team_workflow(task), {
             "path": "de_novo", "similarity": None,
             "reason": "no archive configured" if archive is None else
             f"{search} adapts within the task: no warm start from another task's workflow unless asked"}
+    if tools is not None and not (resume and resume.get("start")):
+        # a team Trellis built gets the tools the configuration allocates to its roles; an archived
+        # one keeps those of its tools this search discovered
+        initial_wf = allocate(initial_wf, tools.registry) if start_info.get("path") == "de_novo" else \
+            available_only(initial_wf, tools.registry)
     start_state = {"workflow": initial_wf.to_dict(), "info": start_info}
 
     def checkpoint(state: dict) -> None:

@@ -20,3 +20,10 @@ def allocate(workflow: Workflow, registry: ToolRegistry | None) -> Workflow:
         agents.append(replace(agent, tools=agent.tools + tuple(dict.fromkeys(extra))) if extra else agent)
     agents = tuple(agents)
     return workflow if agents == workflow.agents else replace(workflow, agents=agents)
+
+
+def available_only(workflow: Workflow, registry: ToolRegistry) -> Workflow:
+    """``workflow`` without the MCP tools ``registry`` cannot give (an archived team's tools from
+    servers this run does not have), so that it still validates here."""
+    agents = tuple(replace(a, tools=tuple(t for t in a.tools if registry.problem(t) is None)) for a in workflow.agents)
+    return workflow if agents == workflow.agents else replace(workflow, agents=agents)

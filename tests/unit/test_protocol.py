@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -174,7 +175,13 @@ def emitted(tmp_path_factory) -> list[Event]:
             TreeConfig, extra_parents=1, selectors=1, debate_rounds=1, max_children=2))
         run_workflow(disc, team_workflow(disc), RunConfig(run_dir=tmp / "run", seed=3), executor=_bug_once(),
                      sinks=[sink])
+        # Mimosa's team has an MCP tool whose server answers once and crashes on the next call:
+        # discovery, a call, its result and its error (the other searches start no server)
+        mcp = tmp / "mcp.json"
+        mcp.write_text(json.dumps({"servers": [{"name": "flaky", "command": sys.executable, "args": [
+            str(Path(__file__).resolve().parents[1] / "mcp_flaky_server.py"), "2"], "allocate": {"analyzer": ["summarize"]}}]}))
         for search, task, iterations in (("mimosa", DISC, 1), ("scimars", DIABETES, 1), ("tree", DISC, 2)):
+            mp.setenv("TRELLIS_MCP_CONFIG", str(mcp) if search == "mimosa" else "none")
             evolve(task, search, iterations=iterations, seed=1, budget=Budget(max_tokens=2_000_000),
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
                    executor=FakeExecutor(tmp / f"{search}-sandbox"), memory=search == "scimars")
