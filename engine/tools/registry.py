@@ -9,6 +9,7 @@ form; the run that executes it checks it against what it discovered.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Iterator
 
 BUILTIN_TOOLS = ("sandbox.python",)
 MCP_PREFIX = "mcp."
+MAX_SCHEMA_CHARS = 20_000
 TOOL_NAME = re.compile(r"mcp\.([a-z][a-z0-9_]{0,31})\.([A-Za-z0-9_-]{1,64})")
 
 
@@ -40,6 +42,8 @@ class ToolSpec:
     def function(self) -> dict:
         """The litellm/OpenAI ``tools=`` entry for this tool."""
         schema = self.input_schema if self.input_schema.get("type") == "object" else {"type": "object", "properties": {}}
+        if len(json.dumps(schema, default=str)) > MAX_SCHEMA_CHARS:  # a server's schema goes into every request
+            schema = {"type": "object", "properties": {k: {} for k in list(schema.get("properties") or {})[:50]}}
         return {"type": "function", "function": {"name": self.function_name, "description": self.description[:1000],
                                                  "parameters": schema}}
 
