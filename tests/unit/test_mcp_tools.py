@@ -202,3 +202,22 @@ def test_the_function_names_offered_to_a_model_have_no_dots(registry):
     fn = registry.spec(FIT).function()["function"]
     assert fn["name"] == "mcp__science__fit_curve" and registry.by_function(fn["name"]).name == FIT
     assert os.sep not in fn["name"] and "." not in fn["name"]
+
+
+def test_the_offline_mutator_gives_the_planner_a_fitting_tool_where_the_task_welcomes_a_law():
+    task = load_task(ROOT / "examples" / "pendulum-extrapolation")
+    wf = team_workflow(task)
+    tool_use = "- not allocated: mcp.science.fit_curve \u2014 Fit a curve by least squares with standard errors"
+
+    def prompt(history: str) -> list[str]:
+        return [m["content"] for m in build_messages("mutator", "Propose one change.", "json", task.description(), {
+            "workflow": fenced_json(wf.to_dict(), indent=1, sort_keys=False),
+            "judge_feedback": "- output_quality: 0.3 \u2014 weak\n- collaboration_efficiency: 0.9 \u2014 fine",
+            "failed_checks": "(all public checks passed)", "report": "", "history": history, "tool_use": tool_use})]
+
+    first = propose(*prompt("(nothing tried yet)"))  # the best-grounded modelling change comes first
+    tried = json.dumps({k: first[k] for k in ("kind", "target", "params", "rationale")}, sort_keys=True)
+    second = propose(*prompt(f"{tried} -> J 0.500 vs 0.500: rejected"))
+    assert (second["kind"], second["target"], second["params"]) == \
+        ("tool_allocation", "planner", {"add": "mcp.science.fit_curve"})
+    assert "welcomes a law" in second["rationale"]
