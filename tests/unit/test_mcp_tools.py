@@ -125,20 +125,6 @@ def test_fit_curve_gives_parameters_with_standard_errors_and_the_fit_quality(con
     assert abs(line["parameters"]["c"]["value"] - 2.06) < 0.01 and line["residuals"]["rmse"] < 0.1
 
 
-@pytest.mark.parametrize("model", ["__import__('os').system('id')", "x.real", "a*x if x else 0", "[a for a in x]",
-                                   "open('f')", "9" * 400 + "*x*a", "exp"])
-def test_hostile_model_forms_are_refused_not_evaluated(confined, model):
-    with pytest.raises(science.ToolInputError):
-        science.fit_curve(model, x=[1, 2, 3, 4], y=[1, 2, 3, 4])
-
-
-def test_paths_stay_inside_the_runs_data_even_through_a_symlink(confined):
-    assert science.profile_data("data/train.csv")["rows"] == 40
-    for path in ("heldout.csv", "../task/heldout.csv", "data/escape.csv", "/etc/passwd", "data/../heldout.csv"):
-        with pytest.raises(science.ToolInputError, match="outside the data this run may read"):
-            science.profile_data(path)
-
-
 def test_units_are_converted_by_pint_and_nonsense_is_refused(confined):
     assert science.convert_units(100, "degC", "K")["value"] == pytest.approx(373.15)
     assert science.convert_units([1, 2], "mile", "km")["value"] == pytest.approx([1.609344, 3.218688])
