@@ -101,6 +101,7 @@ def test_a_server_that_cannot_start_is_reported_and_the_run_goes_on_without_it(t
     assert result.status == "completed" and not [e for e in events if e.kind == "mcp_tool_call"]
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_mimosa_proposes_removing_a_tool_that_only_failed_probes_it_and_the_queue_shows_it(
         tmp_path, monkeypatch, demo_user):
