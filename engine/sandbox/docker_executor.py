@@ -137,8 +137,6 @@ class DockerExecutor:
 
     def _execute(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
                  inputs: list[PurePosixPath], uid: int, gid: int) -> ExecutionResult:
-        import docker
-
         limits = request.limits
         started = time.monotonic()
         container = None
@@ -148,7 +146,7 @@ class DockerExecutor:
                     **self._container_config(workdir, request, entrypoint, inputs, uid, gid))
                 streams = _Streams(self.client, container.id, self.output_cap_bytes)
                 container.start()
-            except docker.errors.DockerException as exc:
+            except _docker_errors() as exc:
                 return ExecutionResult(status="error", exit_code=None, stdout="",
                                        stderr=f"sandbox: could not start the container: {exc}",
                                        duration_s=time.monotonic() - started, workdir=workdir,
@@ -173,6 +171,8 @@ class DockerExecutor:
             stderr += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
         if outcome.stopped:
             stderr += "\nsandbox: stopped on request while it ran\n"
+        if outcome.lost:
+            stderr += f"\nsandbox: lost the Docker daemon while the program ran: {outcome.lost}\n"
         if oom:
             stderr += (f"\nsandbox: the program's processes together reached the memory limit "
                        f"of {limits.memory_mb} MB\n")
@@ -226,6 +226,16 @@ class _Outcome:
         self.disk_exceeded = ""
         self.stopped = False
         self.pids_cap_hit = False
+        self.lost = ""  # why waiting for the container failed (the daemon went away)
+
+
+def _docker_errors() -> tuple[type[BaseException], ...]:
+    """What the SDK raises when the daemon refuses or cannot be reached (a connection error is
+    the requests library's own)."""
+    import docker
+    import requests
+
+    return (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 class _PidsWatch:
@@ -295,6 +305,7 @@ def _supervise(client, container_id: str, limits: ExecutionLimits, disk: _DiskWa
     if "status" in box:
         outcome.exit_code = box["status"].get("StatusCode")
     elif "error" in box:
+        outcome.lost = str(box["error"])[:300]
         log.warning("sandbox: waiting for container %s failed: %s", container_id[:12], box["error"])
     return outcome
 
@@ -309,20 +320,16 @@ def _watch_says_stop(watch, workdir: Path) -> bool:
 
 
 def _kill(client, container_id: str) -> None:
-    import docker
-
     try:
         client.api.kill(container_id, "SIGKILL")
-    except docker.errors.APIError:
-        pass  # it exited meanwhile
+    except _docker_errors():
+        pass  # it exited meanwhile (or the daemon is gone, and the container with it)
 
 
 def _state(client, container_id: str) -> dict:
-    import docker
-
     try:
         return client.api.inspect_container(container_id).get("State", {})
-    except docker.errors.APIError:
+    except _docker_errors():
         return {}
 
 
@@ -333,20 +340,18 @@ def _remove(client, container_id: str) -> None:
         client.api.remove_container(container_id, force=True)
     except docker.errors.NotFound:
         pass
-    except docker.errors.APIError as exc:
+    except _docker_errors() as exc:
         log.error("sandbox: could not remove container %s: %s", container_id[:12], exc)
 
 
 def remove_orphans(client) -> list[str]:
     """Remove the sandbox containers of engines on this host that are gone (killed before their
     ``finally`` could): returns their ids."""
-    import docker
-
     host = socket.gethostname()
     removed = []
     try:
         listed = client.api.containers(all=True, filters={"label": LABEL})
-    except docker.errors.APIError:
+    except _docker_errors():
         return removed
     for item in listed:
         owner_host, _, pid = (item.get("Labels") or {}).get(LABEL, "").rpartition(":")
