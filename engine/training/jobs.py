@@ -31,14 +31,14 @@ import tempfile
 import threading
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol
 
 from ..artifacts import ArtifactStore, sha256_file
 from ..protocol.events import (Payload, TrainingCheckpoint, TrainingFinished, TrainingProgress,
                                TrainingStarted)
-from ..sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
+from ..sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from . import trellis_train as helper
 
 HELPER_SOURCE = Path(helper.__file__)
@@ -48,6 +48,7 @@ MAX_READ_PER_POLL = 1 << 20    # bytes of the metrics file read per poll
 MAX_POINTS = 5000              # points of a curve kept in state.json (the trace keeps them all)
 WATCH_SECONDS = 0.5
 PAUSED_POLL_S = 0.5            # how often a run waiting on a paused job looks at its command
+MAX_KEPT_INPUTS = 64 << 20     # bytes of inputs a job keeps to be resumed with nobody waiting on it
 # pause and cancel are a person's; stop is the engine's own when the run that waited on the job
 # stopped (it is cleared when the program is started again, a person's commands are not)
 Command = Literal["pause", "cancel", "stop"]
@@ -243,6 +244,46 @@ class JobFolder:
             return None
         path = self.store.path_for(state.checkpoint["sha256"])
         return path if path.is_file() else None
+
+
+    def keep_request(self, request: ExecutionRequest, executor: Executor) -> bool:
+        """Keep what it takes to run the job again with no run waiting on it (a person's resume
+        of a cancelled job): the request, its inputs copied into the job's store (a validation
+        fold's files vanish with the fold), the sandbox it ran in. False when the inputs are
+        folders or over MAX_KEPT_INPUTS: such a job resumes only with its run."""
+        sources = {rel: Path(path) for rel, path in request.input_files.items()}
+        if not all(p.is_file() for p in sources.values()) or \
+                sum(p.stat().st_size for p in sources.values()) > MAX_KEPT_INPUTS:
+            (self.path / "request.json").unlink(missing_ok=True)
+            return False
+        inputs = {rel: str(self.store.path_for(self.store.put_file(p))) for rel, p in sources.items()}
+        data = {**encode_request(request), "input_files": inputs, "executor": executor.name,
+                "sandbox_root": str(getattr(executor, "root", "") or "")}
+        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".request-")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, self.path / "request.json")
+        return True
+
+    def kept_request(self) -> dict | None:
+        """What ``keep_request`` kept (an encoded request, its executor and sandbox), or None."""
+        try:
+            data = json.loads((self.path / "request.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and data.get("sandbox_root") else None
+
+
+def encode_request(request: ExecutionRequest) -> dict:
+    """The request as JSON (it travels to a training worker, or waits in the job's folder)."""
+    return {"code": request.code, "input_files": {rel: str(path) for rel, path in request.input_files.items()},
+            "limits": asdict(request.limits), "args": list(request.args), "entrypoint": request.entrypoint}
+
+
+def decode_request(data: dict) -> ExecutionRequest:
+    return ExecutionRequest(code=data["code"], input_files={rel: Path(p) for rel, p in data["input_files"].items()},
+                            limits=ExecutionLimits(**data["limits"]), args=tuple(data["args"]),
+                            entrypoint=data["entrypoint"])
 
 
 def list_jobs(root: Path) -> list[JobState]:
@@ -466,13 +507,16 @@ class TrainingExecutor:
     def run_here(self, request: ExecutionRequest, emit: Callable[[Payload], None], *, purpose: str = "",
                  node: str | None = None, waiting: Callable[[], None] | None = None) -> ExecutionResult:
         """The job in this process; while a person has it paused, wait for their resume or cancel."""
-        while True:
-            result = self.run_job(request, emit=emit, purpose=purpose, node=node, waiting=waiting)
-            folder = JobFolder(self.root, job_key(request))
-            if folder.load().status != "paused":
-                return result
-            if wait_while_paused(folder, waiting) == "cancel":
-                return cancelled_while_paused(folder, emit)
+        from .remote import waiting_here
+
+        folder = JobFolder(self.root, job_key(request))
+        with waiting_here(folder):
+            while True:
+                result = self.run_job(request, emit=emit, purpose=purpose, node=node, waiting=waiting)
+                if folder.load().status != "paused":
+                    return result
+                if wait_while_paused(folder, waiting) == "cancel":
+                    return cancelled_while_paused(folder, emit)
 
     def run_job(self, request: ExecutionRequest, purpose: str = "", *, emit: Callable[[Payload], None] | None = None,
                 node: str | None = None, waiting: Callable[[], None] | None = None) -> ExecutionResult:
@@ -492,6 +536,7 @@ class TrainingExecutor:
             folder.save(state)
             return not_run(folder, f"the training job was {state.status} by a person before it started again")
 
+        folder.keep_request(request, self.inner)  # for a person's resume when no run waits on the job
         resume = folder.checkpoint_file(state)
         state.status, state.device, state.purpose = "running", self.device, purpose or state.purpose
         state.node = node or state.node

@@ -22,13 +22,13 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
 
 from ..protocol.events import Payload, PayloadError, parse_payload
-from ..sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, Executor
-from .jobs import (JobFolder, JobHost, TrainingExecutor, cancelled_while_paused, job_key)
+from ..sandbox import ExecutionRequest, ExecutionResult, Executor
+from .jobs import (JobFolder, JobHost, TrainingExecutor, cancelled_while_paused, decode_request, encode_request,
+                   job_key)
 
 TRAINING_KINDS = ("training_started", "training_progress", "training_checkpoint", "training_finished")
 POLL_S = 0.25              # how often the waiting run reads the ticket
@@ -87,7 +87,8 @@ class Ticket:
 
 
 def open_tickets(folder: JobFolder) -> list[Ticket]:
-    """The tickets of a job that a run still waits on (normally none or one)."""
+    """The tickets of a job that a run still waits on (normally none or one): sent to a training
+    worker, or marking a run that runs the job itself (``waiting_here``)."""
     root = folder.path / "tickets"
     if not root.is_dir():
         return []
@@ -95,18 +96,19 @@ def open_tickets(folder: JobFolder) -> list[Ticket]:
     return [t for t in tickets if t.open]
 
 
+@contextlib.contextmanager
+def waiting_here(folder: JobFolder) -> Iterator[Ticket]:
+    """A ticket saying that a run runs this job in its own process and waits on it (so a
+    person's resume of the paused job only lifts the pause: that run starts it again)."""
+    ticket = Ticket.new(folder)
+    _write_json(ticket.spec_file, {"mode": "here", "key": folder.key, "ticket": ticket.id})
+    try:
+        yield ticket
+    finally:
+        ticket.abandoned_file.touch()
+
+
 # --- what travels: the request and the result, as JSON --------------------------------------------------
-def encode_request(request: ExecutionRequest) -> dict:
-    return {"code": request.code, "input_files": {rel: str(path) for rel, path in request.input_files.items()},
-            "limits": asdict(request.limits), "args": list(request.args), "entrypoint": request.entrypoint}
-
-
-def decode_request(data: dict) -> ExecutionRequest:
-    return ExecutionRequest(code=data["code"], input_files={rel: Path(p) for rel, p in data["input_files"].items()},
-                            limits=ExecutionLimits(**data["limits"]), args=tuple(data["args"]),
-                            entrypoint=data["entrypoint"])
-
-
 def encode_result(result: ExecutionResult) -> dict:
     return {"status": result.status, "exit_code": result.exit_code, "stdout": result.stdout, "stderr": result.stderr,
             "duration_s": result.duration_s, "workdir": str(result.workdir), "files": dict(result.files),
@@ -207,13 +209,36 @@ def _beat(ticket: Ticket) -> float:
 
 
 def resend(folder: JobFolder, send: Callable[[dict], None]) -> bool:
-    """A person resumed a paused job: clear the command and send the ticket a run waits on
-    again. False when no run waits on the job (then the run's own resume continues it)."""
+    """A person resumed a paused job a run waits on: clear the command and send the run's ticket
+    again (a run that runs the job itself starts it again by itself). False when no run waits."""
     tickets = open_tickets(folder)
+    if not tickets:
+        return False
     folder.send(None)
     for ticket in tickets:
-        send(ticket.spec())
-    return bool(tickets)
+        spec = ticket.spec()
+        if spec.get("mode") != "here":
+            send(spec)
+    return True
+
+
+def send_alone(folder: JobFolder, send: Callable[[dict], None], **labels: object) -> Ticket | None:
+    """A person resumed a job no run waits on (cancelled, or stopped with its run): a ticket of
+    its own, from the request the job kept, sent to a training worker; the job goes on from its
+    last checkpoint and keeps what it trains. None when the job kept no request."""
+    kept = folder.kept_request()
+    if kept is None:
+        return None
+    state = folder.load()
+    ticket = Ticket.new(folder)
+    request = {k: kept[k] for k in ("code", "input_files", "limits", "args", "entrypoint")}
+    spec = {"root": str(folder.path.parent), "key": folder.key, "ticket": ticket.id, "purpose": state.purpose,
+            "node": state.node, "device": None, "executor": kept["executor"], "sandbox_root": kept["sandbox_root"],
+            "request": request, "alone": True, **labels}
+    _write_json(ticket.spec_file, spec)
+    folder.send(None)
+    send(spec)
+    return ticket
 
 
 # --- the training worker's side ---------------------------------------------------------------------------
@@ -259,10 +284,12 @@ class _Beat:
         self.thread.join(5)
 
 
-def work(spec: dict, make_executor: Callable[[str, Path], Executor] | None = None, device: str = "auto") -> str:
+def work(spec: dict, make_executor: Callable[[str, Path], Executor] | None = None, device: str = "auto",
+         also: Callable[[Payload], None] | None = None) -> str:
     """Run one ticket in this (training worker's) process. Returns what became of it: "ok" (or the
     program's status), "paused" (a person paused the job: the ticket stays open for a resume),
-    "skipped" (finished already, or no run waits on it any more)."""
+    "skipped" (finished already, or no run waits on it any more). ``also`` gets every event
+    too (a job no run waits on is shown live by the studio this way)."""
     folder = JobFolder(Path(spec["root"]), spec["key"])
     ticket = Ticket(folder, spec["ticket"])
     if ticket.finished or ticket.abandoned or not ticket.spec_file.is_file():
@@ -273,8 +300,13 @@ def work(spec: dict, make_executor: Callable[[str, Path], Executor] | None = Non
         inner = (make_executor or _executor)(spec["executor"], Path(spec["sandbox_root"]))
         executor = TrainingExecutor(inner, Path(spec["root"]), device=spec.get("device") or device)
         request = decode_request(spec["request"])
+        def emit(payload: Payload) -> None:
+            ticket.append(payload)
+            if also is not None:
+                also(payload)
+
         with _Beat(ticket):
-            result = executor.run_job(request, spec.get("purpose") or "", emit=ticket.append, node=spec.get("node"))
+            result = executor.run_job(request, spec.get("purpose") or "", emit=emit, node=spec.get("node"))
         state = folder.load()
         if state.status == "paused" and folder.command() in ("pause", "stop"):
             return "paused"  # resumed by a person (the ticket is sent again) or by the run's next start

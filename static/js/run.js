@@ -189,7 +189,8 @@
   }
 
   function onMessage(msg) {
-    if (msg.kind !== "training_progress") activity(msg);  // one per epoch: the Training panel's curves say them
+    // one per epoch or few: the Training panel's curves say them
+    if (msg.kind !== "training_progress" && msg.kind !== "training_checkpoint") activity(msg);
     if (msg.html) applyFragments(msg.html);
     const d = msg.data || {};
     switch (msg.kind) {

@@ -30,11 +30,9 @@
     if (j.command === "cancel" && j.status !== "cancelled") return "cancelling…";
     return j.status;
   }
-  function can(j) {  // as webapp/runs/training.py job_row decides; the server checks again
-    return { pause: (j.status === "running" || j.status === "queued") && !j.command,
-             cancel: ["running", "queued", "paused"].includes(j.status) && j.command !== "cancel",
-             resume: j.status === "paused" && j.command === "pause" };
-  }
+  // What a person may press is the server's to say (webapp/runs/training.py job_row); the list is
+  // fetched again whenever a job starts or stops, so these follow.
+  function can(j) { return j.can || {}; }
   function progressOf(j) { return j.epochs && j.epoch != null ? Math.min(1, Math.max(0, (j.epoch + 1) / j.epochs)) : null; }
 
   // --- the job list -----------------------------------------------------------------------------------
@@ -102,7 +100,7 @@
   }
   function layout(title, resumes) {
     return { title: { text: title, font: { size: 13 }, x: 0.02 }, height: 240, margin: { l: 50, r: 14, t: 32, b: 44 },
-      xaxis: { title: { text: "epoch", standoff: 4 }, rangemode: "tozero" }, yaxis: { type: "log", title: { text: "loss / val" } },
+      xaxis: { title: { text: "epoch", standoff: 4 }, rangemode: "tozero" }, yaxis: { type: "log", dtick: 1, title: { text: "loss / val" } },
       legend: { orientation: "h", x: 0, y: -0.3, yanchor: "top", font: { size: 10 } }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff",
       // where the job went on from a checkpoint (after a pause, a cancelled run, a killed worker)
       shapes: resumes.map((e) => ({ type: "line", x0: e + 1.5, x1: e + 1.5, yref: "paper", y0: 0, y1: 1, line: { dash: "dash", color: "#2b5fb3", width: 1.5 } })),
@@ -189,7 +187,7 @@
       case "training_finished": j.status = d.status; j.eta_s = null; break;
     }
     render();
-    if (msg.kind === "training_finished") load();  // who stopped it (a person, the run) is the server's to say
+    if (msg.kind === "training_finished" || msg.kind === "training_started") load();  // what may be pressed now
   }
 
   function take(state) {

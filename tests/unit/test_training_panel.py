@@ -122,3 +122,34 @@ def test_the_run_page_carries_the_training_panel(run):
     assert 'id="training-panel"' in page and "js/training.js" in page
     assert f'data-jobs="/runs/{run.pk}/training.json"' in page
     assert f'data-control="/runs/{run.pk}/training/JOB/ACTION"' in page
+
+
+def test_a_cancelled_job_no_run_waits_on_resumes_alone_on_a_training_worker(run, monkeypatch, tmp_path):
+    from engine.sandbox import ExecutionRequest
+    from engine.sandbox.subprocess_executor import SubprocessExecutor
+
+    folder = _job(run, "abc123", status="cancelled")
+    data = tmp_path / "train.csv"
+    data.write_text("x,y\n1,2\n")
+    assert folder.keep_request(ExecutionRequest(code="import trellis_train", input_files={"data/train.csv": data}),
+                               SubprocessExecutor(tmp_path / "sandboxes"))
+    data.unlink()  # a validation fold's files vanish with the fold: the job kept its own copy
+    folder.send("cancel")
+    reviewer = _client(_member(run, "rev", "reviewer"))
+    job = reviewer.get(f"/runs/{run.pk}/training.json").json()["jobs"][0]
+    assert job["can"]["resume"] and not job["waited_on"]
+
+    monkeypatch.setattr("webapp.health.live_training_slots", lambda: 0)
+    refused = reviewer.post(f"/runs/{run.pk}/training/abc123/resume")
+    assert refused.status_code == 503 and "training worker" in refused.json()["error"]
+    assert folder.command() == "cancel"  # nothing changed
+
+    sent = []
+    monkeypatch.setattr("webapp.health.live_training_slots", lambda: 1)
+    monkeypatch.setattr("webapp.runs.training.send", sent.append)
+    answer = reviewer.post(f"/runs/{run.pk}/training/abc123/resume")
+    assert answer.status_code == 200 and "no run waits on it" in answer.json()["message"]
+    spec, = sent
+    assert spec["alone"] and spec["run"] == run.pk and spec["key"] == "abc123"
+    assert Path(spec["request"]["input_files"]["data/train.csv"]).read_text() == "x,y\n1,2\n"
+    assert folder.command() is None

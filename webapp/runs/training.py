@@ -99,7 +99,19 @@ def train(spec: dict) -> str:
     if runs not in root.parents:
         log.error("training: refused a ticket outside the runs folder: %s", root)
         return "refused"
-    return remote.work(spec)
+    also = _live(int(spec["run"])) if spec.get("alone") and isinstance(spec.get("run"), int) else None
+    return remote.work(spec, also=also)
+
+
+def _live(run_id: int):
+    """A job no run waits on has no trace to go to: its events go to the run's page live (the
+    job's state.json keeps its curve for a later visit)."""
+    from .bridge import broadcast
+
+    def push(payload) -> None:
+        broadcast(run_id, {"kind": payload.kind, "seq": None, "agent": "trainer", "iteration": None, "source": "job",
+                           "ts": time.time(), "data": payload.to_payload()})
+    return push
 
 
 # --- the panel ------------------------------------------------------------------------------------------------
@@ -117,6 +129,8 @@ def job_row(folder: engine_jobs.JobFolder, state: engine_jobs.JobState) -> dict:
         progress = round(min(max((state.epoch + 1) / state.epochs, 0.0), 1.0), 4)
     points = [p for p in state.points if p.get("epoch") is not None][-MAX_POINTS_SHOWN:]
     waited = bool(remote.open_tickets(folder))
+    # a job no run waits on resumes on a training worker, from the request it kept
+    alone = not waited and status in ("paused", "cancelled") and folder.kept_request() is not None
     return {"job": state.key, "purpose": state.purpose, "node": state.node, "status": status, "device": state.device,
             "epoch": state.epoch, "epochs": state.epochs, "progress": progress,
             "eta_s": state.eta_s if status == "running" else None, "best_val": state.best_val,
@@ -125,8 +139,7 @@ def job_row(folder: engine_jobs.JobFolder, state: engine_jobs.JobState) -> dict:
             "waited_on": waited, "points": points,
             "can": {"pause": status in ("running", "queued") and command is None,
                     "cancel": status in ("running", "queued", "paused") and command != "cancel",
-                    # paused by a person; one stopped with its run ("stop") goes on when the run does
-                    "resume": status == "paused" and command == "pause"}}
+                    "resume": (status == "paused" and command == "pause" and waited) or alone}}
 
 
 def jobs_state(run: Run) -> dict:
@@ -157,6 +170,9 @@ def control_job(run: Run, key: str, action: str) -> str:
         return f"{action} asked: the job stops within a second" + (", keeping its last checkpoint"
                                                                   if action == "pause" else "")
     if remote.resend(folder, send):
-        return "resumed: the job goes on from its last checkpoint"
-    return "resumed: the run waiting on it goes on from its last checkpoint" if run.is_active else \
-        "the pause is lifted; the job continues from its last checkpoint when its run runs it again"
+        return "resumed: the job goes on from its last checkpoint, for the run waiting on it"
+    if CeleryJobHost(run.pk, "").slots() <= 0:
+        raise TrainingRefused("no run waits on this job and no training worker is running to take it alone; "
+                              "start the studio's training worker, or resume its run", 503)
+    remote.send_alone(folder, send, run=run.pk)
+    return "resumed on a training worker from its last checkpoint; no run waits on it, what it trains is kept"
