@@ -55,8 +55,8 @@ class Pairs:
     truth: list[str] = field(default_factory=list)
     prediction: list[str] = field(default_factory=list)
     fold: list[int] = field(default_factory=list)   # validation only: the fold of each row (1-based)
-    feature: str | None = None          # the one input, when the task has exactly one
-    x: list[str] = field(default_factory=list)      # its value on each row
+    features: list[str] = field(default_factory=list)   # the inputs, when the task has one or two
+    x: list[list[str]] = field(default_factory=list)    # their values on each row
     unmatched: int = 0                  # truth rows with no prediction
 
     def numeric(self) -> tuple[list[float], list[float]] | None:
@@ -74,8 +74,7 @@ class Pairs:
             row = {self.id_name: i}
             if self.fold:
                 row["fold"] = self.fold[k]
-            if self.feature:
-                row[self.feature] = self.x[k]
+            row.update(zip(self.features, self.x[k] if self.features else []))
             row.update({"truth": self.truth[k], "prediction": self.prediction[k]})
             if nums is not None:
                 row["residual"] = repr(nums[1][k] - nums[0][k])
@@ -112,12 +111,13 @@ def parse_predictions(task: Task, text: str) -> dict[str, str]:
     return {_key(row[r.id_column]): str(row[r.target]).strip() for row in reader}
 
 
-def _one_feature(task: Task) -> str | None:
+def _plotted_features(task: Task) -> list[str]:
+    """The inputs residuals are drawn against: the task's one input, or its two (a map)."""
     try:
         columns = input_columns(task)
     except (OSError, ValueError):
-        return None
-    return columns[0] if len(columns) == 1 else None
+        return []
+    return columns if len(columns) in (1, 2) else []
 
 
 def validation_pairs(task: Task, run_dir: Path, folds_rel: str) -> Pairs:
@@ -130,8 +130,8 @@ def validation_pairs(task: Task, run_dir: Path, folds_rel: str) -> Pairs:
     folds = kept.get("folds") or []
     if len(folds) != len(truth_rows):
         raise PartMissing(f"{len(folds)} fold(s) of predictions kept, but the split has {len(truth_rows)}")
-    r, feature = task.resources, _one_feature(task)
-    pairs = Pairs("in-loop validation folds", id_name="train_row", feature=feature)
+    r, features = task.resources, _plotted_features(task)
+    pairs = Pairs("in-loop validation folds", id_name="train_row", features=features)
     for k, (text, rows) in enumerate(zip(folds, truth_rows), start=1):
         if not isinstance(text, str):
             raise PartMissing(f"validation fold {k}'s predictions were not kept (none, a link, or over the cap)")
@@ -144,8 +144,7 @@ def validation_pairs(task: Task, run_dir: Path, folds_rel: str) -> Pairs:
             pairs.fold.append(k)
             pairs.truth.append(str(row[r.target]).strip())
             pairs.prediction.append(predicted[str(i)])
-            if feature:
-                pairs.x.append(str(row.get(feature, "")))
+            pairs.x.append([str(row.get(f, "")) for f in features])
     if not pairs.ids:
         raise PartMissing("no validation prediction matches a validation row")
     return pairs
@@ -155,12 +154,13 @@ def heldout_pairs(task: Task, predictions: bytes, truth: dict[str, str]) -> Pair
     """The predictions the champion wrote at the final commitment beside the held-out answer
     key: made only after the final commitment, for the plot labelled held-out (official)."""
     predicted = parse_predictions(task, predictions.decode("utf-8", errors="replace"))
-    feature = _one_feature(task)
-    xs: dict[str, str] = {}
-    if feature:
+    features = _plotted_features(task)
+    xs: dict[str, list[str]] = {}
+    if features:
         with (task.folder / task.resources.files["test_features"]).open(newline="", encoding="utf-8") as fh:
-            xs = {_key(row[task.resources.id_column]): str(row.get(feature, "")) for row in csv.DictReader(fh)}
-    pairs = Pairs("held-out (official)", id_name=task.resources.id_column or "id", feature=feature)
+            xs = {_key(row[task.resources.id_column]): [str(row.get(f, "")) for f in features]
+                  for row in csv.DictReader(fh)}
+    pairs = Pairs("held-out (official)", id_name=task.resources.id_column or "id", features=features)
     for i, target in truth.items():
         k = _key(i)
         if k not in predicted:
@@ -169,8 +169,7 @@ def heldout_pairs(task: Task, predictions: bytes, truth: dict[str, str]) -> Pair
         pairs.ids.append(k)
         pairs.truth.append(target)
         pairs.prediction.append(predicted[k])
-        if feature:
-            pairs.x.append(xs.get(k, ""))
+        pairs.x.append(xs.get(k, [""] * len(features)))
     if not pairs.ids:
         raise PartMissing("no prediction matches an id of the held-out answer key")
     return pairs

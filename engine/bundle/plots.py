@@ -91,27 +91,43 @@ def _confusion(ax, pairs: Pairs) -> None:
     ax.set_ylabel("true")
 
 
+def _inputs(pairs: Pairs) -> list[list[float]] | None:
+    """The plotted inputs as numbers, one list per input; None when any is not a number."""
+    if not pairs.features:
+        return None
+    try:
+        return [[float(row[i]) for row in pairs.x] for i in range(len(pairs.features))]
+    except (ValueError, IndexError):
+        return None
+
+
 def residuals(pairs: Pairs, path: Path) -> str:
-    """Residuals (prediction - truth) against the task's one input, or against the truth when it
-    has several; with their histogram beside. Only for numbers: raises ValueError otherwise."""
+    """Residuals (prediction - truth) against the task's one input, as a map over its two
+    inputs, or against the truth when it has more; with their histogram beside. Only for
+    numbers: raises ValueError otherwise."""
     nums = pairs.numeric()
     if nums is None:
         raise ValueError("residuals need numeric targets; this task's are labels (see the confusion matrix)")
     truth, pred = nums
     res = [p - t for t, p in zip(truth, pred)]
-    x, xlabel = truth, "truth"
-    if pairs.feature:
-        try:
-            x, xlabel = [float(v) for v in pairs.x], pairs.feature
-        except ValueError:
-            pass
+    inputs = _inputs(pairs)
     fig = _figure(9.0, 4.0)
     left, right = fig.subplots(1, 2, width_ratios=[2, 1])
     keep = _thin(len(res))
-    left.scatter([x[i] for i in keep], [res[i] for i in keep], s=8, alpha=0.7)
-    left.axhline(0.0, color="black", linewidth=1, linestyle="--")
-    left.set_xlabel(xlabel)
-    left.set_ylabel("residual (prediction - truth)")
+    if inputs is not None and len(inputs) == 2:
+        # a field over two inputs (space and time, say): where the errors lie shows as a map
+        span = max(abs(r) for r in res) or 1.0
+        dots = left.scatter([inputs[0][i] for i in keep], [inputs[1][i] for i in keep], c=[res[i] for i in keep],
+                            s=10, cmap="coolwarm", vmin=-span, vmax=span)
+        fig.colorbar(dots, ax=left, label="residual (prediction - truth)")
+        left.set_xlabel(pairs.features[0])
+        left.set_ylabel(pairs.features[1])
+    else:
+        x, xlabel = (inputs[0], pairs.features[0]) if inputs is not None else (truth, "truth")
+        left.scatter([x[i] for i in keep], [res[i] for i in keep], s=8, alpha=0.7)
+        left.axhline(0.0, color="black", linewidth=1, linestyle="--")
+        left.set_xlabel(xlabel)
+        left.set_ylabel("residual (prediction - truth)")
     right.hist(res, bins=min(50, max(5, int(math.sqrt(len(res))))))
     right.set_xlabel("residual")
     right.set_ylabel("rows")

@@ -99,6 +99,8 @@ def analysis_report(task: Task, tree: Tree, champion: Node, *, official: dict, b
         text = n.report.strip()
         if len(text) > MAX_REPORT_CHARS:
             text = text[:MAX_REPORT_CHARS] + f"\n[... {len(n.report) - MAX_REPORT_CHARS} more characters in tree.json]"
+        # the analyst's own headings sit below this section's
+        text = "\n".join("###" + line if line.startswith("#") else line for line in text.splitlines())
         lines += [f"### {who}", "", text, ""]
     lines += ["## Checks", "", "Plausibility of the champion's predictions on the validation folds:", ""]
     lines += [f"- {'passed' if c.get('passed') else '**FAILED**'} `{c.get('name')}`: {c.get('detail', '')}"

@@ -133,6 +133,23 @@ def test_the_zip_holds_every_file_and_a_readme_saying_what_each_is(search):
     assert "held-out (official)" in readme and "training curves" in readme  # what is missing, and why
 
 
+def test_two_inputs_give_a_residual_map_and_labels_a_confusion_matrix(tmp_path):
+    from engine.bundle import plots
+    from engine.bundle.parts import Pairs
+
+    field = Pairs("in-loop validation folds", features=["x", "t"], ids=["0", "1", "2"], truth=["0.1", "0.5", "0.9"],
+                  prediction=["0.1", "0.7", "0.8"], x=[["-1", "0.1"], ["0", "0.5"], ["1", "0.9"]])
+    assert plots.residuals(field, tmp_path / "map.png").startswith("Residuals")
+    assert _png(tmp_path / "map.png")
+    assert field.rows()[1] == {"id": "1", "x": "0", "t": "0.5", "truth": "0.5", "prediction": "0.7",
+                               "residual": repr(0.7 - 0.5)}
+    labels = Pairs("held-out (official)", ids=["0", "1", "2"], truth=["a", "b", "a"], prediction=["a", "a", "a"])
+    assert plots.prediction_vs_truth(labels, tmp_path / "cm.png", "accuracy").startswith("Confusion matrix")
+    assert _png(tmp_path / "cm.png").info["Title"] == "Confusion matrix: held-out (official)"
+    with pytest.raises(ValueError, match="labels"):
+        plots.residuals(labels, tmp_path / "none.png")
+
+
 # --- a champion that trained -------------------------------------------------------------------
 TRAINING_CODE = "import trellis_train as tt\n# a training program: the tree commits to it like any other\n"
 
