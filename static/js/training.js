@@ -91,11 +91,12 @@
     for (const p of j.points || []) if (p.epoch != null) by.set(p.epoch, p);
     return [...by.values()].sort((a, b) => a.epoch - b.epoch);
   }
-  function traces(j, prefix = "") {
-    const ps = points(j), x = ps.map((p) => p.epoch + 1);
+  const PALETTE = [["#1d2430", "#2f8f5b"], ["#2b5fb3", "#e0a526"], ["#8a3ea8", "#c8423b"], ["#3f9c99", "#9c755f"]];
+  function traces(j, prefix = "", k = 0) {
+    const ps = points(j), x = ps.map((p) => p.epoch + 1), [loss, val] = PALETTE[k % PALETTE.length];
     return [
-      { x, y: ps.map((p) => p.loss ?? null), name: prefix + "training loss", mode: "lines+markers", marker: { size: 5 }, line: { color: "#1d2430" } },
-      { x, y: ps.map((p) => p.val ?? null), name: prefix + "validation", mode: "lines+markers", marker: { size: 5 }, line: { color: "#2f8f5b", dash: "dot" } },
+      { x, y: ps.map((p) => p.loss ?? null), name: prefix + "training loss", mode: "lines+markers", marker: { size: 5 }, line: { color: loss } },
+      { x, y: ps.map((p) => p.val ?? null), name: prefix + "validation", mode: "lines+markers", marker: { size: 5 }, line: { color: val, dash: "dot" } },
     ];
   }
   function layout(title, resumes) {
@@ -148,7 +149,8 @@
     const box = $("tree-node-curve");
     if (!box || !window.Plotly || !chosenNode) return;
     const mine = [...jobs.values()].filter((j) => j.node === chosenNode).reverse();  // oldest first
-    const data = mine.flatMap((j, k) => traces(j, mine.length > 1 ? "run " + (k + 1) + " " : ""));
+    const label = (j, k) => (mine.length < 2 ? "" : j.purpose === "final commitment" ? "final " : "job " + (k + 1) + " ");
+    const data = mine.flatMap((j, k) => traces(j, label(j, k), k));
     box.setAttribute("aria-label", "Training curves of node " + chosenNode + ": " + mine.length + " job(s)");
     Plotly.react(box, data, layout("node " + chosenNode + ": its training, job by job (folds, final commitment)", []),
                  { displayModeBar: false, responsive: true });

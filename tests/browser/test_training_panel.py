@@ -109,3 +109,39 @@ def _panel_shot(page: Page, step: str) -> None:
 
     page.locator("#training-panel").screenshot(path=str(SHOTS / f"test_training_panel-{step}.png"))
     page.shot(step)
+
+
+def test_a_tree_node_whose_validation_trained_shows_its_curve(page: Page, studio, tmp_path):
+    """Stored tree events and a node's training jobs (no worker): the tree card offers the
+    curves of the nodes that trained, and shows the chosen (or tapped) node's."""
+    import time as _time
+
+    from engine.training.jobs import JobState
+    from webapp.runs.models import Event, Task
+
+    project = Project.objects.create(name="Tree training curves")
+    add_member(project, "ada", "owner")
+    task = Task.objects.create(project=project, name="disc", folder=str(EXAMPLES / "discontinuous-1d"),
+                               metric_name="relative_l2", higher_is_better=False)
+    run = Run.objects.create(task=task, search="tree", status=RunStatus.COMPLETED, run_dir=str(tmp_path / "run"))
+    for seq, (node, parent, score) in enumerate((("n0", None, 0.4), ("n1", "n0", 0.2)), start=1):
+        Event.objects.create(run=run, seq=seq, source="s", ts=float(seq), kind="tree_node", iteration=seq - 1,
+                             payload={"node": node, "parent": parent, "iteration": seq - 1, "strategy": "moe",
+                                      "params": {}, "score": score, "status": "scored", "knowledge": [],
+                                      "debug_attempts": 0, "verdict": "", "debate_turns": 2, "report": "",
+                                      "vetoed": False, "promoted": False, "decided_by": ""})
+    for fold, key in enumerate(("f1job", "f2job")):
+        JobFolder(Path(run.run_dir) / "training", key).save(JobState(
+            key, purpose="in-loop validation", node="n1", status="ok", device="cpu", started=_time.time() + fold,
+            epoch=29, epochs=30, best_val=0.05, points=[{"t": i, "epoch": i, "loss": 1 / (i + 1), "val": 1.3 / (i + 1)}
+                                                       for i in range(30)]))
+    page.goto(f"/runs/{run.pk}/")
+    chooser = page.locator("#tree-training-node")
+    expect(chooser).to_have_value("n1")
+    curve = page.locator("#tree-node-curve")
+    expect(curve).to_have_attribute("aria-label", "Training curves of node n1: 2 job(s)")
+    expect(curve.locator("g.trace")).to_have_count(4)  # loss and validation of each fold's job
+    page.evaluate("document.dispatchEvent(new CustomEvent('trellis:node', {detail: 'n0'}))")  # n0 never trained
+    expect(chooser).to_have_value("n1")
+    page.locator("#tree-card").screenshot(path=str(Path(__file__).resolve().parents[2] / "test-artifacts" /
+                                                   "screenshots" / "test_training_panel-5-tree-node-curve.png"))
