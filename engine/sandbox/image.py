@@ -234,6 +234,7 @@ def _build_lock(out: TextIO):
 def _build(client, ref: str, rebuild: bool, out: TextIO, folder: Path, mirror: str) -> str:
     # the root file system depends on the package lists only: a changed Dockerfile reuses it
     base = f"{BASE_REPOSITORY}:{definition_tag(folder, only=BASE_FILES)}"
+    replaced = [_image_id(client, name) for name in (ref, base)]  # what a --rebuild leaves dangling
     started = time.monotonic()
     if rebuild or not image_present(client, base):
         work = Path(tempfile.mkdtemp(prefix="trellis-image-"))
@@ -247,7 +248,29 @@ def _build(client, ref: str, rebuild: bool, out: TextIO, folder: Path, mirror: s
             shutil.rmtree(work, ignore_errors=True)
     _build_on_top(client, folder, base, ref, out)
     out.write(f"image: built {ref} in {time.monotonic() - started:.0f} s\n")
+    for old in replaced:
+        if old and old not in (_image_id(client, ref), _image_id(client, base)):
+            _remove_image(client, old)
     return ref
+
+
+def _image_id(client, ref: str) -> str | None:
+    import docker
+
+    try:
+        return client.images.get(ref).id
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _remove_image(client, image_id: str) -> None:
+    """An image a rebuild replaced; one still used by a container stays."""
+    import docker
+
+    try:
+        client.images.remove(image_id)
+    except docker.errors.APIError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
