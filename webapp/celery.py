@@ -16,7 +16,10 @@ _beat = None  # this worker's heartbeat thread (webapp/health.py), in its main p
 @signals.worker_init.connect
 def _import_litellm_before_the_pool_forks(**_):
     """litellm takes seconds to import; imported once here, in the main process, every pool
-    process inherits it instead of paying for it on its first model call."""
+    process inherits it instead of paying for it on its first model call. A training worker
+    calls no model: it starts without it."""
+    if set(app.amqp.queues.consume_from or ()) == {"training"}:
+        return
     from engine.llm import get_litellm
 
     get_litellm()

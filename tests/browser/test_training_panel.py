@@ -63,10 +63,10 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
     expect(row).to_have_attribute("data-status", "running", timeout=60_000)
     key = row.get_attribute("id").removeprefix("job-")
     expect(row).to_contain_text("cpu")
-    wait_for(lambda: _epochs_drawn(page, key) >= 20, 120, interval=0.2, what="20 epochs on the curve")
+    wait_for(lambda: _epochs_drawn(page, key) >= 10, 120, interval=0.2, what="10 epochs on the curve")
     early = _epochs_drawn(page, key)
     _panel_shot(page, "1-curve-growing")
-    wait_for(lambda: _epochs_drawn(page, key) >= early + 20, 120, interval=0.2, what="the curve to grow")
+    wait_for(lambda: _epochs_drawn(page, key) >= early + 10, 120, interval=0.2, what="the curve to grow")
     assert float(row.locator("progress").get_attribute("value")) > 0
     _panel_shot(page, "2-curve-grown")
 
@@ -89,7 +89,7 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
     resume.click()
     expect(page.locator("#training-said")).to_contain_text("from its last checkpoint")
     expect(row).to_have_attribute("data-status", "running", timeout=30_000)
-    wait_for(lambda: (folder.load().epoch or 0) >= kept + 15, 120, interval=0.2, what="epochs after the resume")
+    wait_for(lambda: (folder.load().epoch or 0) >= kept + 8, 120, interval=0.2, what="epochs after the resume")
     page.wait_for_timeout(600)  # the last points reach the page
     state = folder.load()
     assert state.first_epoch == kept + 1 and state.runs == 2  # started again from the kept checkpoint
@@ -99,8 +99,9 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
     assert after[:5] == list(range(kept + 1, kept + 6))  # continued from the checkpoint, not restarted
     # The page shows where it resumed, and the curve holds one point per epoch, beyond the cancel.
     expect(page.locator(f"#curve-{key} text", has_text="resumed")).to_have_count(1)
-    assert _epochs_drawn(page, key) >= kept + 15
+    assert _epochs_drawn(page, key) >= kept + 8
     _panel_shot(page, "4-resumed-from-checkpoint")
+    folder.send("cancel")  # the worker stops at once, not after the job's last epoch
 
 
 def _panel_shot(page: Page, step: str) -> None:

@@ -126,7 +126,7 @@ def _in_thread(fn, *args):
 def test_a_paused_job_waits_for_its_resume_and_continues_from_its_checkpoint(tmp_path):
     """A person's pause stops the program, keeps its checkpoint, and the run waits; clearing the
     command (the studio's Resume) starts it again from there: the epochs continue, not restart."""
-    code = _program(epochs=8, pause=0.4)
+    code = _program(epochs=8, pause=0.25)
     executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
     folder = JobFolder(tmp_path / "training", job_key(_request(code)))
     sink = ListSink()
@@ -175,11 +175,11 @@ def test_a_job_cancelled_while_paused_hands_the_run_a_failed_execution(tmp_path)
 class _ThreadHost:
     """A JobHost whose training worker is a thread of this process calling remote.work."""
 
-    def __init__(self, stop_after: float | None = None):
+    def __init__(self, stop_when=None):
         from engine.training import remote
 
         self.remote, self.sent, self.results = remote, [], []
-        self.stop_at = None if stop_after is None else time.time() + stop_after
+        self.stop_when = stop_when  # the run is paused once this says so
 
     def slots(self) -> int:
         return 1
@@ -193,7 +193,7 @@ class _ThreadHost:
     def waiting(self) -> None:
         from engine.errors import RunInterrupted
 
-        if self.stop_at is not None and time.time() > self.stop_at:
+        if self.stop_when is not None and self.stop_when():
             raise RunInterrupted("paused")
 
 
@@ -224,12 +224,12 @@ def test_a_run_that_stops_waiting_stops_its_job_and_its_next_start_resumes(tmp_p
     from engine.errors import RunInterrupted
     from engine.training.jobs import hosting_jobs
 
-    code = _program(epochs=12, pause=0.4)
-    host = _ThreadHost(stop_after=2.0)
-    if where == "here":
-        host.slots = lambda: 0
+    code = _program(epochs=12, pause=0.25)
     executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
     folder = JobFolder(tmp_path / "training", job_key(_request(code)))
+    host = _ThreadHost(stop_when=lambda: (s := folder.load().checkpoint) is not None and s["epoch"] >= 1)
+    if where == "here":
+        host.slots = lambda: 0
     with tracing_to(Tracer("t", [ListSink()])), hosting_jobs(host), pytest.raises(RunInterrupted):
         executor.run(_request(code))
     _when(lambda: folder.load().status == "paused", 15)
