@@ -103,11 +103,7 @@ def _write_parts(task: Task, run_dir: Path, out: Path, tree: Tree, champion: Nod
                                             "training file) beside their true targets, with residuals")
     heldout = None
     if predictions is not None:
-        truth = official_evaluation.heldout_truth(task)
-        if truth is None:
-            c.lack("held-out (official) plots", "the task's heldout/ has no CSV with the id and target columns")
-        else:
-            heldout = _pairs(c, "held-out (official) plots", lambda: heldout_pairs(task, predictions, truth))
+        heldout = _pairs(c, "held-out (official) plots", lambda: heldout_pairs(task, predictions, _truth(task)))
 
     try:
         job = champion_job(task, run_dir, champion.id, champion.code)
@@ -121,7 +117,7 @@ def _write_parts(task: Task, run_dir: Path, out: Path, tree: Tree, champion: Nod
                 keys = ["t", "epoch", "loss", "val", "lr"]
                 w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
                 w.writeheader()
-                w.writerows(job.state.points)
+                w.writerows(p for p in job.state.points if isinstance(p, dict))
             c.add("training_curve.csv", f"the points the training job {job.key} reported: seconds, epoch, loss, "
                                         "validation loss, learning rate")
 
@@ -137,10 +133,17 @@ def _write_parts(task: Task, run_dir: Path, out: Path, tree: Tree, champion: Nod
     return c
 
 
+def _truth(task: Task) -> dict[str, str]:
+    truth = official_evaluation.heldout_truth(task)
+    if truth is None:
+        raise PartMissing("the task's heldout/ has no CSV with the id and target columns")
+    return truth
+
+
 def _pairs(c: Contents, part: str, make) -> Pairs | None:
     try:
         return make()
-    except (PartMissing, OSError, ValueError, KeyError) as exc:
+    except (PartMissing, OSError, ValueError, KeyError, csv.Error) as exc:
         c.lack(part, str(exc) or type(exc).__name__)
         return None
 
@@ -194,7 +197,7 @@ def _plots(c: Contents, out: Path, task: Task, tree: Tree, champion: Node, valid
         except plots.PlotsUnavailable as exc:
             c.lack("plots", str(exc))
             break
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:  # data no plot can be drawn from: said, the rest drawn
             c.lack(f"plots/{name}", str(exc))
             continue
         c.add(f"plots/{name}", title)

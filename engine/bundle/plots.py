@@ -141,6 +141,7 @@ def residuals(pairs: Pairs, path: Path) -> str:
 def training_curves(points: list[dict], path: Path, job: str) -> str:
     """Loss and validation loss by epoch (or by seconds when the program reported no epochs),
     and the learning rate beneath when it was reported."""
+    points = [p for p in points if isinstance(p, dict)]
     has_lr = any("lr" in p for p in points)
     fig = _figure(6.4, 6.0 if has_lr else 4.4)
     axes = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1]) if has_lr else [fig.subplots()]
