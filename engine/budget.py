@@ -1,10 +1,17 @@
 """One budget per run: every model call draws from it, whoever makes it."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from .errors import BudgetExhausted
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_TOKENS, LimitError, number_problem
+
+
+# A search may probe several candidates at once (threads, engine/search/base.py): charges are
+# added under this lock, so none is lost. A call checked while others are in flight may still
+# take the run past its limit by those calls (at most one per thread).
+_LOCK = threading.RLock()
 
 
 @dataclass
@@ -52,6 +59,10 @@ class Budget:
 
     def ensure_room(self, estimated_prompt_tokens: int, reserved_completion_tokens: int) -> None:
         """Refuse a call that would take the run past any limit, before it is made."""
+        with _LOCK:
+            self._ensure_room(estimated_prompt_tokens, reserved_completion_tokens)
+
+    def _ensure_room(self, estimated_prompt_tokens: int, reserved_completion_tokens: int) -> None:
         if self.max_calls is not None and self.used.calls + 1 > self.max_calls:
             raise BudgetExhausted(f"call budget exhausted: {self.used.calls} of {self.max_calls} model calls used")
         if self.max_tokens is not None:
@@ -64,8 +75,9 @@ class Budget:
             raise BudgetExhausted(f"cost budget exhausted: ${self.used.cost_usd:.4f} of ${self.max_cost_usd:.4f} spent")
 
     def charge(self, agent: str, prompt_tokens: int, completion_tokens: int, cost_usd: float) -> None:
-        self.used.add(prompt_tokens, completion_tokens, cost_usd)
-        self.per_agent.setdefault(agent, Usage()).add(prompt_tokens, completion_tokens, cost_usd)
+        with _LOCK:
+            self.used.add(prompt_tokens, completion_tokens, cost_usd)
+            self.per_agent.setdefault(agent, Usage()).add(prompt_tokens, completion_tokens, cost_usd)
 
     def remaining(self) -> dict:
         return {

@@ -11,14 +11,21 @@ A search is a class with the steps of one iteration (DESIGN.md):
 - ``adopt(n, candidate, decision)``: apply the decision;
 - ``snapshot()`` / ``restore(state)``: the search's own state for a checkpoint.
 
+A search whose ``concurrency(n)`` is above 1 proposes and probes the moves of an iteration at
+once, in threads (``reserve`` fixes in this thread, in move order, what each needs, e.g. the
+tree's node ids); the candidates are then settled at the gate one by one in move order, so the
+outcome does not depend on which finished first.
+
 The loop here checkpoints after ``begin`` and after every move, and *before* asking the gate,
 with the candidate pending: a gate that has no decision yet raises AwaitingDecision, the worker
 ends, and the decision resumes the search at that very proposal (no worker waits on a person).
 """
 from __future__ import annotations
 
+import contextvars
 import json
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol, TextIO
@@ -171,6 +178,11 @@ def fmt(x: float | None, spec: str = ".3f", none: str = "failed") -> str:
     return none if x is None else format(x, spec)
 
 
+# Called at the end of each thread a search proposes and probes in (the studio closes the
+# database connection the thread's events and controls opened).
+THREAD_EXIT_HOOKS: list[Callable[[], None]] = []
+
+
 # --- the search -----------------------------------------------------------------------------------
 class Search(ABC):
     """One search procedure. Subclasses register in engine/search/registry.py."""
@@ -208,6 +220,16 @@ class Search(ABC):
     def plan(self, n: int) -> list:
         """The moves of iteration ``n`` (JSON-able: they go into checkpoints)."""
         return [n]
+
+    def concurrency(self, n: int) -> int:
+        """How many of iteration ``n``'s moves may be proposed and probed at once (1: each is
+        settled before the next is proposed)."""
+        return 1
+
+    def reserve(self, n: int, move: Any) -> Any:
+        """What a move needs fixed before moves are proposed at once (called in move order, in
+        the search's own thread); what it returns is handed to ``propose`` instead of the move."""
+        return move
 
     @abstractmethod
     def propose(self, n: int, move: Any) -> Any | None: ...
@@ -291,14 +313,22 @@ class Search(ABC):
                     if not moves:
                         self.stopped = self.stop_reason() or "nothing left to expand"
                         break
+                prepared: list | None = None  # candidates proposed and probed at once, in move order
                 while moves or pending is not None:
                     if pending is not None:
                         candidate, pending = self.pending_restore(pending), None
                     else:
                         ctx.control.check()
-                        candidate = self.propose(n, moves[0])
-                        if candidate is not None:
-                            self.probe(n, candidate)
+                        if prepared is None and len(moves) > 1 and self.concurrency(n) > 1:
+                            prepared = self._prepare(n, moves)
+                        if prepared:
+                            candidate = prepared.pop(0)
+                            if isinstance(candidate, BaseException):
+                                raise candidate  # as it would have been, at this move, one by one
+                        else:
+                            candidate = self.propose(n, moves[0])
+                            if candidate is not None:
+                                self.probe(n, candidate)
                     if candidate is not None:
                         self._settle(n, candidate, moves)
                     moves = moves[1:]
@@ -314,6 +344,30 @@ class Search(ABC):
         except BudgetExhausted as exc:
             self.stopped = f"budget exhausted: {exc.reason}"
         return self.outcome()
+
+    def _prepare(self, n: int, moves: list) -> list:
+        """Propose and probe every move at once: the candidates (or what each raised) in move order."""
+        reserved = [self.reserve(n, move) for move in moves]
+
+        def one(move: Any) -> Any:
+            try:
+                candidate = self.propose(n, move)
+                if candidate is not None:
+                    self.probe(n, candidate)
+                return candidate
+            finally:
+                for hook in THREAD_EXIT_HOOKS:
+                    hook()
+
+        width = min(self.concurrency(n), len(moves))
+        with ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"{self.name}-move") as pool:
+            # each in a copy of this context: the trace and job host its training programs report to
+            futures = [pool.submit(contextvars.copy_context().run, one, move) for move in reserved]
+        out: list = []
+        for future in futures:
+            error = future.exception()
+            out.append(error if error is not None else future.result())
+        return out
 
     def _edit(self, n: int) -> bool | None:
         """Adopt a person's waiting edit, if any: None when there is none, else whether it used

@@ -713,9 +713,19 @@ class TreeSearch(base.Search):
                                                  best=parents[0].id, nodes=len(self.tree.nodes)))
         return [p.id for p in parents]
 
-    def propose(self, n: int, parent_id: str) -> Child | None:
+    def concurrency(self, n: int) -> int:
+        """The children of an iteration are debated, built and validated at once when several
+        training workers can take their programs (engine/training: one job per device); each
+        child is then proposed from the tree as it was when the iteration began."""
+        return max(1, int(getattr(self.ctx.executor, "capacity", 1) or 1))
+
+    def reserve(self, n: int, parent_id: str) -> tuple[str, str]:
+        return parent_id, self.tree.allocate_id()  # ids in move order, whichever child finishes first
+
+    def propose(self, n: int, move: str | tuple[str, str]) -> Child | None:
+        parent_id, child_id = move if isinstance(move, tuple) else (move, self.tree.allocate_id())
         parent = self.tree.nodes[parent_id]
-        child = Child(self.tree.allocate_id(), parent, n)
+        child = Child(child_id, parent, n)
         try:
             child.knowledge = _retrieve(self.tools, self.tree, parent, child.id)
             child.proposal, child.turns = _debate(self.tools, self.tree, parent, child.knowledge, child.id)

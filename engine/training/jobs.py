@@ -486,6 +486,13 @@ class TrainingExecutor:
     def name(self) -> str:
         return self.inner.name
 
+    @property
+    def capacity(self) -> int:
+        """Training jobs that can run at once: the job host's slots (training workers' processes,
+        one per device) in the block this is asked in; 1 when jobs run here."""
+        host = _host.get()
+        return max(1, host.slots()) if host is not None else 1
+
     def __getattr__(self, attr: str):  # the inner executor's other attributes (root, python, ...)
         if attr in ("inner", "_device"):  # not set yet (unpickling): never recurse
             raise AttributeError(attr)

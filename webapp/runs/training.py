@@ -23,6 +23,7 @@ from celery.signals import task_postrun, task_prerun
 from django.conf import settings
 from django.utils import timezone
 
+from engine.search.base import THREAD_EXIT_HOOKS
 from engine.training import jobs as engine_jobs
 from engine.training import remote
 
@@ -88,6 +89,18 @@ def _host_jobs_of_this_run(task_id=None, task=None, args=(), **_):
 def _forget_host(task_id=None, task=None, **_):
     if getattr(task, "name", "") == "webapp.runs.tasks.execute_run":
         engine_jobs.set_job_host(None)
+
+
+def _close_thread_connection() -> None:
+    """A search that probes candidates in threads (several training workers) ends each thread
+    here: the database connection its events and controls opened is closed with it."""
+    from django.db import connection
+
+    connection.close()
+
+
+if _close_thread_connection not in THREAD_EXIT_HOOKS:
+    THREAD_EXIT_HOOKS.append(_close_thread_connection)
 
 
 # --- the training worker's side ----------------------------------------------------------------------------
