@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from engine.training.jobs import JobFolder
+from engine.training.remote import open_tickets
 from tests.conftest import EXAMPLES
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
@@ -70,8 +71,12 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
     assert float(row.locator("progress").get_attribute("value")) > 0
     _panel_shot(page, "2-curve-grown")
 
-    # Cancel: the job stops, keeping its last checkpoint; the run goes on without it.
+    # The run's worker handed the job to the training queue and waits on it there.
     folder = JobFolder(Path(run.run_dir) / "training", key)
+    waited, = open_tickets(folder)
+    assert waited.spec().get("mode") != "here" and not waited.spec().get("alone")
+
+    # Cancel: the job stops, keeping its last checkpoint; the run goes on without it.
     page.get_by_role("button", name=f"Cancel job {key[:8]}").click()
     expect(row).to_have_attribute("data-status", "cancelled", timeout=30_000)
     expect(page.locator("#training-said")).to_contain_text("cancel asked")
