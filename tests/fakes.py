@@ -97,6 +97,7 @@ class FakeExecutor:
         if forced is not None:
             written = {}
             for name, text in forced.files:
+                (workdir / name).parent.mkdir(parents=True, exist_ok=True)
                 (workdir / name).write_text(text)
                 written[name] = hashlib.sha256(text.encode()).hexdigest()
             return self._result(workdir, forced.status, forced.stdout, forced.stderr, written,

@@ -161,6 +161,19 @@ def _reuse_twice(task, root: Path, tracer: Tracer) -> None:
     cache.probe(workflow, "after-change", 1)
 
 
+def _train_once(root: Path, tracer: Tracer) -> None:
+    """A training job: a program importing trellis_train that left a curve point and a checkpoint."""
+    from engine.sandbox import ExecutionRequest
+    from engine.training.jobs import TrainingExecutor, tracing_to
+
+    left = (("training/metrics.jsonl", '{"epoch": 0, "epochs": 1, "loss": 0.5, "val": 0.6, "lr": 0.1}\n'
+                                       '{"checkpoint": "model.pt", "epoch": 0}\n'),
+            ("training/checkpoints/model.pt", "weights"))
+    executor = FakeExecutor(root / "job-sandbox", script={"trellis_train": Outcome("ok", files=left)})
+    with tracing_to(tracer):
+        TrainingExecutor(executor, root / "training", device="cpu").run(ExecutionRequest(code="import trellis_train\n"))
+
+
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory) -> list[Event]:
     """Every event of a plain run, of one short search of each kind, and of the fault flows."""
@@ -186,6 +199,7 @@ def emitted(tmp_path_factory) -> list[Event]:
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
                    executor=FakeExecutor(tmp / f"{search}-sandbox"), memory=search == "scimars")
         _reuse_twice(load_task(DIABETES), tmp / "reuse", Tracer("reuse", [sink]))
+        _train_once(tmp, Tracer("training", [sink]))
         # faults
         run_workflow(disc, team_workflow(disc), RunConfig(run_dir=tmp / "tiny", budget=Budget(max_calls=1)),
                      executor=FakeExecutor(), sinks=[sink])
