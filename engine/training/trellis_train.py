@@ -91,6 +91,8 @@ def resumed_epoch() -> int | None:
 
 
 def _number(value: object) -> float | None:
+    if callable(getattr(value, "detach", None)):  # a torch tensor still in the graph
+        value = value.detach()
     try:
         number = float(value)  # numpy and torch scalars too
     except (TypeError, ValueError):
