@@ -123,14 +123,22 @@ def _in_thread(fn, *args):
     return box
 
 
-def test_a_paused_job_waits_for_its_resume_and_continues_from_its_checkpoint(tmp_path):
-    """A person's pause stops the program, keeps its checkpoint, and the run waits; clearing the
-    command (the studio's Resume) starts it again from there: the epochs continue, not restart."""
+@pytest.mark.parametrize("where", ["here", "worker"])
+def test_a_paused_job_waits_for_its_resume_and_continues_from_its_checkpoint(tmp_path, where):
+    """A person's pause stops the program, keeps its checkpoint, and the run waits; the studio's
+    Resume (the command cleared; a training worker's ticket sent again) starts it again from
+    there: the epochs continue, not restart."""
+    from engine.training import remote
+    from engine.training.jobs import hosting_jobs
+
     code = _program(epochs=8, pause=0.25)
     executor = TrainingExecutor(SubprocessExecutor(tmp_path / "sandboxes"), tmp_path / "training", device="cpu")
     folder = JobFolder(tmp_path / "training", job_key(_request(code)))
     sink = ListSink()
-    with tracing_to(Tracer("t", [sink])):
+    host = _ThreadHost()
+    if where == "here":
+        host.slots = lambda: 0
+    with tracing_to(Tracer("t", [sink])), hosting_jobs(host):
         box = _in_thread(executor.run, _request(code))
         _when(lambda: (s := folder.load()).checkpoint and s.checkpoint["epoch"] >= 1)
         folder.send("pause")
@@ -138,8 +146,10 @@ def test_a_paused_job_waits_for_its_resume_and_continues_from_its_checkpoint(tmp
         paused_at = folder.load().checkpoint["epoch"]
         time.sleep(1.0)
         assert box["thread"].is_alive()  # the run waits on its paused job
-        folder.send(None)  # resume
+        assert host.results == ([] if where == "here" else ["paused"])  # the worker is free meanwhile
+        assert remote.resend(folder, host.send)  # resume
         box["thread"].join(60)
+    assert len(host.sent) == (0 if where == "here" else 2)
     result = box["result"]
     assert result.ok, result.stderr
     events = sink.events
