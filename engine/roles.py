@@ -16,6 +16,7 @@ from .gateway import ModelGateway
 from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
 from .prompts import build_messages, extract_code, extract_status
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
+from .training.jobs import labelled
 from .task import Task
 from .tools.calls import CallRecord, complete_with_tools
 from .tools.host import ToolHost
@@ -62,7 +63,8 @@ def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> Execution
     ctx.tracer.emit(ToolCall(tool="sandbox.python", executor=ctx.executor.name, purpose=purpose, code=code,
                              limits=vars(request.limits)), agent.id)
     started = time.perf_counter()
-    result = ctx.executor.run(request)
+    with labelled(f"{agent.id}: {purpose}"):  # a training program's curves say whose step they are
+        result = ctx.executor.run(request)
     ctx.execution_seconds += time.perf_counter() - started
     for rel in list(result.files):
         try:

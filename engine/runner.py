@@ -26,7 +26,7 @@ from .roles import ROLE_STEPS, RunContext, StepOutcome
 from .control import Control, NoControl
 from .sandbox import Executor
 from .task import Task
-from .training.jobs import tracing_to, training_executor
+from .training.jobs import labelled, tracing_to, training_executor
 from .tools.host import ToolHost
 from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
@@ -361,7 +361,8 @@ def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], 
         if final_code is None:
             metric = {"ok": False, "error": f"{delivered!r} delivered predictions without the code that made them"}
         else:
-            metric, _ = validate_program(ctx.task, final_code, ctx.executor, seed=config.seed)
+            with labelled("in-loop validation"):
+                metric, _ = validate_program(ctx.task, final_code, ctx.executor, seed=config.seed)
         evaluator = "in-loop validation split"
     else:
         metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
