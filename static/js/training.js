@@ -36,31 +36,52 @@
   function progressOf(j) { return j.epochs && j.epoch != null ? Math.min(1, Math.max(0, (j.epoch + 1) / j.epochs)) : null; }
 
   // --- the job list -----------------------------------------------------------------------------------
-  function row(j) {
+  // Each job keeps one row, updated in place: a row rebuilt on every epoch would swap its buttons
+  // between a person's mousedown and mouseup, and the press would be lost.
+  const rows = new Map();       // key -> {tr, parts} of the rows drawn
+  let rowsWithControls = false;
+  function buildRow(j) {
     const tr = document.createElement("tr");
-    tr.id = "job-" + j.job; tr.dataset.status = j.status;
-    const cell = (text, cls) => { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.appendChild(td); return td; };
-    const key = cell("", "mono"); const code = document.createElement("code"); code.textContent = j.job.slice(0, 8); code.title = j.job; key.appendChild(code);
-    cell(what(j)); cell(j.device || "–");
-    const st = cell(""); const badge = document.createElement("span"); badge.className = "badge s-" + j.status; badge.textContent = statusWord(j); st.appendChild(badge);
-    const pr = cell("", "job-progress");
-    const bar = document.createElement("progress"); bar.max = 1; const p = progressOf(j);
-    if (p != null) bar.value = p;
-    bar.setAttribute("aria-label", "progress of job " + j.job.slice(0, 8));
-    const label = document.createElement("span"); label.className = "muted";
-    label.textContent = j.epoch != null ? " epoch " + (j.epoch + 1) + (j.epochs ? " / " + j.epochs : "") : " not started";
-    pr.append(bar, label);
-    cell(j.status === "running" ? eta(j.eta_s) : "–"); cell(num(j.best_val));
+    tr.id = "job-" + j.job;
+    const cell = (cls) => { const td = document.createElement("td"); if (cls) td.className = cls; tr.appendChild(td); return td; };
+    const code = document.createElement("code"); code.textContent = j.job.slice(0, 8); code.title = j.job; cell("mono").appendChild(code);
+    const parts = { what: cell(), device: cell() };
+    parts.badge = document.createElement("span"); cell().appendChild(parts.badge);
+    const pr = cell("job-progress");
+    parts.bar = document.createElement("progress"); parts.bar.max = 1;
+    parts.bar.setAttribute("aria-label", "progress of job " + j.job.slice(0, 8));
+    parts.label = document.createElement("span"); parts.label.className = "muted";
+    pr.append(parts.bar, parts.label);
+    parts.eta = cell(); parts.best = cell(); parts.buttons = {};
     if (canControl) {
-      const td = cell("", "job-controls"); const ok = can(j);
+      const td = cell("job-controls");
       for (const [action, label, cls] of [["pause", "Pause", ""], ["resume", "Resume", "primary"], ["cancel", "Cancel", "danger"]]) {
         const b = document.createElement("button"); b.type = "button"; b.textContent = label; b.className = cls;
-        b.dataset.action = action; b.dataset.job = j.job; b.disabled = !ok[action];
+        b.dataset.action = action; b.dataset.job = j.job;
         b.setAttribute("aria-label", label + " job " + j.job.slice(0, 8));
-        td.appendChild(b);
+        td.appendChild(b); parts.buttons[action] = b;
       }
     }
-    return tr;
+    return { tr, parts };
+  }
+  function fillRow({ tr, parts }, j) {
+    tr.dataset.status = j.status;
+    parts.what.textContent = what(j); parts.device.textContent = j.device || "–";
+    parts.badge.className = "badge s-" + j.status; parts.badge.textContent = statusWord(j);
+    const p = progressOf(j);
+    if (p != null) parts.bar.value = p; else parts.bar.removeAttribute("value");
+    parts.label.textContent = j.epoch != null ? " epoch " + (j.epoch + 1) + (j.epochs ? " / " + j.epochs : "") : " not started";
+    parts.eta.textContent = j.status === "running" ? eta(j.eta_s) : "–";
+    parts.best.textContent = num(j.best_val);
+    const ok = can(j);
+    for (const [action, b] of Object.entries(parts.buttons)) b.disabled = !ok[action];
+  }
+  function row(j) {
+    if (rowsWithControls !== canControl) { rows.clear(); rowsWithControls = canControl; }
+    let drawn = rows.get(j.job);
+    if (!drawn) { drawn = buildRow(j); rows.set(j.job, drawn); }
+    fillRow(drawn, j);
+    return drawn.tr;
   }
 
   function summary() {
@@ -77,7 +98,9 @@
       queued = false;
       panel.hidden = jobs.size === 0;
       const body = $("training-jobs");
-      body.replaceChildren(...[...jobs.values()].map(row));
+      const wanted = [...jobs.values()].map(row);
+      // moved only when the order changed (a new job on top), never on an epoch
+      if (wanted.length !== body.children.length || wanted.some((tr, i) => body.children[i] !== tr)) body.replaceChildren(...wanted);
       summary();
       for (const j of jobs.values()) drawCurve(j);
       nodeChooser();

@@ -63,6 +63,7 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
     row = page.locator("#training-jobs tr").first
     expect(row).to_have_attribute("data-status", "running", timeout=60_000)
     key = row.get_attribute("id").removeprefix("job-")
+    row = page.locator(f"#job-{key}")  # this job's row, wherever later jobs put it
     expect(row).to_contain_text("cpu")
     wait_for(lambda: _epochs_drawn(page, key) >= 10, 120, interval=0.2, what="10 epochs on the curve")
     early = _epochs_drawn(page, key)

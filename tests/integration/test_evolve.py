@@ -16,7 +16,9 @@ pytestmark = pytest.mark.slow
 
 def test_evolve_command_prints_each_iteration(tmp_path, light_task):
     # light_task: a task of two validation folds; what is tested is what the command prints
-    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path),
+           # the defaults (Docker when built, the shipped MCP servers) are test_cli.py's to test
+           "TRELLIS_EXECUTOR": "subprocess", "TRELLIS_MCP_CONFIG": "none"}
     proc = subprocess.run([sys.executable, "manage.py", "evolve", str(light_task), "--search",
                            "mimosa", "--iterations", "1", "--seed", "1"], cwd=ROOT, capture_output=True, text=True,
                           env=env, timeout=600)
@@ -48,7 +50,9 @@ def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_sear
 
 
 def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path, light_task):
-    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path),
+           # the defaults (Docker when built, the shipped MCP servers) are test_cli.py's to test
+           "TRELLIS_EXECUTOR": "subprocess", "TRELLIS_MCP_CONFIG": "none"}
     proc = subprocess.run([sys.executable, "manage.py", "evolve", str(light_task), "--search",
                            "scimars", "--iterations", "1", "--no-archive", "--no-single-agent", "--memory"], cwd=ROOT,
                           capture_output=True, text=True, env=env, timeout=600)

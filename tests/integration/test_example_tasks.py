@@ -27,7 +27,9 @@ NEW_EXAMPLES = [
 @pytest.mark.slow  # a whole engine process trains and scores for real
 @pytest.mark.parametrize("task", NEW_EXAMPLES)
 def test_offline_run_completes_and_prints_the_evaluate_py_metric(task, tmp_path):
-    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path)}
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_VAR_DIR": str(tmp_path),
+           # the defaults (Docker when built, the shipped MCP servers) are test_cli.py's to test
+           "TRELLIS_EXECUTOR": "subprocess", "TRELLIS_MCP_CONFIG": "none"}
     proc = subprocess.run([sys.executable, "-m", "engine", "run", f"examples/{task}", "--seed", "0",
                            "--runs-dir", str(tmp_path / "runs"), "--no-single-agent"],
                           cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
