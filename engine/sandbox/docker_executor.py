@@ -41,7 +41,7 @@ from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, E
 from engine.sandbox.subprocess_executor import (
     BOOTSTRAP_NAME, DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, _chown_tree, _child_env,
     _collect_files, _DiskWatch, _fresh_ids, _MarkerScanner, _populate, _strip_info_lines, _TailBuffer,
-    _validate_request)
+    _validate_request, supervisor_notes)
 
 from .image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
 
@@ -162,15 +162,9 @@ class DockerExecutor:
         code = outcome.exit_code if outcome.exit_code is not None else state.get("ExitCode")
         code = _signal_code(code)
         oom = bool(state.get("OOMKilled"))
-        stderr = _strip_info_lines(streams.stderr.text())
+        stderr = _strip_info_lines(streams.stderr.text()) + supervisor_notes(outcome, limits)
         for line in streams.scanner.info:
             log.debug("sandbox layers for %s: %s", workdir, line)
-        if outcome.wall_timeout:
-            stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
-        if outcome.disk_exceeded:
-            stderr += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
-        if outcome.stopped:
-            stderr += "\nsandbox: stopped on request while it ran\n"
         if outcome.lost:
             stderr += f"\nsandbox: lost the Docker daemon while the program ran: {outcome.lost}\n"
         if oom:

@@ -574,15 +574,9 @@ class SubprocessExecutor:
             if cgroup:
                 cgroup.remove()
         duration = time.monotonic() - started
-        stderr = _strip_info_lines(outcome.stderr.text())
+        stderr = _strip_info_lines(outcome.stderr.text()) + supervisor_notes(outcome, limits)
         for line in outcome.scanner.info:
             log.debug("sandbox layers for %s: %s", workdir, line)
-        if outcome.wall_timeout:
-            stderr += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
-        if outcome.disk_exceeded:
-            stderr += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
-        if outcome.stopped:
-            stderr += "\nsandbox: stopped on request while it ran\n"
         if memory_exhausted:
             stderr += (f"\nsandbox: the program's processes together reached the memory limit "
                        f"of {limits.memory_mb} MB\n")
@@ -595,6 +589,18 @@ class SubprocessExecutor:
             workdir=workdir, files={}, violations=list(outcome.scanner.violations),
             executor=self.name,
         )
+
+
+def supervisor_notes(outcome, limits: ExecutionLimits) -> str:
+    """Why the supervisor stopped a program, as lines appended to its stderr (both executors)."""
+    notes = ""
+    if outcome.wall_timeout:
+        notes += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
+    if outcome.disk_exceeded:
+        notes += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
+    if outcome.stopped:
+        notes += "\nsandbox: stopped on request while it ran\n"
+    return notes
 
 
 _shared_uid_warned = False
