@@ -1,25 +1,29 @@
 """Live updates: latency from an engine event to a watching browser's WebSocket, and throughput.
 
 Starts the studio's real live path in a temporary var dir: the embedded Redis (the channel layer)
-and a Daphne web server, no Celery worker. A separate emitter process stands in for the worker:
+and the Daphne web process(es) as ``manage.py studio`` starts them (--web; by default as many as it
+would on this machine), no Celery worker. A separate emitter process stands in for the worker:
 it sends engine events through the worker's own sink (webapp.runs.bridge.RunEventSink: an Event
-row and a Run update in SQLite, then a group_send to ``run-<pk>`` through channels_redis). N
-aiohttp WebSocket clients, one asyncio process, logged in with a real session cookie, watch the
-run at /ws/runs/<pk>/. Every event carries its send time (time.time(), taken just before
-sink.emit; same machine) and each client notes its arrival time: latency = arrival - send. The
-marks (phase, event number, send time) ride in the model call's ``purpose``, the one free-text
-field its live message keeps (``"bench " + JSON``): the protocol refuses fields it does not know.
+row and a Run update in SQLite, then one group_send to ``run-<pk>`` through channels_redis, read
+once per web process and fanned out there: webapp/runs/fanout.py). N aiohttp WebSocket clients,
+one asyncio process, logged in with a real session cookie, watch the run at /ws/runs/<pk>/. Every
+event carries its send time (time.time(), taken just before sink.emit; same machine) and each
+client notes its arrival time: latency = arrival - send. The marks (phase, event number, send
+time) ride in the model call's ``purpose``, the one free-text field its live message keeps
+(``"bench " + JSON``): the protocol refuses fields it does not know. A frame is one message or
+an array of them (what the web process coalesced).
 
 For each client count, two phases of --events events each:
 - steady: events at --rate per second; latency p50/p95/p99/max over every (event, client) pair;
 - burst: events as fast as the sink can write them; events/s = events delivered to all N
   clients / (last arrival - first send), and the latency under that load.
-Lost = messages that never reached a client (expected 0: channels_redis drops silently, once
-2000 (CHANNEL_LAYERS capacity) messages wait for one Daphne process, or for one consumer inside it).
-conn err counts WebSocket handshakes the server refused (then retried); closed counts sockets the
-server closed while they were being measured. Phases follow each other without pauses: with
-redis-py's default 5 s socket timeout, a consumer whose channels_redis BZPOPMIN (also 5 s) sees
-nothing for a while can die with a read timeout and close its socket (code 1011).
+Each client keeps the page's state as static/js/run.js does (``Page``): events applied in seq
+order, a gap or a sync that says the run is further on repaired from /runs/<pk>/events.json.
+Lost = event messages that never reached a client live; repaired = events clients fetched after a
+gap; diverged = clients whose state differs from the run's once they caught up (must be 0);
+--drop P makes each client drop that fraction of event messages on purpose, to exercise the
+repair. conn err counts WebSocket handshakes the server refused (then retried); closed counts
+sockets the server closed while they were being measured.
 
 Then an annotation phase: --viewers (default 10) more clients, signed in as a viewer, watch the
 run while an annotator, signed in as another person, annotates its events through the studio's own
@@ -33,8 +37,8 @@ control check) and its group_send, the hop from group_send to the client, and ea
 CPU during the burst; the last line times group_send alone, through async_to_sync as the sink
 calls it and awaited on one event loop.
 
-    python benchmarks/live_updates.py [--clients 1 10 100] [--events 200] [--rate 20] [--quick]
-                                      [--viewers 10] [--annotations 50]
+    python benchmarks/live_updates.py [--clients 1 10 100 300] [--events 200] [--rate 20] [--quick]
+                                      [--viewers 10] [--annotations 50] [--drop 0.02] [--web N]
 """
 from __future__ import annotations
 
@@ -69,8 +73,10 @@ def bench_mark(message: dict) -> dict | None:
     return json.loads(purpose[len(BENCH):])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc)."""
+def cpu_seconds(pid: int | list[int]) -> float:
+    """User + system CPU time of a process (or of several, summed) so far (Linux /proc)."""
+    if isinstance(pid, list):
+        return sum(cpu_seconds(p) for p in pid)
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -185,18 +191,118 @@ def group_send_costs(n: int) -> dict:
 
 # --- the clients -------------------------------------------------------------------------------
 
+class Page:
+    """One client's view of the run, kept the way static/js/run.js keeps it: events applied in seq
+    order; a gap (a message lost, or dropped here on purpose with --drop) or a sync saying the run
+    is further on is repaired from /runs/<pk>/events.json before what came meanwhile is applied.
+    Its state: the last seq applied and the budget shown (the last model call's tokens)."""
+
+    def __init__(self, watchers: "Watchers", seq: int):
+        self.w = watchers
+        self.seq = seq
+        self.tokens = None
+        self.held: list[dict] = []
+        self.catching = False
+        self.repaired = 0
+
+    def receive(self, message: dict, arrived: float) -> None:
+        kind = message.get("kind")
+        if kind == "sync":
+            self.note_sync(message)
+            return
+        if kind == "annotation":
+            self.w.annotations.setdefault(message.get("annotation"), []).append(arrived)
+            self.w.progress.set()
+            return
+        seq = message.get("seq")
+        if not isinstance(seq, int):
+            return
+        mark = bench_mark(message)
+        if mark is not None:  # arrived live (also when a catch-up has brought it already)
+            phase = mark["phase"]
+            if self.w.drop and self.w.random.random() < self.w.drop:
+                self.w.dropped[phase] = self.w.dropped.get(phase, 0) + 1
+                return  # as if lost on the way
+            self.w.arrivals.setdefault(phase, {}).setdefault(mark["i"], []).append(arrived)
+            self.w.latency.setdefault(phase, []).append(arrived - mark["sent"])
+            self.w.received[phase] = self.w.received.get(phase, 0) + 1
+            self.w.progress.set()
+        if self.catching:
+            self.held.append(message)
+        elif seq == self.seq + 1:
+            self.apply(message)
+        elif seq > self.seq + 1:
+            self.held.append(message)
+            self.catch_up(until=seq - 1)
+
+    def apply(self, message: dict) -> None:
+        self.seq = message["seq"]
+        used = (message.get("data") or {}).get("used")
+        if used:
+            self.tokens = used.get("tokens")
+        self.w.progress.set()
+
+    def note_sync(self, sync: dict) -> None:
+        if sync.get("resync") or (sync.get("seq") or 0) > self.seq:
+            # as run.js: pages told at once that they are behind do not all ask at once
+            asyncio.get_running_loop().call_later(self.w.random.random(), self.catch_up)
+
+    def catch_up(self, until: int | None = None) -> None:
+        if not self.catching:
+            self.catching = True
+            asyncio.ensure_future(self._catch_up(until))
+
+    async def _catch_up(self, until: int | None) -> None:
+        try:
+            while True:
+                params = {"after": str(self.seq), **({"until": str(until)} if until is not None else {})}
+                async with self.w.session.get(f"{self.w.http_url}/runs/{self.w.run_pk}/events.json",
+                                              params=params, headers=self.w.headers) as r:
+                    answer = await r.json()
+                for message in answer["messages"]:
+                    if message["seq"] > self.seq:
+                        self.apply(message)
+                        self.repaired += 1
+                if not answer["more"]:
+                    break
+        except Exception as exc:  # noqa: BLE001 - counted; the phase's divergence shows it
+            self.w.catch_up_errors.append(repr(exc))
+        finally:
+            self.catching = False
+        held, self.held = self.held, []
+        for message in sorted(held, key=lambda m: m["seq"]):
+            if message["seq"] == self.seq + 1:
+                self.apply(message)
+            elif message["seq"] > self.seq + 1:
+                self.held.append(message)
+        if self.held:
+            self.held.sort(key=lambda m: m["seq"])
+            self.catch_up(until=self.held[0]["seq"] - 1)
+
+
 class Watchers:
     """N WebSocket clients on one run; arrivals[phase][i] = arrival times of event i's messages."""
 
-    def __init__(self, url: str, run_pk: int, cookie: str):
+    def __init__(self, url: str, run_pk: int, cookie: str, drop: float = 0.0, seed: int = 1):
+        import random
+
+        self.http_url = url
+        self.run_pk = run_pk
         self.ws_url = url.replace("http://", "ws://") + f"/ws/runs/{run_pk}/"
         self.headers = {"Cookie": f"sessionid={cookie}", "Origin": url}
         self.session = None
         self.sockets: list = []
+        self.pages: list[Page] = []
         self.readers: list[asyncio.Task] = []
         self.arrivals: dict[str, dict[int, list[float]]] = {}
         self.latency: dict[str, list[float]] = {}
         self.received: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        self.frames = 0
+        self.messages = 0
+        self.catch_up_errors: list[str] = []
+        self.drop = drop
+        self.random = random.Random(seed)
         self.annotations: dict[int, list[float]] = {}  # annotation pk -> arrival times of its message
         self.progress = asyncio.Event()
         self.connect_errors: list[str] = []
@@ -216,47 +322,51 @@ class Watchers:
             await asyncio.sleep(0.2 * (attempt + 1))
         raise RuntimeError(f"could not connect after {attempts} attempts: {self.connect_errors[-attempts:]}")
 
-    async def connect(self, n: int, concurrency: int) -> float:
+    async def connect(self, n: int, concurrency: int, seq: int) -> float:
         import aiohttp
 
-        self.session = aiohttp.ClientSession()
+        # No cap on connections (aiohttp's default is 100): the sockets and the catch-up requests share it.
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
         gate = asyncio.Semaphore(concurrency or n)
         t = time.perf_counter()
         self.sockets = await asyncio.gather(*(self._open(gate) for _ in range(n)))
         elapsed = time.perf_counter() - t
-        self.readers = [asyncio.create_task(self._read(ws)) for ws in self.sockets]
+        self.pages = [Page(self, seq) for _ in self.sockets]
+        self.readers = [asyncio.create_task(self._read(ws, page)) for ws, page in zip(self.sockets, self.pages)]
         return elapsed
 
-    async def _read(self, ws) -> None:
+    async def _read(self, ws, page: Page) -> None:
         import aiohttp
 
         async for msg in ws:
             arrived = time.time()
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
-            message = json.loads(msg.data)
-            if message.get("kind") == "annotation":
-                self.annotations.setdefault(message.get("annotation"), []).append(arrived)
-                self.progress.set()
-                continue
-            mark = bench_mark(message)
-            if mark is None:
-                continue
-            phase = mark["phase"]
-            self.arrivals.setdefault(phase, {}).setdefault(mark["i"], []).append(arrived)
-            self.latency.setdefault(phase, []).append(arrived - mark["sent"])
-            self.received[phase] = self.received.get(phase, 0) + 1
-            self.progress.set()
+            frame = json.loads(msg.data)
+            self.frames += 1
+            for message in frame if isinstance(frame, list) else [frame]:
+                self.messages += 1
+                page.receive(message, arrived)
         if not self.closing:
             self.server_closed.append(ws.close_code)
             self.progress.set()
 
     async def wait_for(self, phase: str, expected: int, quiet_s: float) -> None:
         """Until every client has every message of the phase, or nothing arrived for quiet_s."""
-        while self.received.get(phase, 0) < expected:
+        while self.received.get(phase, 0) + self.dropped.get(phase, 0) < expected:
             self.progress.clear()
             try:
                 await asyncio.wait_for(self.progress.wait(), quiet_s)
+            except asyncio.TimeoutError:
+                return
+
+    async def settle(self, last_seq: int, timeout_s: float) -> None:
+        """Until every page has caught up to last_seq (its own catch-up, or a sync's), or timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while any(p.seq < last_seq or p.catching for p in self.pages) and time.monotonic() < deadline:
+            self.progress.clear()
+            try:
+                await asyncio.wait_for(self.progress.wait(), max(0.05, deadline - time.monotonic()))
             except asyncio.TimeoutError:
                 return
 
@@ -271,7 +381,7 @@ class Watchers:
 
     async def close(self) -> None:
         self.closing = True
-        for ws in self.sockets:  # one at a time: the server's group_discard per socket needs a connection
+        for ws in self.sockets:
             await ws.close()
         for task in self.readers:
             task.cancel()
@@ -347,7 +457,8 @@ async def measure_annotations(url: str, run_pk: int, viewer_cookie: str, annotat
     post_url = f"{url}/runs/{run_pk}/annotations"
     async with aiohttp.ClientSession() as http:
         try:
-            connect_s = await watchers.connect(n_viewers, concurrency)
+            seq, _ = await asyncio.to_thread(run_truth, run_pk)
+            connect_s = await watchers.connect(n_viewers, concurrency, seq)
             # The annotator's page: its CSRF cookie, and the token its htmx forms send (base.html).
             async with http.get(f"{url}/runs/{run_pk}/", headers={"Cookie": f"sessionid={annotator['cookie']}"}) as r:
                 page = await r.text()
@@ -417,23 +528,44 @@ async def emit(conn, phase: str, n: int, rate: float | None) -> dict:
     return await asyncio.get_running_loop().run_in_executor(None, conn.recv)
 
 
-async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, events: int, rate: float,
-                  quiet_s: float, concurrency: int, pids: dict[str, int]) -> dict:
-    watchers = Watchers(url, run_pk, cookie)
+def run_truth(run_pk: int) -> tuple[int, int | None]:
+    """The run's last event seq and the budget its last model call shows: what every page must show."""
+    from django.db import connection
+
+    from webapp.runs.models import Event
+
     try:
-        connect_s = await watchers.connect(n_clients, concurrency)
-        # Warm up the path (Daphne's receive loop, the emitter's connections) before measuring; right
-        # away, since a consumer left idle for ~5 s may be closed by the server (see the docstring).
+        row = Event.objects.filter(run_id=run_pk).order_by("-seq").values_list("seq", "payload").first()
+        return (row[0], ((row[1] or {}).get("budget_used") or {}).get("tokens")) if row else (0, None)
+    finally:
+        connection.close()
+
+
+async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, events: int, rate: float,
+                  quiet_s: float, concurrency: int, pids: dict[str, int], drop: float) -> dict:
+    watchers = Watchers(url, run_pk, cookie, drop=drop, seed=n_clients)
+    try:
+        seq, _ = await asyncio.to_thread(run_truth, run_pk)
+        connect_s = await watchers.connect(n_clients, concurrency, seq)
+        # Warm up the path (Daphne's receive loop, the emitter's connections) before measuring.
         await emit(conn, f"warm{n_clients}", 5, None)
         await watchers.wait_for(f"warm{n_clients}", 5 * n_clients, quiet_s)
         out = {"clients": n_clients, "connect_s": connect_s, "connect_errors": len(watchers.connect_errors)}
         for kind, phase_rate in (("steady", rate), ("burst", None)):
             phase = f"{kind}{n_clients}"
+            repaired0 = sum(p.repaired for p in watchers.pages)
+            frames0, messages0 = watchers.frames, watchers.messages
             cpu0, wall0 = {k: cpu_seconds(p) for k, p in pids.items()}, time.perf_counter()
             stats = await emit(conn, phase, events, phase_rate)
             await watchers.wait_for(phase, events * n_clients, quiet_s)
             wall = time.perf_counter() - wall0
             cpu = {k: 100 * (cpu_seconds(p) - cpu0[k]) / wall for k, p in pids.items()}
+            frames, messages = watchers.frames - frames0, watchers.messages - messages0
+            # Every page repairs what it missed (its own catch-up, or the next sync's); then each
+            # one's state is compared with the run's.
+            truth = await asyncio.to_thread(run_truth, run_pk)
+            await watchers.settle(truth[0], quiet_s + 5)
+            diverged = sum(1 for p in watchers.pages if (p.seq, p.tokens) != truth)
             delivered = watchers.received.get(phase, 0)
             daphne_ms = 10 * cpu["daphne"] * wall / delivered if delivered else float("nan")
             arrivals = watchers.arrivals.get(phase, {})
@@ -445,36 +577,44 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
             emit_ms = [1000 * x for x in stats["emit_s"]]
             send_ms = [1000 * x for x in stats["send_s"]]
             db_ms = [e - s for e, s in zip(emit_ms, send_ms)]
+            dropped = watchers.dropped.get(phase, 0)
             out[kind] = {
                 "p50": pct(lat, 50), "p95": pct(lat, 95), "p99": pct(lat, 99), "max": max(lat, default=float("nan")),
                 "hop_p50": pct(hop, 50), "hop_p99": pct(hop, 99),
-                "lost": events * n_clients - watchers.received.get(phase, 0),
+                "lost": events * n_clients - delivered - dropped, "dropped": dropped,
+                "repaired": sum(p.repaired for p in watchers.pages) - repaired0, "diverged": diverged,
+                "per_frame": messages / frames if frames else float("nan"),
                 "emit_rate": events / stats["wall_s"],
                 "delivered_rate": len(complete) / (max(complete) - stats["first_ts"]) if complete else 0.0,
                 "emit_ms": pct(emit_ms, 50), "emit_p99": pct(emit_ms, 99), "db_ms": pct(db_ms, 50),
                 "send_ms": pct(send_ms, 50), "send_p99": pct(send_ms, 99), "cpu": cpu,
                 "daphne_ms_per_msg": daphne_ms}
         out["server_closed"] = list(watchers.server_closed)
+        out["catch_up_errors"] = list(watchers.catch_up_errors)
         return out
     finally:
         await watchers.close()
 
 
-def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -> None:
+def print_table(rows: list[dict], rate: float, events: int, diag: dict | None, drop: float, web: int) -> None:
     print(f"\nLatency from an engine event (time.time() just before RunEventSink.emit) to its arrival in each "
           f"WebSocket client.\n{events} events per phase; steady phase at {rate:g} events/s, burst as fast as the "
-          f"sink goes.")
+          f"sink goes; {web} web process(es)" + (f"; each client dropped {100 * drop:g}% of event messages on purpose"
+                                                 if drop else "") + ".")
     header = (f"{'clients':>7} | {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'max ms':>7} {'lost':>5} | "
-              f"{'burst ev/s':>10} {'msgs/s':>7} {'p50 ms':>7} {'p99 ms':>8} {'lost':>5} | "
-              f"{'conn s':>6} {'conn err':>8} {'closed':>6}")
-    print(f"{'':>7} | {'steady':<39} | {'burst (sustained, delivered to every client)':<44} | connections")
+              f"{'burst ev/s':>10} {'msgs/s':>7} {'p50 ms':>7} {'p99 ms':>8} {'lost':>5} {'msg/frame':>9} | "
+              f"{'dropped':>7} {'repaired':>8} {'diverged':>8} | {'conn s':>6} {'conn err':>8} {'closed':>6}")
+    print(f"{'':>7} | {'steady':<39} | {'burst (sustained, delivered to every client)':<54} | "
+          f"{'catch-up (both phases)':<26} | connections")
     print(header)
     print("-" * len(header))
     for r in rows:
         s, b = r["steady"], r["burst"]
         print(f"{r['clients']:>7} | {s['p50']:>7.1f} {s['p95']:>7.1f} {s['p99']:>7.1f} {s['max']:>7.1f} "
               f"{s['lost']:>5} | {b['delivered_rate']:>10.1f} {b['delivered_rate'] * r['clients']:>7.0f} "
-              f"{b['p50']:>7.1f} {b['p99']:>8.1f} {b['lost']:>5} | {r['connect_s']:>6.2f} "
+              f"{b['p50']:>7.1f} {b['p99']:>8.1f} {b['lost']:>5} {b['per_frame']:>9.1f} | "
+              f"{s['dropped'] + b['dropped']:>7} {s['repaired'] + b['repaired']:>8} "
+              f"{max(s['diverged'], b['diverged']):>8} | {r['connect_s']:>6.2f} "
               f"{r['connect_errors']:>8} {len(r['server_closed']):>6}", flush=True)
 
     print("\nWhere the time goes (medians, p99 in brackets):")
@@ -493,10 +633,14 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -
     print("\nsink emit: RunEventSink.emit; db: its database part (Event row, Run update, control check);\n"
           "group_send: its broadcast (on a long-lived event loop, over channels_redis); send->client: from the start of\n"
           "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
-          "first send); msgs/s = that x clients. conn err: WebSocket handshakes refused (then retried);\n"
-          "closed: sockets the server closed during the measurement. CPU %: of one core, over the burst\n"
-          f"phase, on a machine with {os.cpu_count()} cores; daphne CPU ms/msg: Daphne's CPU time per message\n"
-          "delivered to one client in the burst.")
+          "first send); msgs/s = that x clients; msg/frame: messages per WebSocket frame in the burst (the web\n"
+          "process coalesces what comes faster than it sends). lost: event messages that never arrived live\n"
+          "(besides those dropped on purpose); repaired: events the clients fetched from events.json after a gap or a\n"
+          "sync, as run.js does; diverged: clients whose state (last seq, budget shown) differed from the run's once\n"
+          "they had caught up (must be 0). conn err: WebSocket handshakes refused (then retried); closed: sockets the\n"
+          "server closed during the measurement. CPU %: of one core, over the burst phase, on a machine with\n"
+          f"{os.cpu_count()} cores (daphne: all web processes); daphne CPU ms/msg: web CPU time per message delivered\n"
+          "to one client in the burst.")
     if diag:
         print(f"group_send alone, one-member group: {diag['async_to_sync_ms']:.2f} ms per call through async_to_sync "
               f"as the sink does it,\n{diag['one_loop_ms']:.2f} ms awaited on one event loop; an empty async_to_sync "
@@ -504,11 +648,14 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None) -
     closed = [c for r in rows for c in r["server_closed"]]
     if closed:
         print(f"server-closed sockets, close codes: {sorted(set(map(str, closed)))}")
+    errors = [e for r in rows for e in r["catch_up_errors"]]
+    if errors:
+        print(f"catch-up errors: {len(errors)}, e.g. {errors[:3]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 10, 100])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 10, 100, 300])
     parser.add_argument("--events", type=int, default=200, help="events per phase (default 200)")
     parser.add_argument("--rate", type=float, default=20.0, help="events/s in the steady phase (default 20)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 40 events per phase")
@@ -519,6 +666,10 @@ def main() -> None:
                         help="stop waiting for a phase's messages after this long with none arriving")
     parser.add_argument("--connect-concurrency", type=int, default=0,
                         help="handshakes in flight at once (default 0: all clients at once)")
+    parser.add_argument("--drop", type=float, default=0.0,
+                        help="fraction of event messages each client drops on purpose, to be repaired (default 0)")
+    parser.add_argument("--web", type=int, default=None,
+                        help="web processes (default: as manage.py studio would start on this machine)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary var dir (DB, Daphne log)")
     args = parser.parse_args()
     events = 40 if args.quick else args.events
@@ -538,7 +689,10 @@ def main() -> None:
     signal.signal(signal.SIGTERM, terminate)
     try:
         run_pk, lease, cookie = setup_database()
-        studio.start(web=True, worker=False)
+        from webapp.runs.management.commands.studio import default_web_processes
+
+        web = args.web or default_web_processes()
+        studio.start(web=True, worker=False, web_processes=web)
         url = studio.url
         ctx = mp.get_context("spawn")
         conn, child = ctx.Pipe()
@@ -546,17 +700,18 @@ def main() -> None:
         emitter.start()
         if not conn.poll(60) or conn.recv() != "ready":
             raise RuntimeError("the emitter process did not start")
-        print(f"studio: redis on {studio.redis.socket}, daphne on {url}, run {run_pk}; "
+        print(f"studio: redis on {studio.redis.socket}, {web} daphne process(es) on {url}, run {run_pk}; "
               f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores", flush=True)
-        pids = {"daphne": studio.web.pid, "redis": studio.redis.pid, "emitter": emitter.pid, "clients": os.getpid()}
+        pids = {"daphne": [w.pid for w in studio.webs], "redis": studio.redis.pid, "emitter": emitter.pid, "clients": os.getpid()}
         rows = []
         for n in args.clients:
             row = asyncio.run(measure(conn, url, run_pk, cookie, n, events, args.rate, args.quiet_s,
-                                      args.connect_concurrency, pids))
+                                      args.connect_concurrency, pids, args.drop))
             rows.append(row)
             s, b = row["steady"], row["burst"]
-            print(f"  {n} clients: steady p50 {s['p50']:.1f} ms p99 {s['p99']:.1f} ms lost {s['lost']}; "
-                  f"burst {b['delivered_rate']:.1f} ev/s lost {b['lost']}", flush=True)
+            print(f"  {n} clients: steady p50 {s['p50']:.1f} ms p95 {s['p95']:.1f} ms lost {s['lost']}; "
+                  f"burst {b['delivered_rate']:.1f} ev/s p50 {b['p50']:.1f} ms lost {b['lost']}; "
+                  f"repaired {s['repaired'] + b['repaired']}, diverged {max(s['diverged'], b['diverged'])}", flush=True)
         conn.send(("diag", 100))
         diag = conn.recv() if conn.poll(120) else None
         annotation_row = None
@@ -567,7 +722,7 @@ def main() -> None:
                                                              args.connect_concurrency))
             print(f"  annotations at {args.viewers} viewers: p95 {annotation_row['p95']:.1f} ms "
                   f"lost {annotation_row['lost']}", flush=True)
-        print_table(rows, args.rate, events, diag)
+        print_table(rows, args.rate, events, diag, args.drop, web)
         if annotation_row:
             print_annotations(annotation_row)
     finally:

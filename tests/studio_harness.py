@@ -46,7 +46,9 @@ class Studio:
         self.redis = None  # webapp.embedded_redis.EmbeddedRedis
         self.worker = None  # webapp.supervisor.Child
         self.training = None  # the training queue's worker, when a test starts one
-        self.web = None
+        self.web = None      # the (first) web process
+        self.webs = []       # all of them
+        self.listener = None  # the socket they accept on
         self.supervisor = None
         self.supervisor_log: list[str] = []
         self.port = 0
@@ -57,18 +59,20 @@ class Studio:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, web: bool = True, worker: bool = True) -> "Studio":
+    def start(self, web: bool = True, worker: bool = True, web_processes: int = 1) -> "Studio":
         from webapp.embedded_redis import EmbeddedRedis
 
         self.redis = EmbeddedRedis(self.var_dir).start()
         if worker:
             self.start_worker()
         if web:
-            from webapp.supervisor import Child
+            # As ``manage.py studio`` serves: Daphne process(es) on one listening socket of its own.
+            from webapp.runs.management.commands.studio import web_listener, web_servers
 
-            self.port = free_port()
-            self.web = Child("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
-                                     "webapp.asgi:application"], self.env, ROOT, self.logs / "web.log").start()
+            self.listener = web_listener("127.0.0.1", 0)
+            self.port = self.listener.getsockname()[1]
+            self.webs = [child.start() for child in web_servers(self.env, self.listener, web_processes, self.logs)]
+            self.web = self.webs[0]
             self._wait_http(self.url + "/healthz")
             if worker:
                 self.wait_healthy()
@@ -138,7 +142,7 @@ class Studio:
             with (self.logs / "supervisor.log").open("a") as f:
                 f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
 
-        self.supervisor = Supervisor([c for c in (self.worker, self.web) if c], self.redis, on_restart, say)
+        self.supervisor = Supervisor([c for c in (self.worker, *self.webs) if c], self.redis, on_restart, say)
         return self.supervisor.start_thread(interval_s)
 
     def unsupervise(self) -> None:
@@ -175,9 +179,11 @@ class Studio:
 
     def stop(self) -> None:
         self.unsupervise()
-        for child in (self.web, self.worker, self.training):
+        for child in (*self.webs, self.worker, self.training):
             if child:
                 child.stop(15)
+        if self.listener:
+            self.listener.close()
         if self.redis:
             self.redis.stop()
 

@@ -37,8 +37,10 @@ class Child:
     """A child process in a process group of its own, so that a kill reaches everything it
     started (a Celery worker's pool processes, their sandboxed programs)."""
 
-    def __init__(self, name: str, argv: list[str], env: dict, cwd: Path, log: Path | None = None):
+    def __init__(self, name: str, argv: list[str], env: dict, cwd: Path, log: Path | None = None,
+                 pass_fds: tuple[int, ...] = ()):
         self.name, self.argv, self.env, self.cwd, self.log = name, argv, env, cwd, log
+        self.pass_fds = pass_fds  # e.g. the listening socket the web processes share
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -49,7 +51,8 @@ class Child:
         out = self.log.open("ab") if self.log else None
         try:
             self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=out,
-                                         stderr=subprocess.STDOUT if out else None, start_new_session=True)
+                                         stderr=subprocess.STDOUT if out else None, start_new_session=True,
+                                         pass_fds=self.pass_fds)
         finally:
             if out:
                 out.close()

@@ -31,7 +31,14 @@
   function onMessage(msg) {
     if (msg && msg.kind === "annotation") refresh(msg.target_kind, String(msg.target_ref));
   }
+  // Every list at once: after a gap in the studio's messages (one may have been an annotation)
+  // or a socket that was down.
+  function refreshAll() {
+    const targets = new Set([...document.querySelectorAll(".annotations")].map((el) => el.dataset.target));
+    for (const t of targets) { const i = t.indexOf(":"); refresh(t.slice(0, i), t.slice(i + 1)); }
+  }
   document.addEventListener("trellis:message", (e) => onMessage(e.detail));
+  document.addEventListener("trellis:reconnected", refreshAll);
 
   let socketOpen = false;
   function ownSocket() {
@@ -43,8 +50,21 @@
     (function connect() {
       const proto = location.protocol === "https:" ? "wss://" : "ws://";
       const ws = new WebSocket(proto + location.host + path);
-      ws.onopen = () => { backoff = 500; document.body.dataset.annotationsLive = "1"; };
-      ws.onmessage = (e) => { try { onMessage(JSON.parse(e.data)); } catch (err) { /* not ours */ } };
+      // Annotations are studio messages, numbered (sseq): a number that is not the next one, or a
+      // sync saying a later one was sent, means one was missed; every list is read again.
+      let sseq = null;
+      ws.onopen = () => { backoff = 500; document.body.dataset.annotationsLive = "1"; if (sseq !== null) refreshAll(); };
+      ws.onmessage = (e) => {
+        let frame;
+        try { frame = JSON.parse(e.data); } catch (err) { return; }
+        for (const msg of Array.isArray(frame) ? frame : [frame]) {
+          if (!msg || typeof msg.sseq !== "number") continue;
+          const missed = (sseq !== null && msg.sseq > sseq + (msg.kind === "sync" ? 0 : 1));
+          if (msg.kind !== "sync" || sseq === null) sseq = Math.max(sseq || 0, msg.sseq);
+          if (missed) { sseq = msg.sseq; refreshAll(); }
+          onMessage(msg);
+        }
+      };
       ws.onclose = () => { document.body.dataset.annotationsLive = "0"; setTimeout(connect, backoff); backoff = Math.min(backoff * 2, 8000); };
     })();
   }

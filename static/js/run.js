@@ -1,7 +1,11 @@
 // The run page: one WebSocket per page. Each message carries its data (webapp/runs/live.py):
 // an agent's state, a new probe's graph, a score point, or fragments rendered for this viewer
-// (header, queue entry, versions, editor). The page applies them as they come; it fetches only
-// on load and whenever its socket (re)opens. Other panels (tree.js) get every message as "trellis:message".
+// (header, queue entry, versions, editor). A frame is one message or, when they come fast, an
+// array of them (webapp/runs/fanout.py). The page applies them in their order and is never
+// silently stale: one it missed (or sent while its socket was down) it fetches, saying
+// "catching up…" meanwhile (see "the live feed" below). Other panels (tree.js, evidence.js,
+// training.js, annotate.js) get every message as "trellis:message" and reload themselves on
+// "trellis:reconnected".
 (function () {
   "use strict";
   const root = document.getElementById("run");
@@ -10,8 +14,6 @@
   let cy = null;
   let graphSource = null;   // the engine run id whose agents the graph shows
   let graphKey = null;      // which workflow is drawn, to redraw only when it changes
-
-  function trigger(name) { document.body.dispatchEvent(new CustomEvent(name, { bubbles: true })); }
 
   const debounce = (fn, ms) => { let t = null; return () => { clearTimeout(t); t = setTimeout(fn, ms); }; };
 
@@ -127,11 +129,24 @@
          yaxis2: { overlaying: "y", side: "right", title: { text: "tokens" }, rangemode: "tozero" } }, { displayModeBar: false, responsive: true });
   }
   let series = null;  // the score charts' data: loaded once, then extended point by point
-  function loadScores() { return hasWorkflow && fetch(root.dataset.scores).then((r) => r.json()).then((s) => { series = s; drawScores(s); }); }
+  let scoresLoading = null, lateP = [];  // points that came while scores.json was on its way
+  function loadScores() {
+    if (!hasWorkflow) return Promise.resolve();
+    if (scoresLoading) return scoresLoading;
+    scoresLoading = fetch(root.dataset.scores).then((r) => r.json()).then((s) => {
+      series = s; scoresLoading = null;
+      for (const p of lateP.splice(0)) addPoint(p);
+      drawScores(structuredClone(series));
+    }).finally(() => { scoresLoading = null; });
+    return scoresLoading;
+  }
   // Plotly.react redraws only data it sees as new, so it gets a copy, never the mutated arrays.
   const redrawScores = debounce(() => series && drawScores(structuredClone(series)), 150);
+  // A point's index is its place in the series: appended once, whatever reached the page first.
   function addPoint(p) {
+    if (scoresLoading) { lateP.push(p); return; }
     if (!series) return;
+    if (p.index != null && p.index !== series.J.length) { if (p.index > series.J.length) loadScores(); return; }
     series.iteration.push(p.iteration); series.J.push(p.J); series.best_J.push(p.best_J);
     for (const k of Object.keys(series.criteria)) series.criteria[k].push(p.criteria[k]);
     series.checks_passed.push(p.checks_passed); series.checks_total.push(p.checks_total);
@@ -188,7 +203,8 @@
     while (ol.children.length > 14) ol.removeChild(ol.lastChild);
   }
 
-  function onMessage(msg) {
+  // One message, in order; ``dispatch``: hand it on to the other panels as well.
+  function onMessage(msg, dispatch = true) {
     // one per epoch or few: the Training panel's curves say them
     if (msg.kind !== "training_progress" && msg.kind !== "training_checkpoint") activity(msg);
     if (msg.html) applyFragments(msg.html);
@@ -200,7 +216,121 @@
       case "model_call": showBudget(d.used); break;
       case "checkpoint": showBudget(msg.used); break;
     }
-    document.dispatchEvent(new CustomEvent("trellis:message", { detail: msg }));
+    if (dispatch) document.dispatchEvent(new CustomEvent("trellis:message", { detail: msg }));
+  }
+
+  // --- the live feed: numbered messages, gaps, catching up ------------------------------------
+  // Engine events carry the run's event number (seq): they are applied in that order, and when one
+  // is missing (lost on the way, or sent while the socket was down) the page fetches the missing
+  // ones (events.json) and applies them first. Studio messages (status, decisions, versions,
+  // annotations, a training worker's progress, people's records) carry the run's studio number
+  // (sseq): a gap there re-reads what they change (header, queue, versions, diff, editor here; the
+  // panels on "trellis:reconnected"). Every few seconds the server says the latest of both as they
+  // were a few seconds before ("sync"), so that a lost last message is noticed too. Messages that
+  // come during a catch-up wait for it.
+  const JITTER_MS = 1000;  // pages told at once that they are behind do not all ask at once
+  const recentMessages = JSON.parse((document.getElementById("recent-messages") || { textContent: "[]" }).textContent);
+  const feed = { seq: Math.max(0, ...recentMessages.map((m) => m.seq || 0)), sseq: null, catching: false, held: [],
+                 due: { events: false, until: null, studio: false }, open: false, rounds: 0 };
+  const ready = Promise.all([loadGraph(), loadScores()]).catch(() => {});
+
+  function receive(msg) {
+    if (!msg || typeof msg !== "object") return;
+    if (msg.kind === "sync") { noteSync(msg); return; }
+    if (feed.catching) { feed.held.push(msg); return; }
+    if (typeof msg.seq === "number") {
+      if (msg.seq <= feed.seq) return;  // a catch-up brought it already
+      if (msg.seq > feed.seq + 1) { feed.held.push(msg); catchUp({ events: true, until: msg.seq - 1 }); return; }
+      feed.seq = msg.seq;
+    } else if (typeof msg.sseq === "number") {
+      const gap = feed.sseq === null || msg.sseq > feed.sseq + 1;
+      if (feed.sseq === null || msg.sseq > feed.sseq) feed.sseq = msg.sseq;
+      onMessage(msg);
+      if (gap) catchUp({ studio: true });
+      return;
+    }
+    onMessage(msg);
+  }
+
+  function noteSync(s) {
+    const events = !!s.resync || s.seq > feed.seq;
+    const studio = !!s.resync || (s.sseq != null && (feed.sseq === null || s.sseq > feed.sseq));
+    if (events || studio) setTimeout(() => catchUp({ events, studio }), Math.random() * JITTER_MS);
+  }
+
+  function showFeed() {
+    const state = document.getElementById("ws-state");
+    root.dataset.catchUps = feed.rounds;
+    if (!feed.open) return;  // "reconnecting…" stays until the socket is back
+    state.textContent = feed.catching ? "catching up…" : "live";
+    state.dataset.catching = feed.catching ? "1" : "0";
+  }
+
+  // what: {events, until (the last seq to fetch; none: up to now), studio}
+  function catchUp(what) {
+    const due = feed.due;
+    if (what.events) {
+      const until = what.until ?? null;
+      due.until = !due.events ? until : (due.until === null || until === null ? null : Math.max(due.until, until));
+      due.events = true;
+    }
+    due.studio = due.studio || !!what.studio;
+    if (!feed.catching) rounds();
+  }
+
+  async function rounds() {
+    feed.catching = true; feed.rounds += 1; showFeed();
+    await ready;
+    try {
+      while (feed.due.events || feed.due.studio) {
+        const { events, until, studio } = feed.due;
+        feed.due = { events: false, until: null, studio: false };
+        // Panels that reload themselves (studio) are not handed the events that reload brings.
+        const base = events || studio ? await fetchMissed(!studio, events ? until : feed.seq) : null;
+        if (studio) {
+          if (base != null) feed.sseq = base;  // what the parts read now covers up to here
+          await studioParts();
+        }
+      }
+    } catch (err) {
+      catchUp({ events: true, studio: true });
+      setTimeout(rounds, 2000);  // the studio did not answer: try again, still holding what came
+      return;
+    }
+    feed.catching = false;
+    for (const msg of feed.held.splice(0)) receive(msg);  // a gap left among them starts the next round
+    showFeed();
+  }
+
+  // The events after the last one applied (up to ``until``), applied in order; returns the run's
+  // studio number as the server read it first.
+  async function fetchMissed(dispatch, until) {
+    let answer = null;
+    do {
+      const bound = until === null ? "" : "&until=" + until;
+      const r = await fetch(root.dataset.events + "?after=" + feed.seq + bound);
+      if (!r.ok) throw new Error("events.json " + r.status);
+      answer = await r.json();
+      for (const msg of answer.messages) {
+        if (msg.seq <= feed.seq) continue;
+        feed.seq = msg.seq;
+        onMessage(msg, dispatch);  // shaped as it was sent live (webapp/runs/live.py)
+      }
+    } while (answer.more && answer.messages.length);
+    return answer.sseq;
+  }
+
+  // What studio messages change, read again; the panels reload on "trellis:reconnected".
+  function studioParts() {
+    const jobs = ["run-header", "queue", "timeline", "diff"].map((id) => document.getElementById(id))
+      .filter((el) => el && (el.dataset.refresh || el.getAttribute("hx-get")))
+      .map((el) => fetch(el.dataset.refresh || el.getAttribute("hx-get"))
+        .then((r) => (r.ok ? r.text() : Promise.reject(new Error(r.status))))
+        .then((markup) => swap(el, markup)).catch(() => {}));
+    const editor = document.getElementById("editor");  // through setEditor: never under a person's typing
+    if (editor) jobs.push(fetch(editor.getAttribute("hx-get")).then((r) => r.text()).then(setEditor).catch(() => {}));
+    document.dispatchEvent(new CustomEvent("trellis:reconnected"));
+    return Promise.all(jobs);
   }
 
   let backoff = 500;
@@ -209,16 +339,18 @@
     const ws = new WebSocket(proto + location.host + root.dataset.ws);
     const state = document.getElementById("ws-state");
     // What happened before this connection was open (between the page's render and the socket,
-    // or while it was down) was not pushed to it: fetch the page's parts once more.
+    // or while it was down) was not pushed to it: fetch what was missed, read the parts again.
     ws.onopen = () => {
-      state.textContent = "live"; state.dataset.live = "1"; backoff = 500;
-      loadGraph(); loadScores(); trigger("reconnected");
-      const editor = document.getElementById("editor");  // through setEditor: never under a person's typing
-      if (editor) fetch(editor.getAttribute("hx-get")).then((r) => r.text()).then(setEditor);
-      document.dispatchEvent(new CustomEvent("trellis:reconnected"));
+      state.dataset.live = "1"; backoff = 500; feed.open = true;
+      catchUp({ events: true, studio: true });
     };
-    ws.onmessage = (e) => onMessage(JSON.parse(e.data));
+    ws.onmessage = (e) => {
+      let frame;
+      try { frame = JSON.parse(e.data); } catch (err) { return; }
+      for (const msg of Array.isArray(frame) ? frame : [frame]) receive(msg);
+    };
     ws.onclose = () => {
+      feed.open = false;
       state.textContent = "reconnecting…"; state.dataset.live = "0";
       setTimeout(connect, backoff); backoff = Math.min(backoff * 2, 8000);
     };
@@ -270,7 +402,6 @@
     }
   });
 
-  const recent = document.getElementById("recent-messages");
-  if (recent) for (const msg of JSON.parse(recent.textContent)) activity(msg);
-  loadGraph(); loadScores(); connect();
+  for (const msg of recentMessages) activity(msg);
+  connect();
 })();

@@ -80,6 +80,10 @@ def test_judgement_is_one_point_of_the_score_charts_with_the_best_J_so_far(run):
     JudgementRow.objects.create(run=run, iteration=2, workflow_hash="b", ok=True, J=0.74)
     JudgementRow.objects.create(run=run, iteration=3, workflow_hash="c", ok=False, J=0.99)  # a failed judgement
     Run.objects.filter(pk=run.pk).update(usage=USAGE)
+    for seq in (2, 3, 5):  # three judgements came before this one: its point is the series' fourth
+        Event.objects.create(run=run, seq=seq, source="probe-7", ts=1.0, kind="judgement", payload={})
+    JudgementRow.objects.create(run=run, iteration=4, workflow_hash="e" * 64, ok=True, J=0.7, budget_used=USAGE)
+    JudgementRow.objects.create(run=run, iteration=5, workflow_hash="g" * 64, ok=True, J=0.9)  # a later one
     payload = Judgement(iteration_n=4, workflow_hash="e" * 64, ok=True, J=0.7,
                         scores={"goal_alignment": 0.8, "output_quality": 0.6}, feedback={"goal_alignment": "ok"},
                         checks=[{"name": "exit_ok", "passed": True}, {"name": "values_vary", "passed": False}],
@@ -89,7 +93,7 @@ def test_judgement_is_one_point_of_the_score_charts_with_the_best_J_so_far(run):
         "iteration": 4, "J": 0.7, "best_J": 0.74,
         "criteria": {"goal_alignment": 0.8, "collaboration_efficiency": None, "output_quality": 0.6,
                      "answer_plausibility": None},
-        "checks_passed": 1, "checks_total": 2, "validation": 55.2, "tokens": 3000, "calls": 3}}
+        "checks_passed": 1, "checks_total": 2, "validation": 55.2, "tokens": 3000, "calls": 3, "index": 3}}
 
     failed = Judgement(iteration_n=5, workflow_hash="f" * 64, ok=False, error="no answer", checks=[],
                        validation={"ok": False, "error": "no predictions"})

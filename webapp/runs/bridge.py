@@ -30,7 +30,7 @@ from engine.search.base import HumanEdit
 from engine.trace import Event as EngineEvent
 from engine.workflow import Workflow
 
-from . import live
+from . import live, studio_seq
 from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run, RunStatus,
                      WorkflowVersion)
 
@@ -53,6 +53,16 @@ class _Loop:
         # After a failed push, later pushes are skipped for a moment instead of each waiting on
         # a Redis that is down or restarting (the engine's events are in the database anyway).
         self.quiet_until = 0.0
+        self._unsent: dict[int, int] = {}  # run id -> studio messages that could not be sent
+
+    def unsent(self, run_id: int, studio: bool) -> None:
+        if studio:
+            with self.lock:
+                self._unsent[run_id] = self._unsent.get(run_id, 0) + 1
+
+    def owed(self, run_id: int) -> int:
+        with self.lock:
+            return self._unsent.pop(run_id, 0)
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self.lock:
@@ -67,21 +77,33 @@ _LOOP = _Loop()
 
 def broadcast(run: Run | int, message: dict, timeout_s: float = 5.0) -> None:
     """Send to everyone watching a run (webapp/runs/live.py says what), the fragments it names
-    apart, for the consumer to render per viewer. A missing channel layer never stops the engine."""
-    group = run.group if isinstance(run, Run) else f"run-{run}"
+    apart, for the web processes to render per role (webapp/runs/fanout.py). A message that is
+    no engine event gets the run's next studio number (``sseq``, webapp/runs/studio_seq.py), so
+    that a page notices one it missed. A missing channel layer never stops the engine."""
+    run_id = run.pk if isinstance(run, Run) else int(run)
     fragments = list(message.pop("fragments", ()))
+    studio = not isinstance(message.get("seq"), int)  # an engine event has its seq
     if time.monotonic() < _LOOP.quiet_until:
+        _LOOP.unsent(run_id, studio)
         return
     try:
-        layer = get_channel_layer()
-        future = asyncio.run_coroutine_threadsafe(
-            # Encoded once here, not once per connected browser in the web server.
-            layer.group_send(group, {"type": "run.message", "text": json.dumps(message, default=str),
-                                     "fragments": fragments}), _LOOP.get())
+        future = asyncio.run_coroutine_threadsafe(_send(get_channel_layer(), run_id, message, fragments, studio),
+                                                  _LOOP.get())
         future.result(timeout_s)
     except Exception:  # noqa: BLE001 - live updates are best effort; the database has everything
         _LOOP.quiet_until = time.monotonic() + BROADCAST_BACKOFF_S
-        log.warning("could not push to %s", group, exc_info=log.isEnabledFor(logging.DEBUG))
+        _LOOP.unsent(run_id, studio)
+        log.warning("could not push to run-%s", run_id, exc_info=log.isEnabledFor(logging.DEBUG))
+
+
+async def _send(layer, run_id: int, message: dict, fragments: list[str], studio: bool) -> None:
+    if studio:
+        # The number also counts this process's studio messages to the run that never left (Redis
+        # was away): pages then see a gap and re-read. A lost engine event shows in its seq anyway.
+        message = {**message, "sseq": await studio_seq.next_sseq(run_id, layer, 1 + _LOOP.owed(run_id))}
+    # Encoded once here, not once per connected browser in the web server.
+    await layer.group_send(f"run-{run_id}", {"type": "run.message", "text": json.dumps(message, default=str),
+                                             "fragments": fragments})
 
 
 def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True) -> WorkflowVersion:

@@ -1,14 +1,17 @@
-"""WebSocket: a browser watching a run joins the run's group and gets every message the
-worker's event sink and the studio push (webapp/runs/live.py).
+"""WebSocket: a browser watching a run gets every message the worker's event sink and the studio
+push (webapp/runs/live.py).
 
-Only members of the run's project may join: anyone else (or a run that does not exist, so ids
-reveal nothing) is refused with close code 4403 before the group is joined. A message that names
-fragments gets them rendered here, for this viewer's role; a viewer whose membership was removed
-meanwhile is disconnected (4403) instead.
+Only members of the run's project may watch: anyone else (or a run that does not exist, so ids
+reveal nothing) is refused with close code 4403 before it is subscribed. A message that names
+fragments gets them rendered for this viewer's role (once per role, by the feed); a viewer whose
+membership was removed meanwhile is disconnected (4403) instead.
 
 A share link's page connects with ``?share=<signed>`` (webapp/runs/sharing.py) and no account:
 it joins only the link's run, sees fragments as a viewer does, never has a client message acted
-on, and is closed (4410) once the link is revoked or expires."""
+on, and is closed (4410) once the link is revoked or expires.
+
+A socket is no member of the run's Redis group itself: it joins its web process's feed of the run
+(webapp/runs/fanout.py), which holds the one subscription and hands it each frame (``deliver``)."""
 from __future__ import annotations
 
 import json
@@ -18,8 +21,8 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from . import access, fragments, sharing
-from .models import Role, Run
+from . import access, fanout, sharing
+from .models import Run
 
 SHARE_RECHECK_S = 5.0  # how often a share connection re-reads its link (revocation) on messages
 
@@ -43,27 +46,12 @@ def _project_of(run_id: int) -> int | None:
     return Run.objects.filter(pk=run_id).values_list("task__project_id", flat=True).first()
 
 
-@database_sync_to_async
-def _render(user, run_id: int, names: list[str], share=None) -> dict[str, str] | None:
-    """The named fragments for ``user`` (or a share link's viewer), or None when they may no
-    longer see the run."""
-    run = Run.objects.select_related("task__project").filter(pk=run_id).first()
-    if share is not None:
-        role = Role.VIEWER if run is not None and share.run_id == run.pk else None
-    else:
-        role = access.role_of(user, run.task.project_id) if run else None
-    if role is None:
-        return None
-    out = {}
-    for name in names:
-        html = fragments.render(name, run, role)
-        if html is not None:
-            out[name] = html
-    return out
-
-
 class RunConsumer(AsyncJsonWebsocketConsumer):
+    # No channel of its own on the layer: the process's feed of the run is subscribed for it.
+    channel_layer_alias = "trellis-no-layer-per-socket"
     share = None
+    user_id = None
+    feed = None
 
     async def connect(self) -> None:
         signed = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("share")
@@ -79,9 +67,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         if project_id is None or await database_sync_to_async(access.role_of)(user, project_id) is None:
             await self.close(code=4403)
             return
-        self.group = f"run-{self.run_id}"
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.accept()
+        self.user_id = user.pk
+        await self._join()
 
     async def _connect_shared(self, signed: str) -> None:
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
@@ -90,9 +77,17 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4403)
             return
         self.share, self.share_checked = link, time.monotonic()
-        self.group = f"run-{self.run_id}"
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self._join()
+
+    async def _join(self) -> None:
+        """Accept, then join the feed: frames the feed hands over before the accept has gone out
+        wait for it (the page asks for what came before on its own: static/js/run.js)."""
+        self.early: list[str] | None = []
+        self.feed = await fanout.join(self.run_id, self)
         await self.accept()
+        early, self.early = self.early, None
+        for frame in early:
+            await self.send(text_data=frame)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
         # Nothing a client sends is acted on here today; through a share link it never will be.
@@ -100,6 +95,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=json.dumps({"type": "refused", "error": "a share link is read-only"}))
             return
         await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+
+    # --- what the feed calls ------------------------------------------------------------------
+    async def deliver(self, frame: str) -> None:
+        if await self._share_gone():
+            return
+        if self.early is not None:
+            self.early.append(frame)
+            return
+        await self.send(text_data=frame)
+
+    async def refuse(self, code: int) -> None:
+        await self.close(code=code)
 
     async def share_revoked(self, event: dict) -> None:
         if self.share is not None and event.get("token") == self.share.token:
@@ -118,18 +125,5 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return not usable
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def run_message(self, event: dict) -> None:
-        if await self._share_gone():
-            return
-        names = event.get("fragments") or []
-        if not names:  # the common case: the same encoded message for every viewer
-            await self.send(text_data=event["text"])
-            return
-        html = await _render(self.scope.get("user"), self.run_id, names, share=self.share)
-        if html is None:
-            await self.close(code=4403)
-            return
-        await self.send(text_data=json.dumps({**json.loads(event["text"]), "html": html}))
+        if self.feed is not None:
+            await fanout.leave(self.run_id, self)

@@ -4,7 +4,9 @@ events.py) as the page needs it, and the studio's own messages.
 An engine event becomes ``{"kind", "seq", "agent", "iteration", "source", "ts", "data"}``:
 ``data`` is the payload without what no page shows live (prompts, responses, programs, outputs),
 plus what the page would otherwise have to fetch: an agent's new state, a new probe's graph, a
-score point. The page applies it as it comes (static/js/run.js); nothing is re-fetched.
+score point. The page applies it as it comes (static/js/run.js), in ``seq`` order: one it missed
+it fetches again (``missed_messages``), shaped the same way from the same rows, so a page that
+catches up ends where one that saw everything did.
 
 Studio messages (a status change, a decision, a new version) change what differs per viewer
 (which buttons a role may press), so they name the ``fragments`` they change and the WebSocket
@@ -13,6 +15,7 @@ consumer renders those for its viewer (webapp/runs/fragments.py) before sending.
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
@@ -49,37 +52,47 @@ def _small(payload: Payload) -> dict[str, Any]:
     return out
 
 
-def _agent_finished(run_id: int, p: AgentFinished, event: EngineEvent) -> dict:
+def _agent_finished(run_id: int, seq: int, p: AgentFinished, event: EngineEvent) -> dict:
     return {"status": p.status, "state": agent_state(event.kind, p.status)}
 
 
-def _run_started(run_id: int, p: RunStarted, event: EngineEvent) -> dict:
+def _run_started(run_id: int, seq: int, p: RunStarted, event: EngineEvent) -> dict:
+    """The probe's graph, labelled with the version current when it started: the same whether
+    the message goes live or is fetched again later by a page catching up."""
     run = Run.objects.get(pk=run_id)
+    version = (run.versions.filter(created__lte=datetime.fromtimestamp(event.ts, tz=timezone.utc))
+               .order_by("-number").first()) or run.versions.order_by("number").first()
     return {"workflow_hash": p.workflow_hash, "attempt": p.attempt,
             "graph": {"elements": cytoscape_elements(p.workflow, {}), "states": {},
-                      "source": event.run_id, **probe_label(run, p.workflow_hash, event.iteration)}}
+                      "source": event.run_id, **probe_label(run, p.workflow_hash, event.iteration, version)}}
 
 
-def _judgement(run_id: int, p: Judgement, event: EngineEvent) -> dict:
-    """One point of the score charts (presenters.score_series has the whole series)."""
-    best = max((j for j in JudgementRow.objects.filter(run_id=run_id, ok=True).values_list("J", flat=True)
-                if j is not None), default=None)
-    used = Run.objects.filter(pk=run_id).values_list("usage", flat=True).first() or {}
+def _judgement(run_id: int, seq: int, p: Judgement, event: EngineEvent) -> dict:
+    """One point of the score charts (presenters.score_series has the whole series) as of this
+    judgement, the same sent live or fetched later: ``index`` is its place in the series (the
+    judgements before it; each judgement event stored one Judgement row), the best J and the
+    budget are those of the rows up to its own."""
+    index = EventRow.objects.filter(run_id=run_id, kind="judgement", seq__lt=seq).count()
+    rows = list(JudgementRow.objects.filter(run_id=run_id).order_by("pk").values_list("ok", "J", "budget_used")
+                [:index + 1])
+    best = max((j for ok, j, _ in rows if ok and j is not None), default=None)
+    used = (rows[index][2] if len(rows) > index else None) or \
+        Run.objects.filter(pk=run_id).values_list("usage", flat=True).first() or {}
     return {"ok": p.ok, "point": {
         "iteration": p.iteration_n, "J": p.J, "best_J": best,
         "criteria": {c: (p.scores or {}).get(c) for c in CRITERIA},
         "checks_passed": sum(1 for c in p.checks if c.passed), "checks_total": len(p.checks),
         "validation": p.validation.value if p.validation and p.validation.ok else None,
-        "tokens": used.get("tokens"), "calls": used.get("calls")}}
+        "tokens": used.get("tokens"), "calls": used.get("calls"), "index": index}}
 
 
-def _model_call(run_id: int, p: ModelCall, event: EngineEvent) -> dict:
+def _model_call(run_id: int, seq: int, p: ModelCall, event: EngineEvent) -> dict:
     return {"role": p.role, "purpose": p.purpose[:SHORT], "model": p.model, "cached": p.cached,
             "tokens": p.prompt_tokens + p.completion_tokens,
             "used": p.budget_used.model_dump()}
 
 
-def _evidence_recorded(run_id: int, p: EvidenceRecorded, event: EngineEvent) -> dict:
+def _evidence_recorded(run_id: int, seq: int, p: EvidenceRecorded, event: EngineEvent) -> dict:
     """A new node of the evidence panel: the record with a preview of its text (the whole text
     is fetched on click), the studio event its provenance names, and its links."""
     from .evidence import summary
@@ -94,22 +107,26 @@ def _evidence_recorded(run_id: int, p: EvidenceRecorded, event: EngineEvent) -> 
             "links": [{"source": p.record.id, "target": link.target, "type": link.type} for link in p.links]}
 
 
-def _tree(run_id: int, p: Payload, event: EngineEvent) -> dict:
+def _tree(run_id: int, seq: int, p: Payload, event: EngineEvent) -> dict:
     """A tree search's step carries the whole tree as the page draws it (webapp/runs/tree_view.py,
     the one reading of tree events): a few dozen nodes, and no rules to repeat in the browser."""
     from .tree_view import tree_state
 
     data = _small(p)
-    if event.kind != "search_iteration" or getattr(p, "phase", None) is not None:
+    if _carries_tree(event.kind, p):
         data["tree"] = tree_state(Run.objects.select_related("task").get(pk=run_id))
     return data
 
 
-SHAPERS: dict[str, Callable[[int, Any, EngineEvent], dict]] = {
+def _carries_tree(kind: str, p: Payload) -> bool:
+    return kind in ("tree_node", "node_retired") or (kind == "search_iteration" and getattr(p, "phase", None) is not None)
+
+
+SHAPERS: dict[str, Callable[[int, int, Any, EngineEvent], dict]] = {
     "tree_node": _tree,
     "node_retired": _tree,
     "search_iteration": _tree,
-    "agent_started": lambda run_id, p, event: {"state": agent_state(event.kind)},
+    "agent_started": lambda run_id, seq, p, event: {"state": agent_state(event.kind)},
     "agent_finished": _agent_finished,
     "run_started": _run_started,
     "judgement": _judgement,
@@ -118,25 +135,56 @@ SHAPERS: dict[str, Callable[[int, Any, EngineEvent], dict]] = {
 }
 
 
-def event_message(run_id: int, seq: int, event: EngineEvent) -> dict:
-    """The browser's message for one stored engine event (of run ``run_id``, studio seq ``seq``)."""
+def event_message(run_id: int, seq: int, event: EngineEvent, tree: bool = True) -> dict:
+    """The browser's message for one stored engine event (of run ``run_id``, studio seq ``seq``).
+    ``tree=False`` leaves out the whole tree a tree event carries (a page catching up draws
+    only the newest)."""
     payload = parse_payload(event.kind, event.payload)
     shaper = SHAPERS.get(event.kind)
-    data = shaper(run_id, payload, event) if shaper else _small(payload)
+    if shaper is _tree and not tree:
+        shaper = None
+    data = shaper(run_id, seq, payload, event) if shaper else _small(payload)
     return {"kind": event.kind, "seq": seq, "agent": event.agent, "iteration": event.iteration,
             "source": event.run_id, "ts": event.ts, "data": data}
 
 
-def stored_message(row) -> dict:
-    """The message a stored Event row was sent as (for a page's first view of recent events).
-    A row from before payloads were typed, which its model refuses, is listed without data."""
+def stored_message(row, tree: bool = True) -> dict:
+    """The message a stored Event row was sent as (for a page's first view of recent events, and
+    for a page catching up on the ones it missed). A row from before payloads were typed, which
+    its model refuses, is listed without data."""
     event = EngineEvent(run_id=row.source, seq=row.source_seq, ts=row.ts, kind=row.kind, agent=row.agent or None,
                         iteration=row.iteration, payload=row.payload)
     try:
-        return event_message(row.run_id, row.seq, event)
+        return event_message(row.run_id, row.seq, event, tree=tree)
     except PayloadError:
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
                 "source": row.source, "ts": row.ts, "data": {}}
+
+
+CATCH_UP_LIMIT = 500  # messages in one answer to a page catching up; it asks again for more
+
+
+def missed_messages(run: Run, after: int, limit: int = CATCH_UP_LIMIT,
+                    until: int | None = None) -> tuple[list[dict], bool]:
+    """The run's event messages after ``after`` (up to ``until``), oldest first, as they were sent
+    live, and whether more follow. Only the last tree event carries the tree: the page keeps the
+    newest anyway."""
+    rows = run.events.filter(seq__gt=after)
+    if until is not None:
+        rows = rows.filter(seq__lte=until)
+    rows = list(rows.order_by("seq")[:limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit]
+    last_tree = max((i for i, r in enumerate(rows) if r.kind in SHAPERS and SHAPERS[r.kind] is _tree
+                     and _stored_carries_tree(r)), default=None)
+    return [stored_message(r, tree=(i == last_tree)) for i, r in enumerate(rows)], more
+
+
+def _stored_carries_tree(row) -> bool:
+    try:
+        return _carries_tree(row.kind, parse_payload(row.kind, row.payload))
+    except PayloadError:
+        return False
 
 
 def studio_message(kind: str, fragments: list[str] = (), **fields: Any) -> dict:

@@ -53,9 +53,10 @@ def _label(version, workflow_hash: str | None, iteration: int, active: bool) -> 
     return f"iteration {iteration}: {label}" if active else f"{label} (final)"
 
 
-def probe_label(run: Run, workflow_hash: str, iteration: int) -> dict:
-    """What the DAG panel says about a probe that has just started (the run is going)."""
-    version = run.current_version
+def probe_label(run: Run, workflow_hash: str, iteration: int, version=None) -> dict:
+    """What the DAG panel says about a probe that has just started (the run is going), given the
+    run's latest version then (by default, now)."""
+    version = version or run.current_version
     return {"label": _label(version, workflow_hash, iteration, True), "version": version.number if version else None,
             "version_hash": version.hash if version else None, "finished": False}
 

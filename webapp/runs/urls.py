@@ -2,7 +2,7 @@ from django.urls import path
 
 from . import compare, replay_views, report  # noqa: I001 - issue 13 part C: replay, compare, report
 
-from . import annotation_views, share_views, views
+from . import annotation_views, live_views, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<int:run_id>/control/<str:action>", views.run_control, name="run_control"),
     path("runs/<int:run_id>/graph.json", views.graph_json, name="graph_json"),
     path("runs/<int:run_id>/scores.json", views.scores_json, name="scores_json"),
+    path("runs/<int:run_id>/events.json", live_views.missed_events, name="missed_events"),
     path("runs/<int:run_id>/tree.json", views.tree_json, name="tree_json"),
     path("runs/<int:run_id>/evidence.json", views.evidence_json, name="evidence_json"),
     path("runs/<int:run_id>/training.json", views.training_json, name="training_json"),

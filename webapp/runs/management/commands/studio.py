@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 import urllib.error
@@ -31,6 +32,8 @@ class Command(BaseCommand):
         parser.add_argument("--no-demo", action="store_true", help="do not start a demo run")
         parser.add_argument("--demo-task", default=str(Path(settings.TRELLIS_EXAMPLES_DIR) / "diabetes-progression"))
         parser.add_argument("--workers", type=int, default=2, help="runs executed at once by the embedded worker")
+        parser.add_argument("--web-processes", type=int, default=None,
+                            help="ASGI web processes sharing the port (default: one per two cores, up to 4)")
         parser.add_argument("--training-workers", type=int, default=None,
                             help="training jobs run at once by the training worker (default: one per GPU, "
                                  "or 1 on a machine without one; 0: jobs run in the runs' own worker)")
@@ -39,6 +42,10 @@ class Command(BaseCommand):
         # SIGTERM (from a supervisor or `kill`) stops the children like Ctrl-C does.
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         call_command("migrate", interactive=False, verbosity=0)
+        # One listening socket, bound first (a port in use is said before anything starts), that
+        # every web process accepts on: a restarted one takes the same socket, and no connection
+        # is refused meanwhile.
+        listener = web_listener(options["host"], options["port"])
         embedded = settings.EMBEDDED_REDIS
         redis = None
         if embedded:
@@ -52,9 +59,9 @@ class Command(BaseCommand):
             Child("worker", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "runs,celery",
                              "-c", str(options["workers"]), "--loglevel", "WARNING", "-n", "trellis-embedded@%h"],
                   env, settings.BASE_DIR),
-            Child("web", [sys.executable, "-m", "daphne", "-b", options["host"], "-p", str(options["port"]),
-                          "webapp.asgi:application"], env, settings.BASE_DIR),
         ]
+        children += web_servers(env, listener, options["web_processes"] or default_web_processes(),
+                                host=options["host"], port=options["port"])
         training = training_worker(env, options["training_workers"])
         if training is not None:
             children.append(training)
@@ -86,6 +93,8 @@ class Command(BaseCommand):
         finally:
             for child in children:
                 child.stop(10)
+            if listener:
+                listener.close()
             if redis:
                 redis.stop()
 
@@ -146,6 +155,47 @@ class Command(BaseCommand):
             self.stderr.write(f"{exc}; stopping the studio")
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the studio")
+
+
+def default_web_processes() -> int:
+    """One web process per two cores, up to four (Redis, the workers and the database need the
+    rest); one on a two-core machine. Each serves any run: a run's messages come from Redis
+    once per process and fan out there (webapp/runs/fanout.py)."""
+    return max(1, min(4, (os.cpu_count() or 1) // 2))
+
+
+def web_listener(host: str, port: int) -> socket.socket | None:
+    """The listening socket the web processes share (the kernel hands each connection to one).
+    None for an IPv6 address, which Daphne cannot take as a descriptor: it then binds itself."""
+    if ":" in host:
+        return None
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise CommandError(f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def web_servers(env: dict, listener: socket.socket | None, processes: int, log_dir: Path | None = None,
+                host: str = "", port: int = 0) -> list[Child]:
+    """``processes`` Daphne servers accepting on ``listener`` (passed down as a file descriptor);
+    without one, a single server bound to ``host``:``port`` itself."""
+    def log(name: str) -> Path | None:
+        return log_dir / f"{name}.log" if log_dir else None
+
+    if listener is None:
+        return [Child("web", [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "webapp.asgi:application"],
+                      env, settings.BASE_DIR, log("web"))]
+    fd = listener.fileno()
+    names = ["web"] + [f"web-{i}" for i in range(2, processes + 1)]
+    return [Child(name, [sys.executable, "-m", "daphne", "--fd", str(fd), "webapp.asgi:application"],
+                  env, settings.BASE_DIR, log(name), pass_fds=(fd,))
+            for name in names]
 
 
 def training_worker(env: dict, processes: int | None = None) -> Child | None:
