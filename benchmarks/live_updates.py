@@ -204,6 +204,8 @@ class Page:
         self.held: list[dict] = []
         self.catching = False
         self.repaired = 0
+        self.ws = None
+        self.asked: asyncio.Future | None = None
 
     def receive(self, message: dict, arrived: float) -> None:
         kind = message.get("kind")
@@ -254,6 +256,8 @@ class Page:
 
     async def _catch_up(self, until: int | None) -> None:
         try:
+            if until is not None and await self._ask_socket(until):
+                return
             while True:
                 params = {"after": str(self.seq), **({"until": str(until)} if until is not None else {})}
                 async with self.w.session.get(f"{self.w.http_url}/runs/{self.w.run_pk}/events.json",
@@ -269,6 +273,29 @@ class Page:
             self.w.catch_up_errors.append(repr(exc))
         finally:
             self.catching = False
+            self._release()
+
+    async def _ask_socket(self, until: int) -> bool:
+        """As run.js: a gap's events asked of the socket first (its web process keeps recent
+        ones); True when that filled it."""
+        self.asked = asyncio.get_running_loop().create_future()
+        await self.ws.send_str(json.dumps({"type": "missed", "after": self.seq, "until": until}))
+        try:
+            messages = await asyncio.wait_for(self.asked, 2.0)
+        except asyncio.TimeoutError:
+            return False
+        for message in messages or []:
+            if message["seq"] == self.seq + 1:
+                self.apply(message)
+                self.repaired += 1
+                self.w.from_socket += 1
+        return self.seq >= until
+
+    def answered(self, frame: dict) -> None:
+        if self.asked is not None and not self.asked.done():
+            self.asked.set_result(frame.get("messages"))
+
+    def _release(self) -> None:
         held, self.held = self.held, []
         for message in sorted(held, key=lambda m: m["seq"]):
             if message["seq"] == self.seq + 1:
@@ -301,6 +328,7 @@ class Watchers:
         self.frames = 0
         self.messages = 0
         self.catch_up_errors: list[str] = []
+        self.from_socket = 0  # repaired events the socket answered (not events.json)
         self.drop = drop
         self.random = random.Random(seed)
         self.annotations: dict[int, list[float]] = {}  # annotation pk -> arrival times of its message
@@ -332,6 +360,8 @@ class Watchers:
         self.sockets = await asyncio.gather(*(self._open(gate) for _ in range(n)))
         elapsed = time.perf_counter() - t
         self.pages = [Page(self, seq) for _ in self.sockets]
+        for page, ws in zip(self.pages, self.sockets):
+            page.ws = ws
         self.readers = [asyncio.create_task(self._read(ws, page)) for ws, page in zip(self.sockets, self.pages)]
         return elapsed
 
@@ -343,6 +373,9 @@ class Watchers:
             if msg.type != aiohttp.WSMsgType.TEXT:
                 break
             frame = json.loads(msg.data)
+            if isinstance(frame, dict) and frame.get("kind") == "missed":
+                page.answered(frame)
+                continue
             self.frames += 1
             for message in frame if isinstance(frame, list) else [frame]:
                 self.messages += 1
@@ -551,6 +584,7 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
         await emit(conn, f"warm{n_clients}", 5, None)
         await watchers.wait_for(f"warm{n_clients}", 5 * n_clients, quiet_s)
         out = {"clients": n_clients, "connect_s": connect_s, "connect_errors": len(watchers.connect_errors)}
+        from_socket0 = watchers.from_socket
         for kind, phase_rate in (("steady", rate), ("burst", None)):
             phase = f"{kind}{n_clients}"
             repaired0 = sum(p.repaired for p in watchers.pages)
@@ -591,6 +625,7 @@ async def measure(conn, url: str, run_pk: int, cookie: str, n_clients: int, even
                 "daphne_ms_per_msg": daphne_ms}
         out["server_closed"] = list(watchers.server_closed)
         out["catch_up_errors"] = list(watchers.catch_up_errors)
+        out["from_socket"] = watchers.from_socket - from_socket0
         return out
     finally:
         await watchers.close()
@@ -635,8 +670,8 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None, d
           "group_send to the arrival. burst ev/s: burst events that reached every client / (last arrival -\n"
           "first send); msgs/s = that x clients; msg/frame: messages per WebSocket frame in the burst (the web\n"
           "process coalesces what comes faster than it sends). lost: event messages that never arrived live\n"
-          "(besides those dropped on purpose); repaired: events the clients fetched from events.json after a gap or a\n"
-          "sync, as run.js does; diverged: clients whose state (last seq, budget shown) differed from the run's once\n"
+          "(besides those dropped on purpose); repaired: events the clients fetched after a gap (from the socket, which\n"
+          "answers from its web process's recent events, else from events.json) or a sync, as run.js does; diverged: clients whose state (last seq, budget shown) differed from the run's once\n"
           "they had caught up (must be 0). conn err: WebSocket handshakes refused (then retried); closed: sockets the\n"
           "server closed during the measurement. CPU %: of one core, over the burst phase, on a machine with\n"
           f"{os.cpu_count()} cores (daphne: all web processes); daphne CPU ms/msg: web CPU time per message delivered\n"
@@ -711,7 +746,8 @@ def main() -> None:
             s, b = row["steady"], row["burst"]
             print(f"  {n} clients: steady p50 {s['p50']:.1f} ms p95 {s['p95']:.1f} ms lost {s['lost']}; "
                   f"burst {b['delivered_rate']:.1f} ev/s p50 {b['p50']:.1f} ms lost {b['lost']}; "
-                  f"repaired {s['repaired'] + b['repaired']}, diverged {max(s['diverged'], b['diverged'])}", flush=True)
+                  f"repaired {s['repaired'] + b['repaired']} ({row['from_socket']} by the socket), "
+                  f"diverged {max(s['diverged'], b['diverged'])}", flush=True)
         conn.send(("diag", 100))
         diag = conn.recv() if conn.poll(120) else None
         annotation_row = None

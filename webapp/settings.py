@@ -144,8 +144,8 @@ else:
 CHANNEL_LAYERS = {"default": {
     "BACKEND": "channels_redis.core.RedisChannelLayer",
     # channels_redis waits up to 5 s on Redis for the next message: a socket timeout above
-    # that keeps quiet runs' WebSockets open (redis-py's default of 5 s closed them); a large
-    # pool lets a hundred browsers connect at once.
+    # that keeps quiet runs' subscriptions open (redis-py's default of 5 s closed them). A web
+    # process subscribes once per run however many browsers watch it (webapp/runs/fanout.py).
     "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30, "max_connections": 2000}],
                "capacity": 2000, "expiry": 30},
 }}

@@ -231,7 +231,7 @@
   const JITTER_MS = 1000;  // pages told at once that they are behind do not all ask at once
   const recentMessages = JSON.parse((document.getElementById("recent-messages") || { textContent: "[]" }).textContent);
   const feed = { seq: Math.max(0, ...recentMessages.map((m) => m.seq || 0)), sseq: null, catching: false, held: [],
-                 due: { events: false, until: null, studio: false }, open: false, rounds: 0 };
+                 due: { events: false, until: null, studio: false }, open: false, rounds: 0, ws: null, asked: {} };
   const ready = Promise.all([loadGraph(), loadScores()]).catch(() => {});
 
   function receive(msg) {
@@ -286,7 +286,7 @@
         const { events, until, studio } = feed.due;
         feed.due = { events: false, until: null, studio: false };
         // Panels that reload themselves (studio) are not handed the events that reload brings.
-        const base = events || studio ? await fetchMissed(!studio, events ? until : feed.seq) : null;
+        const base = await fetchMissed(!studio, events ? until : feed.seq, studio);
         if (studio) {
           if (base != null) feed.sseq = base;  // what the parts read now covers up to here
           await studioParts();
@@ -303,8 +303,19 @@
   }
 
   // The events after the last one applied (up to ``until``), applied in order; returns the run's
-  // studio number as the server read it first.
-  async function fetchMissed(dispatch, until) {
+  // studio number as the server read it first (null when the socket answered: no one asked).
+  // A gap's events are asked of the socket first: its web process answers from the events it
+  // keeps, without a request or a query; it says null when it has not got them all.
+  async function fetchMissed(dispatch, until, studio) {
+    if (until !== null && until > feed.seq && !studio) {
+      const got = await askSocket(feed.seq, until);
+      for (const msg of got || []) {
+        if (msg.seq !== feed.seq + 1) break;
+        feed.seq = msg.seq;
+        onMessage(msg, dispatch);
+      }
+      if (feed.seq >= until) return null;
+    }
     let answer = null;
     do {
       const bound = until === null ? "" : "&until=" + until;
@@ -318,6 +329,16 @@
       }
     } while (answer.more && answer.messages.length);
     return answer.sseq;
+  }
+
+  function askSocket(after, until) {
+    return new Promise((resolve) => {
+      const key = after + ":" + until;
+      const done = (messages) => { clearTimeout(timer); delete feed.asked[key]; resolve(messages); };
+      const timer = setTimeout(() => done(null), 2000);
+      feed.asked[key] = done;
+      try { feed.ws.send(JSON.stringify({ type: "missed", after, until })); } catch (err) { done(null); }
+    });
   }
 
   // What studio messages change, read again; the panels reload on "trellis:reconnected".
@@ -336,7 +357,7 @@
   let backoff = 500;
   function connect() {
     const proto = location.protocol === "https:" ? "wss://" : "ws://";
-    const ws = new WebSocket(proto + location.host + root.dataset.ws);
+    const ws = feed.ws = new WebSocket(proto + location.host + root.dataset.ws);
     const state = document.getElementById("ws-state");
     // What happened before this connection was open (between the page's render and the socket,
     // or while it was down) was not pushed to it: fetch what was missed, read the parts again.
@@ -347,6 +368,7 @@
     ws.onmessage = (e) => {
       let frame;
       try { frame = JSON.parse(e.data); } catch (err) { return; }
+      if (frame && frame.kind === "missed") { (feed.asked[frame.after + ":" + frame.until] || (() => {}))(frame.messages); return; }
       for (const msg of Array.isArray(frame) ? frame : [frame]) receive(msg);
     };
     ws.onclose = () => {

@@ -2,8 +2,9 @@
 studio: Daphne, embedded Redis): three viewers watch one run; the third one's WebSocket loses
 messages on the way (Playwright sits between the page and the server and drops frames: a probe's
 graph, a judgement, a proposal, and then everything but the server's syncs to the end, the last
-messages included). Its page notices each gap, says "catching up…", fetches what it missed, and
-all three show the same final DAG, queue, scores and header. The run's events go through the
+messages included). Its page notices each gap, says "catching up…", fetches what it missed (a
+gap's events from its socket, a studio message's effect and the lost tail from the studio's
+pages and events.json), and all three show the same final DAG, queue, scores and header. The run's events go through the
 worker's own sink (RunEventSink) from this test, so the test takes seconds, not a run's minutes.
 Screenshots land in test-artifacts/screenshots/."""
 from __future__ import annotations
@@ -94,8 +95,9 @@ def test_three_viewers_one_losing_messages_end_with_the_same_dag_queue_and_score
 
         def from_server(message) -> None:
             text = message if isinstance(message, str) else message.decode()
-            is_sync = text.startswith('{"kind": "sync"')
-            if not is_sync and (dropping["all"] or any(f'"kind": "{k}"' in text for k in dropping["kinds"])):
+            # the server's syncs and its answers to the page's own questions get through
+            answer = text.startswith(('{"kind": "sync"', '{"kind": "missed"'))
+            if not answer and (dropping["all"] or any(f'"kind": "{k}"' in text for k in dropping["kinds"])):
                 dropped.append(text)
                 return
             ws.send(message)

@@ -181,6 +181,30 @@ def test_the_sync_tells_a_page_the_run_as_it_was_a_tick_before(run, monkeypatch)
     assert all(m["kind"] == "sync" for m in later) and later[-1]["seq"] == 9
 
 
+def test_no_sync_goes_while_messages_come_only_once_the_run_is_quiet(run, monkeypatch):
+    """While messages come, a page sees a gap in their numbers itself; a sync then could only
+    send every page of a busy server to fetch what is on its way."""
+    _, client = person(run, "vi", "viewer")
+    monkeypatch.setattr(fanout, "SYNC_S", 0.1)
+
+    async def scenario():
+        s = watcher(run, client)
+        assert (await s.connect(timeout=10))[0]
+        layer = get_channel_layer()
+        for n in range(1, 21):  # 0.6 s of messages, six ticks
+            await layer.group_send(run.group, {"type": "run.message", "fragments": [],
+                                               "text": json.dumps({"kind": "model_call", "seq": n})})
+            await asyncio.sleep(0.03)
+        busy, _ = await messages_of(s, 20)
+        quiet = await s.receive_json_from(timeout=5)
+        await s.disconnect()
+        return busy, quiet
+
+    busy, quiet = async_to_sync(scenario)()
+    assert [m["kind"] for m in busy] == ["model_call"] * 20
+    assert quiet["kind"] == "sync"
+
+
 def test_a_feed_that_lost_the_layer_joins_again_and_tells_pages_to_catch_up(run, monkeypatch):
     _, client = person(run, "vi", "viewer")
     monkeypatch.setattr(fanout, "RETRY_S", 0.05)
@@ -242,3 +266,61 @@ def test_a_page_fetches_exactly_the_events_it_missed_as_they_were_sent(run, monk
 
     outsider.force_login(get_user_model().objects.create_user("out", password="pw-out-1"))
     assert outsider.get(f"/runs/{run.pk}/events.json").status_code == 404  # like a run that does not exist
+
+
+def test_a_studio_message_that_could_not_be_sent_leaves_a_gap_in_the_numbers(run, monkeypatch):
+    """Redis away for a moment: pushes are skipped for a while after a failed one. A studio
+    message skipped then had no number; the next one counts it, so that a page sees a gap and
+    re-reads what it changed instead of showing it stale."""
+    _, client = person(run, "vi", "viewer")
+
+    async def scenario():
+        s = watcher(run, client)
+        assert (await s.connect(timeout=10))[0]
+        await push(monkeypatch, run, live.status_message("running"))
+        first = await s.receive_json_from(timeout=10)
+        layer = get_channel_layer()
+        real = layer.group_send
+
+        async def away(group, message):
+            raise ConnectionError("redis went away")
+
+        monkeypatch.setattr(layer, "group_send", away)
+        await push(monkeypatch, run, live.event_message(run.pk, 1, model_call(1)))  # fails: quiet for a while
+        monkeypatch.setattr(layer, "group_send", real)
+        await sync_to_async(bridge.broadcast, thread_sensitive=False)(run, live.status_message("paused"))  # skipped
+        await push(monkeypatch, run, live.status_message("running"))
+        second = await s.receive_json_from(timeout=10)
+        await s.disconnect()
+        return first, second
+
+    first, second = async_to_sync(scenario)()
+    assert second["status"] == "running" and second["sseq"] == first["sseq"] + 2  # the skipped one's number
+
+
+def test_a_page_asks_its_socket_for_a_small_gap_and_the_process_answers_from_memory(run, monkeypatch):
+    """No request and no query for what the web process still has; null when it has not got it
+    all (the page then asks events.json)."""
+    _, client = person(run, "vi", "viewer")
+
+    async def scenario():
+        s = watcher(run, client)
+        assert (await s.connect(timeout=10))[0]
+        layer = get_channel_layer()
+        for n in range(1, 6):
+            await layer.group_send(run.group, {"type": "run.message", "fragments": [], "seq": n,
+                                               "text": json.dumps({"kind": "agent_started", "seq": n})})
+        await messages_of(s, 5)
+        answers = []
+        for ask in ({"type": "missed", "after": 1, "until": 3}, {"type": "missed", "after": 3, "until": 9},
+                    {"type": "missed", "after": "1", "until": 3}):
+            await s.send_json_to(ask)
+            answers.append(await s.receive_json_from(timeout=5))
+        await s.disconnect()
+        return answers
+
+    covered, beyond, bad = async_to_sync(scenario)()
+    assert covered == {"kind": "missed", "after": 1, "until": 3,
+                       "messages": [{"kind": "agent_started", "seq": 2}, {"kind": "agent_started", "seq": 3}]}
+    assert beyond["messages"] is None  # 6 to 9 never came this way
+    assert bad["type"] == "refused"

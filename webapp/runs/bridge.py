@@ -101,9 +101,10 @@ async def _send(layer, run_id: int, message: dict, fragments: list[str], studio:
         # The number also counts this process's studio messages to the run that never left (Redis
         # was away): pages then see a gap and re-read. A lost engine event shows in its seq anyway.
         message = {**message, "sseq": await studio_seq.next_sseq(run_id, layer, 1 + _LOOP.owed(run_id))}
-    # Encoded once here, not once per connected browser in the web server.
+    # Encoded once here, not once per connected browser in the web server; an event's seq beside
+    # it, for the web process to keep recent events by (a page's small gap is served from there).
     await layer.group_send(f"run-{run_id}", {"type": "run.message", "text": json.dumps(message, default=str),
-                                             "fragments": fragments})
+                                             "fragments": fragments, "seq": None if studio else message["seq"]})
 
 
 def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True) -> WorkflowVersion:

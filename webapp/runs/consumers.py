@@ -90,11 +90,28 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=frame)
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
-        # Nothing a client sends is acted on here today; through a share link it never will be.
+        """A page may ask for the events of a gap it saw (``{"type": "missed", "after": N,
+        "until": M}``): answered from this process's recent events, ``messages`` null when it has
+        not got them all (the page then asks events.json). Nothing else a client sends is acted
+        on; through a share link it never will be."""
+        try:
+            content = json.loads(text_data or "")
+        except ValueError:
+            content = None
+        if isinstance(content, dict) and content.get("type") == "missed":
+            await self._missed(content)
+            return
         if self.share is not None:
             await self.send(text_data=json.dumps({"type": "refused", "error": "a share link is read-only"}))
+
+    async def _missed(self, content: dict) -> None:
+        after, until = content.get("after"), content.get("until")
+        if type(after) is not int or type(until) is not int:
+            await self.send(text_data=json.dumps({"type": "refused", "error": "after and until must be integers"}))
             return
-        await super().receive(text_data=text_data, bytes_data=bytes_data, **kwargs)
+        texts = self.feed.missed(after, until) if self.feed is not None else None
+        await self.send(text_data=f'{{"kind": "missed", "after": {after}, "until": {until}, "messages": '
+                                  + ("null" if texts is None else "[" + ",".join(texts) + "]") + "}")
 
     # --- what the feed calls ------------------------------------------------------------------
     async def deliver(self, frame: str) -> None:

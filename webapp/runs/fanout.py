@@ -13,13 +13,15 @@ group and hands each message to its sockets directly (``RunConsumer.deliver``):
   to every socket, so that sending takes at most half of the process);
 - fragments (a studio message that names some) are rendered once per role, not once per viewer,
   with every viewer's role read in one query; a viewer no longer a member is closed (4403);
-- sync: every ``SYNC_S`` the feed tells its sockets the run's last event seq and studio number
-  (as they were a tick earlier), so that a page whose last message was lost notices; after Redis
-  went away (the group is lost with it) the feed joins again and tells every page to catch up
-  (``resync``).
+- sync: after a quiet ``SYNC_S`` the feed tells its sockets the run's last event seq and studio
+  number (as they were a tick earlier), so that a page whose last message was lost notices (an
+  earlier one shows as a gap in the numbers of the next); after Redis went away (the group is
+  lost with it) the feed joins again and tells every page to catch up (``resync``).
 
 The messages themselves are encoded once by the sender (webapp/runs/bridge.py) and carry their
-sequence numbers; static/js/run.js does the catching up.
+sequence numbers; static/js/run.js does the catching up: a small gap it asks of its socket, which
+answers from the feed's last ``RECENT`` events (``missed``) when it has them all, without a
+request or a query; anything else from runs/<id>/events.json.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ BURST = 4              # frames that go at once after a quiet moment
 DUTY = 2.0             # the gap is at least twice what handing one frame to every socket took
 REGROUP_S = 600.0      # channels_redis forgets a group member after its group_expiry (a day): renew
 RETRY_S = 1.0
+RECENT = 1000          # event messages a feed keeps, to answer a page's small gap without the database
 
 
 class Viewer(Protocol):
@@ -135,7 +138,8 @@ class RunFeed:
         self.channel = ""
         self.tasks: list[asyncio.Task] = []
         self.ready: asyncio.Future | None = None
-        self.frames = 0   # frames handed to each socket so far (for tests and the benchmark)
+        self.heard = 0.0  # when the last message came from the layer
+        self.recent: dict[int, str] = {}  # the latest RECENT event messages by seq, oldest first
 
     async def start(self) -> None:
         self.channel = await self.layer.new_channel()
@@ -156,6 +160,21 @@ class RunFeed:
         self.pending.append(message)
         self.wake.set()
 
+    def _keep(self, message: dict) -> None:
+        seq = message.get("seq")
+        if isinstance(seq, int) and not message.get("fragments"):
+            self.recent[seq] = message["text"]
+            while len(self.recent) > RECENT:
+                del self.recent[next(iter(self.recent))]
+
+    def missed(self, after: int, until: int) -> list[str] | None:
+        """The event messages ``after`` < seq <= ``until`` as they were sent, if this process has
+        every one of them still; else None (the page asks the database: events.json)."""
+        if not 0 < until - after <= RECENT:
+            return None
+        texts = [self.recent.get(seq) for seq in range(after + 1, until + 1)]
+        return None if None in texts else texts
+
     # --- the three tasks ------------------------------------------------------------------
     async def _read(self) -> None:
         while True:
@@ -170,6 +189,8 @@ class RunFeed:
                 continue
             kind = message.get("type")
             if kind == "run.message":
+                self.heard = time.monotonic()
+                self._keep(message)
                 self.push(message)
             elif kind == "share.revoked":
                 for viewer in list(self.viewers):
@@ -208,20 +229,21 @@ class RunFeed:
                 self.wake.set()
 
     async def _sync(self) -> None:
-        """Each tick sends the marks read at the tick before: a message counted then has had a
-        whole tick to reach this feed, so a page that has not got it by this sync (frames keep
-        their order) missed it, and a busy server does not send every page to fetch what is
-        only on its way."""
-        earlier = None
+        """For a lost *last* message: while messages come, a page sees a gap in their numbers
+        itself. So a tick sends the marks read at the tick before, and only when nothing came
+        since: a message counted then has had a whole quiet tick to reach this feed, so a page
+        that has not got it by this sync (frames keep their order) missed it; and a busy server
+        never sends every page to fetch what is only on its way."""
+        earlier, read_at = None, 0.0
         while True:
             await asyncio.sleep(SYNC_S)
             try:
                 if time.monotonic() - self.grouped_at > REGROUP_S:
                     await self.layer.group_add(self.group, self.channel)
                     self.grouped_at = time.monotonic()
-                if earlier is not None and self.viewers:
+                if earlier is not None and self.viewers and self.heard < read_at:
                     self.push({"text": json.dumps(earlier), "fragments": []})
-                earlier = await self.marks()
+                earlier, read_at = await self.marks(), time.monotonic()
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - the next one will do
@@ -261,7 +283,6 @@ class RunFeed:
                 await viewer.refuse(4403)
                 continue
             await viewer.deliver(by_role[role])
-        self.frames += 1
         self.pacer.spent(time.perf_counter() - started)
 
 
