@@ -48,6 +48,7 @@ DUTY = 2.0             # the gap is at least twice what handing one frame to eve
 REGROUP_S = 600.0      # channels_redis forgets a group member after its group_expiry (a day): renew
 RETRY_S = 1.0
 RECENT = 1000          # event messages a feed keeps, to answer a page's small gap without the database
+RECENT_CHARS = 4_000_000
 
 
 class Viewer(Protocol):
@@ -140,6 +141,7 @@ class RunFeed:
         self.ready: asyncio.Future | None = None
         self.heard = 0.0  # when the last message came from the layer
         self.recent: dict[int, str] = {}  # the latest RECENT event messages by seq, oldest first
+        self.recent_chars = 0
 
     async def start(self) -> None:
         self.channel = await self.layer.new_channel()
@@ -164,8 +166,10 @@ class RunFeed:
         seq = message.get("seq")
         if isinstance(seq, int) and not message.get("fragments"):
             self.recent[seq] = message["text"]
-            while len(self.recent) > RECENT:
-                del self.recent[next(iter(self.recent))]
+            self.recent_chars += len(message["text"])
+            # a tree event carries the whole tree: bounded in characters too
+            while len(self.recent) > RECENT or self.recent_chars > RECENT_CHARS:
+                self.recent_chars -= len(self.recent.pop(next(iter(self.recent))))
 
     def missed(self, after: int, until: int) -> list[str] | None:
         """The event messages ``after`` < seq <= ``until`` as they were sent, if this process has
@@ -275,14 +279,17 @@ class RunFeed:
         for viewer in viewers:
             if viewer not in self.viewers:  # left while the fragments were rendered
                 continue
-            if not by_role:
-                await viewer.deliver(plain)
-                continue
-            role = Role.VIEWER if viewer.share is not None else roles.get(viewer.user_id)
-            if role is None or role not in by_role:  # no longer a member (or the run is gone)
-                await viewer.refuse(4403)
-                continue
-            await viewer.deliver(by_role[role])
+            try:
+                if not by_role:
+                    await viewer.deliver(plain)
+                    continue
+                role = Role.VIEWER if viewer.share is not None else roles.get(viewer.user_id)
+                if role is None or role not in by_role:  # no longer a member (or the run is gone)
+                    await viewer.refuse(4403)
+                    continue
+                await viewer.deliver(by_role[role])
+            except Exception:  # noqa: BLE001 - one broken socket must not keep the frame from the others
+                log.debug("live feed of run %s: a socket refused a frame", self.run_id, exc_info=True)
         self.pacer.spent(time.perf_counter() - started)
 
 
