@@ -711,6 +711,7 @@ def main() -> None:
 
     started = time.perf_counter()
     var_dir = Path(tempfile.mkdtemp(prefix="trellis-live-bench-"))
+    os.environ.setdefault("TRELLIS_LIVE_SYNC_S", "3")  # the studio's own (webapp/runs/fanout.py), not the tests' 1 s
     use_studio_environment(var_dir, var_dir / "bench.sqlite3")
     from tests.studio_harness import Studio  # Redis and Daphne exactly as the tests start them
 

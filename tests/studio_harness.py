@@ -25,7 +25,9 @@ def studio_environment(var_dir: Path, db_path: Path) -> dict[str, str]:
     embedded Redis and a SQLite file, nothing shared with another studio."""
     env = {**os.environ, "TRELLIS_VAR_DIR": str(var_dir), "TRELLIS_DB_PATH": str(db_path),
            "DJANGO_SETTINGS_MODULE": "webapp.settings", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1",
+           # a lost last message noticed after a quiet second, not three: the tests wait less
+           "TRELLIS_LIVE_SYNC_S": os.environ.get("TRELLIS_LIVE_SYNC_S", "1")}
     # PYTEST_XDIST_WORKER: the studio's processes use var_dir as given, not a test worker's own.
     for name in ("TRELLIS_REDIS_URL", "DATABASE_URL", "PYTEST_XDIST_WORKER"):
         env.pop(name, None)

@@ -133,12 +133,12 @@
   function loadScores() {
     if (!hasWorkflow) return Promise.resolve();
     if (scoresLoading) return scoresLoading;
-    scoresLoading = fetch(root.dataset.scores).then((r) => r.json()).then((s) => {
+    const loading = scoresLoading = fetch(root.dataset.scores).then((r) => r.json()).then((s) => {
       series = s; scoresLoading = null;
       for (const p of lateP.splice(0)) addPoint(p);
       drawScores(structuredClone(series));
-    }).finally(() => { scoresLoading = null; });
-    return scoresLoading;
+    }, () => { if (scoresLoading === loading) scoresLoading = null; });  // the next load takes the late points
+    return loading;
   }
   // Plotly.react redraws only data it sees as new, so it gets a copy, never the mutated arrays.
   const redrawScores = debounce(() => series && drawScores(structuredClone(series)), 150);

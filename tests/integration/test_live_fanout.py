@@ -35,8 +35,9 @@ def two_web_processes(studio):
         wait_for(answers, 60, what=f"the two web processes (see {studio.logs})")
         yield url, children
     finally:
-        for child in children:
-            child.stop(10)
+        for child in children:  # nothing of theirs to keep: no need to wait for a graceful stop
+            child.kill_group()
+            child.proc.wait(10)
         listener.close()
 
 

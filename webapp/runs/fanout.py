@@ -165,6 +165,7 @@ class RunFeed:
     def _keep(self, message: dict) -> None:
         seq = message.get("seq")
         if isinstance(seq, int) and not message.get("fragments"):
+            self.recent_chars -= len(self.recent.pop(seq, ""))
             self.recent[seq] = message["text"]
             self.recent_chars += len(message["text"])
             # a tree event carries the whole tree: bounded in characters too
@@ -211,7 +212,7 @@ class RunFeed:
                 continue
             self.grouped_at = time.monotonic()
             # What was sent meanwhile never reached this process: every page catches up.
-            self.push({"text": json.dumps(await self.marks(resync=True)), "fragments": []})
+            self.push({"text": json.dumps({"kind": "sync", "resync": True}), "fragments": []})
             return
 
     async def _flush(self) -> None:
@@ -254,11 +255,11 @@ class RunFeed:
                 earlier = None
                 log.debug("live feed of run %s: no sync this time", self.run_id, exc_info=True)
 
-    async def marks(self, resync: bool = False) -> dict:
+    async def marks(self) -> dict:
         """The run's last event seq and studio number now, as a ``sync`` message."""
         seq = await _last_seq(self.run_id)
         sseq = await studio_seq.current_sseq(self.run_id, self.layer)
-        return {"kind": "sync", "seq": seq or 0, "sseq": sseq, **({"resync": True} if resync else {})}
+        return {"kind": "sync", "seq": seq or 0, "sseq": sseq}
 
     # --- one frame to every socket --------------------------------------------------------
     async def _deliver(self, batch: list[dict]) -> None:
