@@ -166,3 +166,22 @@ def test_a_share_websocket_closes_at_the_first_message_after_the_link_expired(tw
         assert (await communicator.receive_output(timeout=2))["code"] == 4410
 
     async_to_sync(attempt)()
+
+
+def test_a_share_websocket_asking_for_missed_events_after_the_link_expired_is_closed(two, monkeypatch):
+    """A page catching up asks its socket for a gap's events; through a link that has expired,
+    the answer is the closed socket, not the events."""
+    shared, _, link, _ = two
+    monkeypatch.setattr(consumers, "SHARE_RECHECK_S", 0.0)
+
+    async def attempt():
+        communicator, (connected, _) = await _connect(f"/ws/runs/{shared.pk}/?share={sharing.sign(link)}")
+        assert connected
+        await communicator.send_json_to({"type": "missed", "after": 0, "until": 1})
+        assert (await communicator.receive_json_from())["kind"] == "missed"  # while the link holds
+        await database_sync_to_async(ShareLink.objects.filter(pk=link.pk).update)(
+            expires=timezone.now() - timedelta(seconds=1))
+        await communicator.send_json_to({"type": "missed", "after": 0, "until": 1})
+        assert (await communicator.receive_output(timeout=2))["code"] == 4410
+
+    async_to_sync(attempt)()

@@ -80,8 +80,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self._join()
 
     async def _join(self) -> None:
-        """Accept, then join the feed: frames the feed hands over before the accept has gone out
-        wait for it (the page asks for what came before on its own: static/js/run.js)."""
+        """Join the feed, then accept: frames the feed hands over before the accept has gone out
+        wait for it (what came before, the page asks for on its own: static/js/run.js)."""
         self.early: list[str] | None = []
         self.feed = await fanout.join(self.run_id, self)
         await self.accept()
@@ -105,6 +105,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=json.dumps({"type": "refused", "error": "a share link is read-only"}))
 
     async def _missed(self, content: dict) -> None:
+        if await self._share_gone():  # an expired link's socket is answered no more
+            return
         after, until = content.get("after"), content.get("until")
         if type(after) is not int or type(until) is not int:
             await self.send(text_data=json.dumps({"type": "refused", "error": "after and until must be integers"}))
