@@ -8,7 +8,8 @@ membership was removed meanwhile is disconnected (4403) instead.
 
 A share link's page connects with ``?share=<signed>`` (webapp/runs/sharing.py) and no account:
 it joins only the link's run, sees fragments as a viewer does, never has a client message acted
-on, and is closed (4410) once the link is revoked or expires.
+on (it is answered, like any viewer, when it asks for the run's events it missed), and is closed
+(4410) once the link is revoked or expires.
 
 A socket is no member of the run's Redis group itself: it joins its web process's feed of the run
 (webapp/runs/fanout.py), which holds the one subscription and hands it each frame (``deliver``)."""
