@@ -671,8 +671,9 @@ def print_table(rows: list[dict], rate: float, events: int, diag: dict | None, d
           "first send); msgs/s = that x clients; msg/frame: messages per WebSocket frame in the burst (the web\n"
           "process coalesces what comes faster than it sends). lost: event messages that never arrived live\n"
           "(besides those dropped on purpose); repaired: events the clients fetched after a gap (from the socket, which\n"
-          "answers from its web process's recent events, else from events.json) or a sync, as run.js does; diverged: clients whose state (last seq, budget shown) differed from the run's once\n"
-          "they had caught up (must be 0). conn err: WebSocket handshakes refused (then retried); closed: sockets the\n"
+          "answers from its web process's recent events, else from events.json) or a sync, as run.js does;\n"
+          "diverged: clients whose state (last seq, budget shown) differed from the run's once they had caught up\n"
+          "(must be 0). conn err: WebSocket handshakes refused (then retried); closed: sockets the\n"
           "server closed during the measurement. CPU %: of one core, over the burst phase, on a machine with\n"
           f"{os.cpu_count()} cores (daphne: all web processes); daphne CPU ms/msg: web CPU time per message delivered\n"
           "to one client in the burst.")
