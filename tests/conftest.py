@@ -88,3 +88,21 @@ def demo_user(transactional_db):
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_user("ada", password="lovelace-1843")
+
+
+@pytest.fixture
+def confined(tmp_path, monkeypatch):
+    """The science MCP server confined to a task folder of its own: data/train.csv (a noisy power law),
+    a held-out file beside data/ and a symlink to it planted in data/ (tests/unit/test_mcp_tools.py and
+    tests/adversarial/test_mcp_tool_inputs.py)."""
+    data = tmp_path / "task" / "data"
+    data.mkdir(parents=True)
+    (tmp_path / "task" / "heldout.csv").write_text("x,y\n1,2\n")
+    xs = [1 + i * 0.25 for i in range(40)]
+    rows = "\n".join(f"{x},{3 * x ** 1.5 * (1 + 0.01 * ((i % 5) - 2))}" for i, x in enumerate(xs))
+    (data / "train.csv").write_text("x,y\n" + rows + "\n")
+    (data / "escape.csv").symlink_to(tmp_path / "task" / "heldout.csv")
+    monkeypatch.setenv("TRELLIS_MCP_DATA", str(data))
+    monkeypatch.setenv("TRELLIS_MCP_BASE", str(tmp_path / "task"))
+    monkeypatch.setenv("TRELLIS_MCP_OUTPUT", str(tmp_path / "out"))
+    return tmp_path

@@ -8,21 +8,6 @@ import pytest
 from engine.mcp_servers import science
 
 
-@pytest.fixture
-def confined(tmp_path, monkeypatch):
-    data = tmp_path / "task" / "data"
-    data.mkdir(parents=True)
-    (tmp_path / "task" / "heldout.csv").write_text("x,y\n1,2\n")
-    xs = [1 + i * 0.25 for i in range(40)]
-    rows = "\n".join(f"{x},{3 * x ** 1.5 * (1 + 0.01 * ((i % 5) - 2))}" for i, x in enumerate(xs))
-    (data / "train.csv").write_text("x,y\n" + rows + "\n")
-    (data / "escape.csv").symlink_to(tmp_path / "task" / "heldout.csv")
-    monkeypatch.setenv("TRELLIS_MCP_DATA", str(data))
-    monkeypatch.setenv("TRELLIS_MCP_BASE", str(tmp_path / "task"))
-    monkeypatch.setenv("TRELLIS_MCP_OUTPUT", str(tmp_path / "out"))
-    return tmp_path
-
-
 @pytest.mark.parametrize("model", ["__import__('os').system('id')", "x.real", "a*x if x else 0", "[a for a in x]",
                                    "open('f')", "9" * 400 + "*x*a", "exp"])
 def test_hostile_model_forms_are_refused_not_evaluated(confined, model):

@@ -100,22 +100,7 @@ def test_tool_allocation_changes_the_hash_and_the_diff_says_it_in_words(team, re
         Mutation("tool_allocation", "analyzer", {"remove": "sandbox.python"}).apply(wf)
 
 
-# --- the science server's functions --------------------------------------------------------------------
-@pytest.fixture
-def confined(tmp_path, monkeypatch):
-    data = tmp_path / "task" / "data"
-    data.mkdir(parents=True)
-    (tmp_path / "task" / "heldout.csv").write_text("x,y\n1,2\n")
-    xs = [1 + i * 0.25 for i in range(40)]
-    rows = "\n".join(f"{x},{3 * x ** 1.5 * (1 + 0.01 * ((i % 5) - 2))}" for i, x in enumerate(xs))
-    (data / "train.csv").write_text("x,y\n" + rows + "\n")
-    (data / "escape.csv").symlink_to(tmp_path / "task" / "heldout.csv")
-    monkeypatch.setenv("TRELLIS_MCP_DATA", str(data))
-    monkeypatch.setenv("TRELLIS_MCP_BASE", str(tmp_path / "task"))
-    monkeypatch.setenv("TRELLIS_MCP_OUTPUT", str(tmp_path / "out"))
-    return tmp_path
-
-
+# --- the science server's functions (the `confined` fixture: tests/conftest.py) --------------------------
 def test_fit_curve_gives_parameters_with_standard_errors_and_the_fit_quality(confined):
     fit = science.fit_curve("power_law", path="data/train.csv", x_column="x", y_column="y")
     a, b = fit["parameters"]["a"], fit["parameters"]["b"]
