@@ -7,24 +7,39 @@
   "use strict";
 
   // --- live annotation lists ----------------------------------------------------------------
+  // A draft is anything a person has put in a list's forms and not posted: a comment, a reply,
+  // a ticked label, a score. A list holding one is never swapped under them, neither when the
+  // news arrives nor when a read already in flight comes back after they started; it is marked
+  // stale and read again once the draft is gone (posted, or emptied and left).
+  function hasDraft(el) {
+    return [...el.querySelectorAll("textarea, input")].some((f) =>
+      f.type === "checkbox" || f.type === "radio" ? f.checked : f.type !== "hidden" && f.value.trim() !== "");
+  }
+  function reread(el) {
+    delete el.dataset.stale;
+    htmx.ajax("GET", el.dataset.url, { target: el, swap: "outerHTML", headers: { "X-Trellis-Reread": "1" } });
+  }
   function refresh(kind, ref) {
     document.querySelectorAll(".annotations").forEach((el) => {
       if (el.dataset.target !== kind + ":" + ref || !window.htmx) return;
-      // Never under a person's typing: a half-written reply or comment waits for the next one.
-      const typing = el.contains(document.activeElement) && document.activeElement.value;
-      if (typing) { el.dataset.stale = "1"; return; }
-      htmx.ajax("GET", el.dataset.url, { target: el, swap: "outerHTML" });
+      if (hasDraft(el)) { el.dataset.stale = "1"; return; }
+      reread(el);
     });
   }
-  // A list left stale under a person's typing catches up once they leave it (unless they posted:
-  // then htmx swapped it already).
+  document.addEventListener("htmx:beforeSwap", (e) => {
+    const headers = (e.detail.requestConfig && e.detail.requestConfig.headers) || {};
+    const el = e.detail.target;
+    if (!headers["X-Trellis-Reread"] || !el || !el.matches || !el.matches(".annotations")) return;
+    if (hasDraft(el)) { e.detail.shouldSwap = false; el.dataset.stale = "1"; }
+  });
+  // A list left stale under a draft catches up once the draft is gone and the person has left
+  // the list (unless they posted: then htmx swapped it already).
   document.addEventListener("focusout", (e) => {
     const el = e.target.closest && e.target.closest(".annotations[data-stale]");
     if (!el || !window.htmx) return;
     setTimeout(() => {
-      if (!el.isConnected || el.contains(document.activeElement) || e.target.value) return;
-      delete el.dataset.stale;
-      htmx.ajax("GET", el.dataset.url, { target: el, swap: "outerHTML" });
+      if (!el.isConnected || el.contains(document.activeElement) || hasDraft(el)) return;
+      reread(el);
     }, 200);
   });
 
