@@ -81,7 +81,7 @@ def test_two_annotators_label_a_queue_with_the_keyboard_and_see_their_agreement(
         rita.get_by_label("Labels, one a line (at most 9)").fill("\n".join(LABELS))
         rita.locator("form:has(button:text(\"Create label set\")) select[name=score_kind]").select_option("pass_fail")
         rita.get_by_role("button", name="Create label set").click()
-        expect(rita.locator("#label-set-1")).to_contain_text("3 good repair")
+        expect(rita.locator("tr[id^=label-set-]", has_text="Failure modes")).to_contain_text("3 good repair")
         rita.screenshot(path=SHOTS / f"{name}-0-label-sets.png", full_page=True)
         assert LabelSet.objects.get().labels == LABELS
         rita.goto(f"/projects/{queue.task.project_id}/queues")
