@@ -20,17 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.offline.strategies import DataSpec, family_of, strategies_for  # noqa: E402
+from engine.offline.strategies import DataSpec, family_of, spec_of_task, strategies_for  # noqa: E402
+from engine.task import load_task  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
 
 
 def load_spec(task_dir: Path) -> DataSpec:
-    config = json.loads((task_dir / "Data_config.json").read_text())
-    return DataSpec(
-        train_path=config["files"]["train"], test_path=config["files"]["test_features"],
-        target=config["target"], features=tuple(config["features"]),
-        id_column=config["id_column"], predictions_file=config["predictions"]["file"])
+    return spec_of_task(load_task(task_dir))
 
 
 def run_program(task_dir: Path, spec: DataSpec, code: str, timeout: float = 120) -> dict:

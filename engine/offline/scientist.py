@@ -248,19 +248,22 @@ def _analyzer(system: str, user: str, rng: random.Random) -> str:
 
 
 READS_MEMORY = frozenset({"planner", "debugger"})
+ASKED_WEIGHT = 1.0  # per trait asked for: no draw (in [0, 1)) outweighs one more trait matched
 FAILED_PENALTY = 2.0  # an approach whose program failed a check, and none passed: a last resort
 TRIED_PENALTY = 0.8   # an approach already tried: another is worth a look unless it fits far worse
 
 
 def _score(strategy: Strategy, facts: TaskFacts, report: set[str], rng: random.Random,
            memory: Remembered = Remembered()) -> float:
-    # Chance, nudged by what the instructions ask for, by what the task and data say the answer
-    # must do (extrapolate, follow a law, jump) and, less, by the report's words. Guidance (a
-    # refined prompt, a lesson) still moves the choice, which is what evolution is meant to find.
+    # Chance, nudged by what the task and data say the answer must do (extrapolate, follow a law,
+    # jump) and, less, by the report's words; what the instructions ask for (a refined prompt, a
+    # lesson, a person's note) outweighs chance: each trait asked for that a strategy has counts
+    # more than a draw can, so the strategy that answers most of the request is the one chosen.
+    # Guidance moves the choice, which is what evolution is meant to find.
     asked = len(strategy.tags & facts.asked)
     fits = len(strategy.tags & facts.desired_tags())
     seen = len(strategy.tags & report)
-    score = rng.random() + 0.6 * min(asked, 3) + 0.5 * min(fits, 3) + 0.15 * min(seen, 2)
+    score = rng.random() + ASKED_WEIGHT * asked + 0.5 * min(fits, 3) + 0.15 * min(seen, 2)
     if strategy.tags & {"piecewise", "discontinuity"} and not facts.discontinuity:
         score -= 0.5  # splitting where nothing jumps only adds variance
     if strategy.key in memory.failed:
@@ -283,7 +286,11 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
         facts = replace(facts, asked=facts.asked | {"parametric"})
     ranked = sorted(applicable(facts), key=lambda s: -_score(s, facts, report, rng, memory))
     choice = ranked[0]
-    params = {k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())}
+    # The conventional configuration first, as a scientist would; other settings only once the
+    # records show this approach was tried (then the plan is a tuning step).
+    tuning = choice.key in dict(memory.tried)
+    params = ({k: rng.choice(list(v)) for k, v in sorted(choice.param_grid.items())} if tuning
+              else choice.default_params())
     alt = ranked[1].title if len(ranked) > 1 else "none"
     matched = sorted(choice.tags & facts.desired_tags())
     features = ", ".join(spec.features) or "every test column but the id"
@@ -303,7 +310,9 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
         + (f" answer what the task needs ({', '.join(matched)})" if matched else
            f" suit this {facts.family.replace('_', ' ')} problem") + ".",
         f"**Validation.** {validation}, report the validation score, then refit on all rows.",
-        f"**Risks.** Hyperparameters {json.dumps(params, sort_keys=True)} are untuned; runner-up was {alt}.",
+        f"**Risks.** Hyperparameters {json.dumps(params, sort_keys=True)} are "
+        + ("a tuning step away from those already tried" if tuning else "the conventional defaults, untuned")
+        + f"; runner-up was {alt}.",
         *([f"**Memory.** {_memory_line(memory, choice.key)}"] if memory.cited else []),
         *([fits.line] if fits is not None else []),
     ])

@@ -28,9 +28,15 @@ def judge(system: str, user: str, rng: random.Random) -> str:
     delivered = bool(validation.get("ok"))
     all_done = bool(agents) and all(s == "SUCCESS" for s in agents.values())
     g = 1.0 if delivered and all_done else 0.5 if delivered else 0.05
-    failed_runs = sum(1 for x in execution.get("executions", []) if x.get("status") != "ok")
-    c = max(0.0, 1.0 - 0.15 * execution.get("retries", 0) - 0.1 * failed_runs
-            - min(0.2, execution.get("tokens", 0) / 200_000))
+    runs = execution.get("executions", [])
+    failed_runs = sum(1 for x in runs if x.get("status") != "ok")
+    retries = execution.get("retries", 0)
+    # Efficiency is cost for what was achieved: a repair loop that ended in a delivered answer
+    # with every agent done did its job and costs its round trip (and its tokens, counted
+    # below); loops and failed executions that ended in nothing are waste.
+    resolved = delivered and all_done and bool(runs) and runs[-1].get("status") == "ok"
+    waste = 0.05 * retries if resolved else 0.15 * retries + 0.1 * failed_runs
+    c = max(0.0, 1.0 - waste - min(0.2, execution.get("tokens", 0) / 200_000))
     q = _quality(validation)
     a = passed / len(checks) if checks else 0.0
     value = validation.get("value")
@@ -44,7 +50,8 @@ def judge(system: str, user: str, rng: random.Random) -> str:
             "Delivered predictions in the contracted form." if delivered else "Did not deliver a validated answer.")
             + ("" if all_done else f" Agents not finished cleanly: {', '.join(a for a, s in agents.items() if s != 'SUCCESS')}.")},
         "collaboration_efficiency": {"score": round(c, 3), "feedback": (
-            f"{execution.get('retries', 0)} repair loop(s), {failed_runs} failed execution(s), "
+            f"{retries} repair loop(s){' that ended in a delivered answer' if resolved and retries else ''}, "
+            f"{failed_runs} failed execution(s), "
             f"{execution.get('tokens', 0)} tokens over {execution.get('model_calls', 0)} calls.")},
         "output_quality": {"score": round(q, 3), "feedback": f"{shown}; "
                            + ("strong." if q > 0.8 else "room to improve the modelling approach." if q > 0.4

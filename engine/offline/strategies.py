@@ -53,6 +53,19 @@ class DataSpec:
     group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
 
 
+def spec_of_task(task) -> DataSpec:
+    """The DataSpec a task folder declares (``engine.task.Task``): what the benchmarks and tests
+    render programs for without going through a prompt, as the planner reads it from one."""
+    r = task.resources
+    policy = r.validation
+    target_type = r.prediction_columns.get(r.target or "", "float")
+    return DataSpec(train_path=r.files["train"], test_path=r.files["test_features"], target=r.target or "",
+                    features=tuple(r.features) if r.features_declared else (), id_column=r.id_column or "",
+                    predictions_file=r.predictions_file, kind=r.kind or "regression", target_type=target_type,
+                    extrapolate=bool(policy and policy.split == "holdout_range"),
+                    group_column=(policy.column or "") if policy and policy.split == "group" else "")
+
+
 def family_of(spec: DataSpec) -> str:
     """Problem family: classification when the task asks for labels; otherwise one input variable
     is curve fitting and more is tabular regression."""

@@ -172,6 +172,42 @@ def test_a_classification_task_gets_a_classifier_whose_program_writes_labels_of_
         assert "validation_accuracy" in code and "to_numpy(dtype=float)\n    X_test" not in code
 
 
+def test_a_planner_asked_for_an_approach_chooses_the_strategy_that_answers_the_whole_request(tmp_path):
+    """The mutator's and the editors' requests name several traits of one approach; the strategy
+    that has all of them is chosen on every seed, never one sharing only some of them by chance
+    (a kernel classifier shares 'regularised classifier on scaled features' with a logistic one)."""
+    from engine.offline.mutator import MODEL_HINTS
+
+    train, test = labelled()
+    task = make_task(tmp_path / "t", metric="accuracy", direction="higher is better", target_type="int",
+                     train=train, test=test)
+    wanted = {"a regularised logistic classifier": "logistic_regression", "a kernel classifier": "svc"}
+    for hint in (h for h in MODEL_HINTS if h.label in wanted):
+        chosen = {pf.extract_strategy(scientist.respond(prompt("planner", task, {"report": REPORT},
+                                                               instructions=hint.text), seed=seed))[0]
+                  for seed in range(12)}
+        assert chosen == {wanted[hint.label]}, hint.label
+
+
+def test_a_first_plan_uses_the_conventional_settings_and_one_already_tried_is_tuned(tmp_path):
+    from engine.offline.strategies import get_strategy
+
+    task = make_task(tmp_path / "t", n_features=3)
+    tuned = 0
+    for seed in range(8):
+        key, params = pf.extract_strategy(scientist.respond(prompt("planner", task, {"report": REPORT}), seed=seed))
+        strategy = get_strategy(key)
+        assert params == strategy.default_params()
+        memory = f"- #4 check_result by verifier · iteration 1: SCORE rmse = 0.5 for strategy: {key} {json.dumps(params)}"
+        text = scientist.respond(prompt("planner", task, {"report": REPORT, "memory": memory},
+                                        instructions=" ".join(sorted(strategy.tags))), seed=seed)
+        again, retuned = pf.extract_strategy(text)
+        if again == key and retuned != strategy.default_params():
+            tuned += 1
+            assert "tuning step" in text
+    assert tuned  # asked for the same traits again, the planner tries other settings of that approach
+
+
 def test_must_extrapolate_comes_from_the_text_or_the_data_report_and_rules_out_trees_and_neighbours(tmp_path):
     beyond = make_task(tmp_path / "b", context="The test set holds lengths beyond the training range.")
     assert facts_of(beyond).extrapolate
