@@ -23,8 +23,11 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from ..prompt_format import inputs, json_block
+from ..prompt_format import extract_strategy, inputs, json_block
 from .reading import CLASSIFICATION, TaskFacts, read_facts, tags_asked
+from .strategies import STRATEGIES
+
+STRATEGIES_BY_KEY = {s.key: s for s in STRATEGIES}
 
 # A missing deliverable first, then an implausible answer, then its quality, then its cost.
 TIE_ORDER = ("goal_alignment", "answer_plausibility", "output_quality", "collaboration_efficiency")
@@ -136,6 +139,7 @@ class Context:
     feedback: dict[str, str] = field(default_factory=dict)  # criterion -> the judge's words
     tools: list["ToolUse"] = field(default_factory=list)   # how each agent's MCP tools served it
     unallocated: dict[str, str] = field(default_factory=dict)  # discovered tool -> its description
+    current: str = ""                              # the strategy key the incumbent's plan ran, if known
 
     @property
     def procedures(self) -> dict[str, str]:
@@ -212,10 +216,11 @@ def read_context(system: str, user: str) -> Context:
     wf = json_block(given.get("workflow", "")) or {}
     history = given.get("history", "")
     tools, unallocated = read_tool_use(given.get("tool_use", ""))
+    named = extract_strategy(given.get("approach", ""))
     return Context(workflow=wf, agents={a["id"]: a for a in wf.get("agents", [])},
                    facts=read_facts(system, user), report=given.get("report", "").lower(),
                    failed=read_failed(given.get("failed_checks", "")), history=history, tried=_tried(history),
-                   tools=tools, unallocated=unallocated)
+                   tools=tools, unallocated=unallocated, current=named[0] if named else "")
 
 
 # --- deciding -----------------------------------------------------------------------------------
@@ -282,7 +287,15 @@ def planner_id(agents: dict) -> str | None:
     return next((a for a, d in agents.items() if "planner" in d.get("roles", [])), None)
 
 
+def _answered_already(ctx: Context, hint: Hint) -> bool:
+    """The incumbent's approach has every trait the hint asks for: asking for it changes nothing."""
+    strategy = STRATEGIES_BY_KEY.get(ctx.current)
+    return strategy is not None and bool(hint.tags) and hint.tags <= strategy.tags
+
+
 def _ask_planner(ctx: Context, hint: Hint, why: str) -> Remedy | None:
+    if _answered_already(ctx, hint):
+        return None
     target = planner_id(ctx.agents)
     if target is None:
         return _procedure(ctx, "planner", " " + hint.text, why)

@@ -266,8 +266,8 @@ def emit_judgement(tracer, probe: Probe, n: int) -> None:
 
 def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) -> list[dict]:
     """The mutator's prompt: the incumbent workflow, the judge's score and feedback per criterion,
-    the incumbent's failed public checks (what a change must address first), the data report and
-    what was tried."""
+    the incumbent's failed public checks (what a change must address first), the data report, the
+    approach its plan took and what was tried."""
     j = incumbent.judgement
     feedback = "\n".join(f"- {c}: {j.scores.get(c)} — {j.feedback.get(c)}" for c in j.scores) if j and j.ok \
         else f"(no judgement: {j.error if j else 'not judged'})"
@@ -277,6 +277,8 @@ def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) 
     given = {"workflow": fenced_json(incumbent.workflow.to_dict(), indent=1, sort_keys=False),
              "judge_feedback": feedback, "failed_checks": failed_checks, "report": incumbent.report()[:3000],
              "history": "\n".join(history) or "(nothing tried yet)"}
+    if incumbent.approach():
+        given["approach"] = incumbent.approach()
     tools = getattr(runner, "tools", None)
     registry = tools.registry if tools is not None else None
     if registry is not None and registry.specs:  # only where there are MCP tools to move

@@ -55,6 +55,17 @@ class Probe:
                 return str(e.payload["outputs"]["report"])
         return ""
 
+    def approach(self) -> str:
+        """The plan's title and ``strategy:`` line this execution ran (the last plan handed on),
+        for mutators: what the incumbent already does is no change to ask for."""
+        plan = ""
+        for e in self.events:
+            if e.kind == "agent_finished" and "plan" in e.payload.get("outputs", {}):
+                plan = str(e.payload["outputs"]["plan"])
+        lines = [ln.strip() for ln in plan.splitlines()
+                 if ln.strip().startswith("# ") or ln.strip().lower().startswith("strategy:")]
+        return "\n".join(lines[:2])
+
     def checkpoint(self) -> dict:
         """What a resumed search needs to rebuild this probe: its folder, which attempt's trace
         is this probe's, and its judgement."""

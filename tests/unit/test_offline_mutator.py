@@ -60,13 +60,13 @@ def scores(**given: float) -> dict[str, float]:
 
 
 def messages(task_dir: Path, judged: dict[str, float] | None, *, checks: list[dict] | None = None,
-             history: list[str] | None = None, workflow=None, report: str = "") -> list[dict]:
+             history: list[str] | None = None, workflow=None, report: str = "", approach: str = "") -> list[dict]:
     """The mutator's prompt as Mimosa builds it for an incumbent with these scores and checks."""
     task = load_task(task_dir)
     workflow = workflow or team_workflow(task)
     judgement = Judgement(ok=True, scores=judged, feedback={c: f"feedback on {c}" for c in judged}, attempts=1) \
         if judged is not None else Judgement(ok=False, error="the judge answered no JSON")
-    incumbent = SimpleNamespace(workflow=workflow, judgement=judgement, report=lambda: report,
+    incumbent = SimpleNamespace(workflow=workflow, judgement=judgement, report=lambda: report, approach=lambda: approach,
                                 checks=checks if checks is not None else [
                                     {"name": "exit_ok", "passed": True, "detail": "exit 0"},
                                     {"name": "finite", "passed": True, "detail": "all finite"}])
@@ -186,6 +186,20 @@ def test_modelling_hints_already_tried_are_not_proposed_again(task_dir):
         assert mutation["params"]["prompt"] not in prompts
         prompts.append(mutation["params"]["prompt"])
         history.append(history_line(mutation))
+
+
+def test_a_modelling_change_the_incumbent_already_answers_is_not_proposed(tmp_path):
+    """Asking a team that runs a random forest for tree ensembles changes nothing: the mutator
+    reads the incumbent's approach and asks for something it does not do yet."""
+    task = make_task(tmp_path / "c", kind="classification")
+    weak = scores(output_quality=0.3)
+    plain = propose(task, weak)
+    assert "tree" in plain["params"]["prompt"].lower() or "logistic" in plain["params"]["prompt"].lower()
+    for key, word in (("random_forest_classifier", "tree"), ("logistic_regression", "logistic")):
+        approach = f"# Plan: the incumbent\nstrategy: {key} {{}}"
+        proposal = propose(task, weak, approach=approach)
+        assert proposal["kind"] == "prompt_refinement"
+        assert word not in proposal["params"]["prompt"].lower(), proposal
 
 
 def test_proposals_follow_content_not_wording_or_seed(tmp_path):
