@@ -81,3 +81,22 @@ def test_the_studio_serves_no_zip_through_a_link(tmp_path, django_user_model):
         add_member(run.task.project, viewer, "viewer")
         response = client.get(f"/runs/{run.pk}/champion.zip")
         assert response.status_code == 404 and SECRET not in response.content
+
+
+@pytest.mark.django_db
+def test_the_run_report_reads_no_bundle_manifest_through_a_link(tmp_path):
+    """A manifest.json swapped for a link to another file (here a JSON listing a secret file) is
+    not read into the run's report: the report then says nothing of a bundle."""
+    from webapp.runs.bundles import bundle_contents
+    from webapp.runs.report import report_html
+
+    folder = tmp_path / "run" / "champion"
+    folder.mkdir(parents=True)
+    with zipfile.ZipFile(folder / "champion.zip", "w") as zf:
+        zf.writestr("champion.py", "print(1)\n")
+    planted = tmp_path / "planted.json"
+    planted.write_text(json.dumps({"files": [{"name": SECRET.decode(), "bytes": 1}]}))
+    os.symlink(planted, folder / "manifest.json")
+    run = _studio_run(str(tmp_path / "run"))
+    assert bundle_zip(tmp_path / "run") is not None and bundle_contents(run) is None
+    assert SECRET.decode() not in report_html(run)

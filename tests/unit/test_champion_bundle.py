@@ -276,3 +276,15 @@ def test_a_run_without_a_bundle_gets_404_saying_why(tmp_path, django_user_model)
     assert "written when the search has committed" in said["running tree"]
     assert "none was written" in said["finished tree"]
     assert "only an AgenticSciML tree search writes one" in said["mimosa"]
+
+
+@pytest.mark.django_db
+def test_the_run_report_says_what_the_bundle_holds_and_where_it_is(search, tmp_path):
+    from webapp.runs.report import report_html
+
+    html = report_html(_studio_run(str(search.run_dir)))
+    section = html.split('<section id="bundle">')[1].split("</section>")[0]
+    assert "champion.zip" in section and str(search.folder / "champion.zip") in section
+    for name in ("champion.py", "predictions.csv", "report.md"):
+        assert f"<code>{name}</code>" in section
+    assert '<section id="bundle">' not in report_html(_studio_run(str(tmp_path / "c"), search="mimosa"))

@@ -2,6 +2,7 @@
 the zip opened for streaming (engine/bundle/ writes it after the official evaluation)."""
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -40,3 +41,35 @@ def open_bundle(run: Run) -> BinaryIO | None:
         os.close(fd)
         return None
     return os.fdopen(fd, "rb")
+
+
+MAX_MANIFEST_BYTES = 1_000_000
+
+
+def bundle_contents(run: Run) -> dict | None:
+    """What the run's champion bundle holds, from its manifest.json (files with their sizes, the
+    parts left out and why, the zip's size), for the run's report; None when the run has no
+    bundle or its manifest cannot be read (never through a link, never past a size cap)."""
+    path = bundle_zip(Path(run.run_dir)) if run.run_dir else None
+    if path is None:
+        return None
+    try:
+        fd = os.open(path.parent / "manifest.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        raw = f.read(MAX_MANIFEST_BYTES + 1)
+    try:
+        manifest = json.loads(raw) if len(raw) <= MAX_MANIFEST_BYTES else None
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        return None
+    files = [{"name": str(e.get("name", "")), "bytes": e.get("bytes")}
+             for e in manifest.get("files", []) if isinstance(e, dict)]
+    missing = [{"part": str(m.get("part", "")), "why": str(m.get("why", ""))}
+               for m in manifest.get("missing", []) if isinstance(m, dict)]
+    return {"zip": str(path), "zip_bytes": path.stat().st_size, "files": files, "missing": missing,
+            "champion": manifest.get("champion"), "strategy": manifest.get("strategy")}

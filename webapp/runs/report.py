@@ -3,7 +3,8 @@ anywhere) and as PDF (that file printed by the Debian Chromium, headless).
 
 It holds what a scientist hands on: the task, the final workflow drawn (an SVG built here from
 presenters.layered_positions), the score charts, the official metric beside the baselines, the
-program the final workflow ran (the champion's code for a tree run), the evidence summary, the
+program the final workflow ran (the champion's code for a tree run), what the champion bundle holds
+(a tree run's champion.zip, which travels beside this file), the evidence summary, the
 annotations people wrote and the decisions they made."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from django.utils import timezone
 
 from engine.search import registry
 
+from .bundles import bundle_contents
 from .compare import summary as run_summary
 from .models import Annotation, MutationStatus, Run
 from .presenters import layered_positions, score_series, short
@@ -241,7 +243,7 @@ def report_context(run: Run) -> dict:
             "j_chart": j_chart, "val_chart": val_chart, "program": final_program(run),
             "evidence": evidence_summary(run), "annotations": annotations, "decisions": decisions(run),
             "versions": list(run.versions.all()), "hindsight": (run.result or {}).get("hindsight"),
-            "generated": timezone.now()}
+            "bundle": bundle_contents(run), "generated": timezone.now()}
 
 
 def report_html(run: Run) -> str:
