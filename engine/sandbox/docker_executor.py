@@ -36,12 +36,10 @@ import time
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
-# The working directory's layout, the hashing of what a program produced, the output tails and
-# the marker lines are the subprocess executor's own helpers, so both executors agree on them.
-from engine.sandbox.subprocess_executor import (
-    BOOTSTRAP_NAME, DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, _chown_tree, _child_env,
-    _collect_files, _DiskWatch, _fresh_ids, _MarkerScanner, _populate, _strip_info_lines, _TailBuffer,
-    _validate_request, supervisor_notes)
+from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
+                                   supervisor_notes)
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, collect_files, fresh_ids,
+                                      populate, validate_request)
 
 from .image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
 
@@ -85,18 +83,18 @@ class DockerExecutor:
     # -- running ------------------------------------------------------------
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
-        entrypoint, inputs = _validate_request(request)
+        entrypoint, inputs = validate_request(request)
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
         try:
-            placed = _populate(workdir, request, entrypoint, inputs)
+            placed = populate(workdir, request, entrypoint, inputs)
             if os.geteuid() == 0:
-                uid, gid = _fresh_ids()
+                uid, gid = fresh_ids()
                 os.chmod(self.root, 0o711)  # the run's user must traverse, not list
-                _chown_tree(workdir, uid, gid)
+                chown_tree(workdir, uid, gid)
             else:  # an engine in the docker group: its programs run as its own (non-root) uid
                 uid, gid = os.getuid(), os.getgid()
             result = self._execute(workdir, request, entrypoint, sorted(inputs), uid, gid)
-            result.files = _collect_files(workdir, skip=placed)
+            result.files = collect_files(workdir, skip=placed)
             return result
         finally:
             if not self.keep:
@@ -120,7 +118,7 @@ class DockerExecutor:
             # -I: no PYTHON* env, no user site, no cwd on sys.path; -B: no .pyc writes;
             # -u: a killed program still leaves its last output behind
             command=["python3", "-I", "-B", "-u", f"{WORKDIR}/{BOOTSTRAP_NAME}", json.dumps(config)],
-            user=f"{uid}:{gid}", working_dir=WORKDIR, environment=_child_env(Path(WORKDIR)),
+            user=f"{uid}:{gid}", working_dir=WORKDIR, environment=child_env(Path(WORKDIR)),
             hostname="sandbox", network_mode="none", ipc_mode="private", read_only=True, init=True,
             mounts=mounts,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={min(TMP_CAP_MB, limits.max_disk_mb)}m,mode=1777"},
@@ -151,7 +149,7 @@ class DockerExecutor:
                                        stderr=f"sandbox: could not start the container: {exc}",
                                        duration_s=time.monotonic() - started, workdir=workdir,
                                        files={}, executor=self.name)
-            outcome = _supervise(self.client, container.id, limits, _DiskWatch(workdir, limits),
+            outcome = _supervise(self.client, container.id, limits, DiskWatch(workdir, limits),
                                  request.watch, workdir, _PidsWatch(container.id))
             streams.finish(DRAIN_SECONDS)
             state = _state(self.client, container.id)
@@ -162,7 +160,7 @@ class DockerExecutor:
         code = outcome.exit_code if outcome.exit_code is not None else state.get("ExitCode")
         code = _signal_code(code)
         oom = bool(state.get("OOMKilled"))
-        stderr = _strip_info_lines(streams.stderr.text()) + supervisor_notes(outcome, limits)
+        stderr = strip_info_lines(streams.stderr.text()) + supervisor_notes(outcome, limits)
         for line in streams.scanner.info:
             log.debug("sandbox layers for %s: %s", workdir, line)
         if outcome.lost:
@@ -188,9 +186,9 @@ class _Streams:
     so not a byte is missed; Docker's own logs are off."""
 
     def __init__(self, client, container_id: str, cap: int) -> None:
-        self.stdout = _TailBuffer(cap)
-        self.stderr = _TailBuffer(cap)
-        self.scanner = _MarkerScanner()
+        self.stdout = TailBuffer(cap)
+        self.stderr = TailBuffer(cap)
+        self.scanner = MarkerScanner()
         frames = client.api.attach(container_id, stdout=True, stderr=True, stream=True, demux=True)
         self._thread = threading.Thread(target=self._pump, args=(frames,), daemon=True,
                                         name=f"sandbox-output-{container_id[:12]}")
@@ -260,7 +258,7 @@ class _PidsWatch:
             pass  # gone with the container
 
 
-def _supervise(client, container_id: str, limits: ExecutionLimits, disk: _DiskWatch, watch,
+def _supervise(client, container_id: str, limits: ExecutionLimits, disk: DiskWatch, watch,
                workdir: Path, pids: _PidsWatch) -> _Outcome:
     """Wait for the container to exit, killing it at the wall clock, when its files grow past
     the limits or when the request's watcher says stop."""

@@ -17,207 +17,31 @@ stderr; this module turns those into ``ExecutionResult.violations``.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import random
 import resource
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
 from engine.sandbox import cgroups
+from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer,
+                                   strip_info_lines, supervisor_notes)
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, collect_files, fresh_ids,
+                                      populate, validate_request)
 
 log = logging.getLogger(__name__)
 
-BOOTSTRAP_SOURCE = Path(__file__).with_name("_bootstrap.py")
-BOOTSTRAP_NAME = ".trellis_bootstrap.py"
-PRIVATE_DIR = ".tmp"  # TMPDIR and caches: never reported as produced files
-VIOLATION_PREFIX = b"TRELLIS-SANDBOX-VIOLATION: "
-INFO_PREFIX = b"TRELLIS-SANDBOX-INFO: "
-MARKER = b"TRELLIS-SANDBOX-"
-
-# Each run gets a uid (and gid) of its own from this range, which no account uses: its
-# files are its own, and RLIMIT_NPROC counts its processes alone.
-SANDBOX_ID_BASE = 1_700_000_000
-SANDBOX_ID_SPAN = 100_000_000
-DEFAULT_OUTPUT_CAP = 4 * 1024 * 1024
-MAX_VIOLATIONS = 100
-MAX_REPORTED_FILES = 10_000
-DISK_CHECK_SECONDS = 0.5  # how often the working directory's size is measured
 DRAIN_SECONDS = 1.0  # after exit, how long to wait for pipes held open by leftovers
 REAP_SECONDS = 5.0  # after SIGKILL, how long to wait for the kernel to reap
-MEMORY_MARKERS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc",
-                  "out of memory")
-
-
-# ----------------------------------------------------------------- output capture
-
-class _TailBuffer:
-    """Keeps the last ``cap`` bytes of a stream: a program printing forever must not
-    exhaust the engine's memory, and the end of the output is what explains a failure."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = cap
-        self.chunks: deque[bytes] = deque()
-        self.size = 0
-
-    def append(self, data: bytes) -> None:
-        self.chunks.append(data)
-        self.size += len(data)
-        while self.size > self.cap:
-            excess = self.size - self.cap
-            first = self.chunks[0]
-            if len(first) <= excess:
-                self.chunks.popleft()
-                self.size -= len(first)
-            else:
-                self.chunks[0] = first[excess:]
-                self.size -= excess
-
-    def text(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", errors="replace")
-
-
-class _MarkerScanner:
-    """Finds sandbox marker lines as stderr streams by, so they survive even when the
-    tail buffer later drops them, and wherever they land (mid-line after a partial
-    print of the program)."""
-
-    def __init__(self) -> None:
-        self.pending = b""
-        self.violations: list[str] = []
-        self.info: list[str] = []
-
-    def feed(self, data: bytes) -> None:
-        buf = self.pending + data
-        while True:
-            start = buf.find(MARKER)
-            if start < 0:
-                self.pending = buf[-(len(MARKER) - 1):]
-                return
-            end = buf.find(b"\n", start)
-            if end < 0:
-                self.pending = buf[start:start + 4096]  # an unterminated marker line
-                return
-            self._record(buf[start:end])
-            buf = buf[end + 1:]
-
-    def _record(self, line: bytes) -> None:
-        text = line.decode("utf-8", errors="replace")
-        if line.startswith(VIOLATION_PREFIX):
-            if len(self.violations) < MAX_VIOLATIONS:
-                self.violations.append(text[len(VIOLATION_PREFIX):].strip()[:500])
-        elif line.startswith(INFO_PREFIX):
-            self.info.append(text[len(INFO_PREFIX):].strip())
-
-
-def _strip_info_lines(text: str) -> str:
-    prefix = INFO_PREFIX.decode()
-    return "".join(line for line in text.splitlines(keepends=True)
-                   if not line.startswith(prefix))
-
-
-# -------------------------------------------------------------- workdir handling
-
-def _safe_relpath(relpath: str, what: str) -> PurePosixPath:
-    """A relative path that cannot leave the working directory."""
-    if not relpath or "\x00" in relpath or "\\" in relpath:
-        raise ValueError(f"{what} {relpath!r} is not a valid relative path")
-    path = PurePosixPath(relpath)
-    if path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"{what} {relpath!r} must be relative and stay inside the workdir")
-    if path.parts[0] in (PRIVATE_DIR, BOOTSTRAP_NAME):
-        raise ValueError(f"{what} {relpath!r} uses a name reserved by the sandbox")
-    return path
-
-
-def _validate_request(request: ExecutionRequest) -> tuple[PurePosixPath, dict[PurePosixPath, Path]]:
-    entrypoint = _safe_relpath(request.entrypoint, "entrypoint")
-    inputs: dict[PurePosixPath, Path] = {}
-    for relpath, source in request.input_files.items():
-        rel = _safe_relpath(str(relpath), "input file")
-        if rel == entrypoint:
-            raise ValueError(f"input file {relpath!r} would overwrite the entrypoint")
-        source = Path(source)
-        if not source.exists():
-            raise ValueError(f"input file {relpath!r}: {source} does not exist")
-        inputs[rel] = source
-    return entrypoint, inputs
-
-
-def _populate(workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
-              inputs: dict[PurePosixPath, Path]) -> set[PurePosixPath]:
-    """Lay out the workdir; returns the relative paths of every file placed there."""
-    placed = {entrypoint, PurePosixPath(BOOTSTRAP_NAME)}
-    (workdir / PRIVATE_DIR).mkdir()
-    for rel, source in inputs.items():
-        target = workdir / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, symlinks=False)
-            placed.update(PurePosixPath(p.relative_to(workdir).as_posix())
-                          for p in target.rglob("*") if p.is_file())
-        else:
-            shutil.copyfile(source, target)
-            placed.add(rel)
-    (workdir / entrypoint).parent.mkdir(parents=True, exist_ok=True)
-    (workdir / entrypoint).write_text(request.code, encoding="utf-8")
-    shutil.copyfile(BOOTSTRAP_SOURCE, workdir / BOOTSTRAP_NAME)
-    return placed
-
-
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
-    os.chown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
-
-
-def _sha256_regular_file(path: str) -> str | None:
-    """Hash without following symlinks or blocking on FIFOs the program may have left."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        digest = hashlib.sha256()
-        for block in iter(lambda: handle.read(1024 * 1024), b""):
-            digest.update(block)
-        return digest.hexdigest()
-
-
-def _collect_files(workdir: Path, skip: set[PurePosixPath]) -> dict[str, str]:
-    """relative path -> sha256 of every regular file the program produced."""
-    files: dict[str, str] = {}
-    for dirpath, dirnames, filenames in os.walk(workdir, followlinks=False):
-        rel_dir = PurePosixPath(os.path.relpath(dirpath, workdir))
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__"
-                             and not (rel_dir == PurePosixPath(".") and d == PRIVATE_DIR))
-        for name in sorted(filenames):
-            rel = PurePosixPath(os.path.normpath(rel_dir / name))
-            if rel in skip:
-                continue
-            if len(files) >= MAX_REPORTED_FILES:
-                log.warning("sandbox run %s produced over %d files; listing truncated",
-                            workdir, MAX_REPORTED_FILES)
-                return files
-            digest = _sha256_regular_file(os.path.join(dirpath, name))
-            if digest is not None:
-                files[str(rel)] = digest
-    return files
 
 
 # -------------------------------------------------------------- child process
@@ -277,30 +101,6 @@ def _make_preexec(rlimits: list[tuple[int, int, int]], cgroup_procs: list[str]):
     return preexec
 
 
-def _child_env(workdir: Path) -> dict[str, str]:
-    private = str(workdir / PRIVATE_DIR)
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(workdir),
-        "TMPDIR": private,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        # one thread per BLAS/OpenMP pool: predictable CPU use, and no thread pools
-        # reserving address space against RLIMIT_AS
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "MALLOC_ARENA_MAX": "2",
-        "MPLBACKEND": "Agg",
-        # caches go to the private dir so they are not reported as produced files
-        "XDG_CACHE_HOME": private,
-        "MPLCONFIGDIR": private,
-        # joblib probes for POSIX semaphores at import, which the sandbox denies;
-        # process pools are denied anyway, so ask for serial mode up front
-        "JOBLIB_MULTIPROCESSING": "0",
-    }
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -317,9 +117,9 @@ class _Outcome:
     wall_timeout: bool = False
     disk_exceeded: str = ""  # why the program's files were too much, when they were
     stopped: bool = False  # its watcher (a training job's person) asked to stop it
-    stdout: _TailBuffer | None = None
-    stderr: _TailBuffer | None = None
-    scanner: _MarkerScanner = field(default_factory=_MarkerScanner)
+    stdout: TailBuffer | None = None
+    stderr: TailBuffer | None = None
+    scanner: MarkerScanner = field(default_factory=MarkerScanner)
 
 
 def _try_reap(pid: int) -> tuple[int | None, object] | None:
@@ -334,55 +134,11 @@ def _try_reap(pid: int) -> tuple[int | None, object] | None:
     return os.waitstatus_to_exitcode(status), usage
 
 
-def _disk_usage(workdir: Path, max_files: int) -> tuple[int, int]:
-    """(bytes allocated, entries) under the working directory, links not followed; stops
-    counting past ``max_files`` entries."""
-    used = entries = 0
-    stack = [str(workdir)]
-    while stack and entries <= max_files:
-        try:
-            with os.scandir(stack.pop()) as listing:
-                for entry in listing:
-                    entries += 1
-                    try:
-                        info = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    used += info.st_blocks * 512  # allocated, so a sparse file counts as it is
-                    if stat.S_ISDIR(info.st_mode):
-                        stack.append(entry.path)
-        except OSError:
-            continue
-    return used, entries
-
-
-class _DiskWatch:
-    """RLIMIT_FSIZE caps one file; this caps the whole working directory (bytes and
-    entries), so a program cannot fill the engine's disk with many files."""
-
-    def __init__(self, workdir: Path | None, limits: ExecutionLimits) -> None:
-        self.workdir = workdir
-        self.max_bytes = limits.max_disk_mb * 1024 * 1024
-        self.max_files = limits.max_files
-        self.next_check = 0.0
-
-    def problem(self, now: float) -> str:
-        if self.workdir is None or now < self.next_check:
-            return ""
-        self.next_check = now + DISK_CHECK_SECONDS
-        used, entries = _disk_usage(self.workdir, self.max_files)
-        if used > self.max_bytes:
-            return f"its files reached {used // (1024 * 1024)} MB, over the limit of {self.max_bytes // (1024 * 1024)} MB"
-        if entries > self.max_files:
-            return f"it created over {self.max_files} files and folders"
-        return ""
-
-
 def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
-               disk: _DiskWatch | None = None, watch=None) -> _Outcome:
+               disk: DiskWatch | None = None, watch=None) -> _Outcome:
     """Pump both pipes, enforce the wall clock and reap the child, all in one loop
     (no reader threads that a leftover grandchild holding a pipe could hang)."""
-    outcome = _Outcome(stdout=_TailBuffer(cap), stderr=_TailBuffer(cap))
+    outcome = _Outcome(stdout=TailBuffer(cap), stderr=TailBuffer(cap))
     sinks = {proc.stdout.fileno(): outcome.stdout, proc.stderr.fileno(): outcome.stderr}
     selector = selectors.DefaultSelector()
     for fd in sinks:
@@ -435,7 +191,7 @@ def _supervise(proc: subprocess.Popen, wall_seconds: float, cap: int,
     return outcome
 
 
-def _watch_says_stop(watch, disk: _DiskWatch | None) -> bool:
+def _watch_says_stop(watch, disk: DiskWatch | None) -> bool:
     """Ask the request's watcher (it throttles itself); a watcher that fails never kills the program."""
     try:
         return bool(watch(disk.workdir)) if disk is not None and disk.workdir is not None else False
@@ -444,7 +200,7 @@ def _watch_says_stop(watch, disk: _DiskWatch | None) -> bool:
         return False
 
 
-def _pump(fd: int, sink: _TailBuffer, outcome: _Outcome, selector: selectors.BaseSelector) -> None:
+def _pump(fd: int, sink: TailBuffer, outcome: _Outcome, selector: selectors.BaseSelector) -> None:
     try:
         data = os.read(fd, 256 * 1024)
     except OSError:
@@ -513,21 +269,21 @@ class SubprocessExecutor:
     # -- running ------------------------------------------------------------
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
-        entrypoint, inputs = _validate_request(request)
+        entrypoint, inputs = validate_request(request)
         if not self.drops_privileges:
             _warn_shared_uid_once()
         workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
         view_root = workdir.with_name(workdir.name + ".view")
         try:
-            placed = _populate(workdir, request, entrypoint, inputs)
+            placed = populate(workdir, request, entrypoint, inputs)
             ids = None
             if self.drops_privileges:
-                ids = _fresh_ids()
+                ids = fresh_ids()
                 os.chmod(self.root, 0o711)  # the run's user must traverse, not list
-                _chown_tree(workdir, *ids)
+                chown_tree(workdir, *ids)
                 view_root.mkdir(mode=0o700)
             result = self._execute(workdir, request, entrypoint, ids, view_root if ids else None)
-            result.files = _collect_files(workdir, skip=placed)
+            result.files = collect_files(workdir, skip=placed)
             return result
         finally:
             if view_root.exists():
@@ -556,7 +312,7 @@ class SubprocessExecutor:
             try:
                 proc = subprocess.Popen(
                     self._command(workdir, request, entrypoint, ids, view_root), cwd=workdir,
-                    env=_child_env(workdir), stdin=subprocess.DEVNULL,
+                    env=child_env(workdir), stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, close_fds=True,
                     start_new_session=True,
                     preexec_fn=_make_preexec(_rlimits(limits), cgroup.procs_files if cgroup else []),
@@ -567,14 +323,14 @@ class SubprocessExecutor:
                                        duration_s=time.monotonic() - started, workdir=workdir,
                                        files={}, executor=self.name)
             outcome = _supervise(proc, limits.wall_seconds, self.output_cap_bytes,
-                                 _DiskWatch(workdir, limits), request.watch)
+                                 DiskWatch(workdir, limits), request.watch)
             memory_exhausted = bool(cgroup and cgroup.memory_exhausted())
             process_cap_hit = bool(cgroup and cgroup.process_limit_hit())
         finally:
             if cgroup:
                 cgroup.remove()
         duration = time.monotonic() - started
-        stderr = _strip_info_lines(outcome.stderr.text()) + supervisor_notes(outcome, limits)
+        stderr = strip_info_lines(outcome.stderr.text()) + supervisor_notes(outcome, limits)
         for line in outcome.scanner.info:
             log.debug("sandbox layers for %s: %s", workdir, line)
         if memory_exhausted:
@@ -591,18 +347,6 @@ class SubprocessExecutor:
         )
 
 
-def supervisor_notes(outcome, limits: ExecutionLimits) -> str:
-    """Why the supervisor stopped a program, as lines appended to its stderr (both executors)."""
-    notes = ""
-    if outcome.wall_timeout:
-        notes += f"\nsandbox: wall-clock limit of {limits.wall_seconds:g} s exceeded, killed\n"
-    if outcome.disk_exceeded:
-        notes += f"\nsandbox: killed because {outcome.disk_exceeded}\n"
-    if outcome.stopped:
-        notes += "\nsandbox: stopped on request while it ran\n"
-    return notes
-
-
 _shared_uid_warned = False
 
 
@@ -615,13 +359,6 @@ def _warn_shared_uid_once() -> None:
     log.warning("sandbox: Trellis is not running as root, so generated programs run under your own uid "
                 "(%d) rather than a uid of each run's own; the other confinement layers apply where the "
                 "kernel allows them (run as root for all of them)", os.geteuid())
-
-
-def _fresh_ids() -> tuple[int, int]:
-    """A uid and gid for one run: unused by any account and, with overwhelming odds, by
-    any other run going on at the same time."""
-    n = SANDBOX_ID_BASE + random.SystemRandom().randrange(SANDBOX_ID_SPAN)
-    return n, n
 
 
 def landlock_abi() -> int:
