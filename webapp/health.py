@@ -1,5 +1,5 @@
 """Is the studio whole? The database, Redis (broker and channel layer) and at least one Celery
-worker, each checked cheaply enough for ``/healthz`` to be polled every second.
+worker (and, told apart, the training workers' slots), each checked cheaply enough for ``/healthz`` to be polled every second.
 
 A worker proves it is alive by refreshing its entry in one Redis sorted set
 (``trellis:workers``: member = worker name, score = time) from a thread in its main process;
@@ -74,17 +74,21 @@ def live_training_slots(now: float | None = None) -> int:
 
 def report() -> dict:
     """``{"database": "ok"|"error", "redis": "ok"|"error", "worker": "ok"|"none"|"unknown",
-    "workers": n, "ok": bool}``; nothing in it is a secret (no URL, no path)."""
+    "workers": n, "training": "ok"|"none"|"unknown", "training_slots": n, "ok": bool}``; nothing
+    in it is a secret (no URL, no path). Training workers are optional (without one, training jobs
+    run in the runs' worker), so they say where jobs will train but never make the studio unwell."""
     db = database_ok()
     rd = redis_ok()
-    workers = 0
+    workers = slots = 0
     if rd:
         try:
             workers = live_workers()
+            slots = live_training_slots()
         except (redis.RedisError, OSError):
             rd = False
     return {"database": "ok" if db else "error", "redis": "ok" if rd else "error",
             "worker": ("ok" if workers else "none") if rd else "unknown", "workers": workers,
+            "training": ("ok" if slots else "none") if rd else "unknown", "training_slots": slots,
             "ok": db and rd and workers > 0}
 
 

@@ -116,3 +116,21 @@ def test_a_paused_run_stops_its_job_on_the_training_worker(training_studio, ligh
     wait_for(lambda: folder.load().status == "paused", 20, what="the job to stop on the worker")
     assert folder.command() == "stop"  # the engine's, cleared when the resumed run runs it again
     assert _payloads(run, "training_finished")[-1]["status"] == "paused"
+
+
+def test_healthz_tells_the_training_worker_s_slots_and_stays_well_without_one(training_studio):
+    import json
+    import urllib.request
+
+    def health() -> dict:
+        try:
+            with urllib.request.urlopen(training_studio.url + "/healthz", timeout=5) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as err:  # 503: unwell, still a JSON body
+            return json.load(err)
+
+    assert {k: health()[k] for k in ("training", "training_slots", "ok")} == \
+        {"training": "ok", "training_slots": 1, "ok": True}
+    training_studio.stop_training_worker()
+    gone = wait_for(lambda: (h := health())["training"] == "none" and h, 30, what="the training worker to leave /healthz")
+    assert gone["training_slots"] == 0 and gone["ok"] is True  # jobs then train in the runs' worker
