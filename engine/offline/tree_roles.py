@@ -119,12 +119,14 @@ def _mutate(strategy: Strategy, params: dict, rng: random.Random) -> tuple[dict,
 def _params_for(strategy: Strategy, parent: tuple[str, dict] | None, hints: list[tuple[str, dict]],
                 blocked: set[str], spec: DataSpec, rng: random.Random) -> tuple[dict, str] | None:
     """Parameters for ``strategy`` that nobody has tried yet, with a note on what changed."""
+    # A strategy new to this branch starts from its conventional settings (as the planner's first
+    # plan does); the tree's tuning is the one-parameter mutations from there.
     same = parent is not None and parent[0] == strategy.key
-    base = dict(parent[1]) if same else {k: rng.choice(list(v)) for k, v in sorted(strategy.param_grid.items())}
+    base = dict(parent[1]) if same else strategy.default_params()
     base = {k: v for k, v in base.items() if k in strategy.param_grid}
     hint = next((p for k, p in hints if k == strategy.key), None)
     params, note = ({**base, **hint}, f"knowledge suggests {json.dumps(hint, sort_keys=True)}") if hint is not None \
-        else (base, "fresh parameters")
+        else (base, "its conventional settings")
     if same and hint is None:
         params, note = _mutate(strategy, params, rng)
     for _ in range(12):

@@ -284,6 +284,19 @@ def test_offline_proposer_revises_away_from_what_the_critic_rejected():
     assert revised is not None and revised[0] != first[0]
 
 
+def test_offline_proposer_starts_a_strategy_new_to_the_branch_from_its_conventional_settings():
+    inputs = {"parent": PARENT, "parent_report": JUMP_REPORT, "data_findings": JUMP_REPORT,
+              "knowledge": "none retrieved", "tried": "nothing yet", "strategy_library": "(see the library)",
+              # the critic ruled out the parent's own approach, so every proposal is new to the branch
+              "debate": "### round 1: critic\nverdict: revise\nobjection: refine elsewhere\navoid: piecewise_poly"}
+    keys = set()
+    for seed in range(8):
+        key, params = parse_strategy(_ask_offline("proposer", inputs, seed=seed))
+        assert key != "piecewise_poly" and params == json.loads(json.dumps(get_strategy(key).default_params())), key
+        keys.add(key)
+    assert keys
+
+
 def test_offline_selector_votes_for_a_listed_node_mostly_the_best():
     listing = "\n".join(["direction: lower is better", "metric: relative_l2", "max_children: 10",
                          "- n1 score=0.05 children=0/10 strategy=knn parent=n0",
