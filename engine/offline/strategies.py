@@ -25,9 +25,13 @@ import re
 from dataclasses import dataclass, field
 from string import Template
 from textwrap import dedent
+from typing import TYPE_CHECKING
 
 from ..prompt_format import extract_strategy
 from .analysis import render_analysis_script  # noqa: F401  (the analyzer's program; re-exported)
+
+if TYPE_CHECKING:
+    from ..task import Task
 
 FAMILIES = ("regression_1d", "tabular_regression", "classification")
 ONE_D, TABULAR, CLASSIFY = FAMILIES
@@ -53,7 +57,7 @@ class DataSpec:
     group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
 
 
-def spec_of_task(task) -> DataSpec:
+def spec_of_task(task: "Task") -> DataSpec:
     """The DataSpec a task folder declares (``engine.task.Task``): what the benchmarks and tests
     render programs for without going through a prompt, as the planner reads it from one."""
     r = task.resources

@@ -15,8 +15,9 @@ import pytest
 
 from engine.offline.strategies import (
     BUG_KINDS, FAMILIES, STRATEGIES, TAG_VOCABULARY, DataSpec, family_of, fix_bug, get_strategy,
-    inject_bug, parse_strategy_header, strategies_for,
+    inject_bug, parse_strategy_header, spec_of_task, strategies_for,
 )
+from engine.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -25,10 +26,7 @@ SEED = 0
 
 
 def load_spec(task: str) -> DataSpec:
-    cfg = json.loads((EXAMPLES / task / "Data_config.json").read_text())
-    return DataSpec(train_path=cfg["files"]["train"], test_path=cfg["files"]["test_features"],
-                    target=cfg["target"], features=tuple(cfg["features"]),
-                    id_column=cfg["id_column"], predictions_file=cfg["predictions"]["file"])
+    return spec_of_task(load_task(EXAMPLES / task))
 
 
 # Specs the examples do not cover: labels, extrapolation, groups, no feature list.
