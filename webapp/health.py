@@ -1,5 +1,6 @@
 """Is the studio whole? The database, Redis (broker and channel layer) and at least one Celery
-worker (and, told apart, the training workers' slots), each checked cheaply enough for ``/healthz`` to be polled every second.
+worker (and, told apart, the training workers' slots), each checked cheaply enough for
+``/healthz`` to be polled every second.
 
 A worker proves it is alive by refreshing its entry in one Redis sorted set
 (``trellis:workers``: member = worker name, score = time) from a thread in its main process;

@@ -8,7 +8,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
-from engine.bundle import bundle_zip
+from engine.bundle import BUNDLE_DIR, bundle_zip
+from engine.bundle.parts import PartMissing, read_run_file
 
 from .models import Run
 
@@ -49,22 +50,15 @@ MAX_MANIFEST_BYTES = 1_000_000
 def bundle_contents(run: Run) -> dict | None:
     """What the run's champion bundle holds, from its manifest.json (files with their sizes, the
     parts left out and why, the zip's size), for the run's report; None when the run has no
-    bundle or its manifest cannot be read (never through a link, never past a size cap)."""
+    bundle or its manifest cannot be read (read as the bundle reads run files: never through a
+    link, never past a size cap)."""
     path = bundle_zip(Path(run.run_dir)) if run.run_dir else None
     if path is None:
         return None
     try:
-        fd = os.open(path.parent / "manifest.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        manifest = json.loads(read_run_file(Path(run.run_dir), f"{BUNDLE_DIR}/manifest.json", MAX_MANIFEST_BYTES))
+    except (PartMissing, ValueError):
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        raw = f.read(MAX_MANIFEST_BYTES + 1)
-    try:
-        manifest = json.loads(raw) if len(raw) <= MAX_MANIFEST_BYTES else None
-    except ValueError:
-        manifest = None
     if not isinstance(manifest, dict):
         return None
     files = [{"name": str(e.get("name", "")), "bytes": e.get("bytes")}
