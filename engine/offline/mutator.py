@@ -25,9 +25,7 @@ from dataclasses import dataclass, field
 
 from ..prompt_format import extract_strategy, inputs, json_block
 from .reading import CLASSIFICATION, TaskFacts, read_facts, tags_asked
-from .strategies import STRATEGIES
-
-STRATEGIES_BY_KEY = {s.key: s for s in STRATEGIES}
+from .strategies import get_strategy
 
 # A missing deliverable first, then an implausible answer, then its quality, then its cost.
 TIE_ORDER = ("goal_alignment", "answer_plausibility", "output_quality", "collaboration_efficiency")
@@ -289,8 +287,11 @@ def planner_id(agents: dict) -> str | None:
 
 def _answered_already(ctx: Context, hint: Hint) -> bool:
     """The incumbent's approach has every trait the hint asks for: asking for it changes nothing."""
-    strategy = STRATEGIES_BY_KEY.get(ctx.current)
-    return strategy is not None and bool(hint.tags) and hint.tags <= strategy.tags
+    try:
+        strategy = get_strategy(ctx.current)
+    except KeyError:  # no approach read, or one the library does not hold
+        return False
+    return bool(hint.tags) and hint.tags <= strategy.tags
 
 
 def _ask_planner(ctx: Context, hint: Hint, why: str) -> Remedy | None:
