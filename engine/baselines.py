@@ -111,20 +111,30 @@ def _nearest(train: list[dict], test: list[dict], features: list[str], targets: 
     return out
 
 
-def official_baselines(task: Task) -> dict[str, dict]:
-    """Each trivial baseline's official score (evaluate.py on the held-out targets). Run after
-    the final commitment only, like the team's own official score."""
-    try:
-        predictions = trivial_predictions(task)
-    except (OSError, KeyError, ValueError, IndexError) as exc:
-        return {name: {"ok": False, "error": f"baseline not computed: {exc}"} for name in BASELINES}
+def official_baselines(task: Task, predictions: dict[str, bytes] | str | None = None) -> dict[str, dict]:
+    """Each trivial baseline's official score (evaluate.py on the held-out targets), of
+    ``predictions`` when given (what trivial_or_error() returned). Run after the final commitment
+    only, like the team's own official score."""
+    if predictions is None:
+        predictions = trivial_or_error(task)
+    if isinstance(predictions, str):
+        return {name: {"ok": False, "error": f"baseline not computed: {predictions}"} for name in BASELINES}
     return dict(zip(predictions, evaluate_many(task, list(predictions.values()))))
+
+
+def trivial_or_error(task: Task) -> dict[str, bytes] | str:
+    """trivial_predictions(), or why the task's files cannot give them."""
+    try:
+        return trivial_predictions(task)
+    except (OSError, KeyError, ValueError, IndexError) as exc:
+        return str(exc)
 
 
 def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budget, executor=None,
                           model_override: str | None = None, control=None) -> dict:
     """Run the single-agent workflow on a budget with the team's limits and score it officially.
-    Returns ``{"workflow_hash", "status", "reason", "official", "usage", "trace"}``; a model that
+    Returns ``{"workflow_hash", "status", "reason", "official", "usage", "trace", "run_dir",
+    "predictions_sha256"}``; a model that
     cannot be called is a failed baseline, never a failed run (the team's result stands)."""
     from .control import NoControl
     from .runner import RunConfig, run_workflow
@@ -138,11 +148,26 @@ def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budge
     except ModelUnavailable as exc:
         return {"workflow_hash": workflow.hash, "status": "failed", "reason": str(exc),
                 "official": {"ok": False, "error": f"the single agent could not call its model: {exc}"},
-                "usage": None, "trace": ""}
+                "usage": None, "trace": "", "run_dir": str(run_dir), "predictions_sha256": None}
     official = result.metric if result.metric and result.metric.get("ok") else \
         {"ok": False, "error": (result.metric or {}).get("error") or result.reason or f"the single agent {result.status}"}
     return {"workflow_hash": workflow.hash, "status": result.status, "reason": result.reason,
-            "official": official, "usage": result.usage, "trace": result.trace_path}
+            "official": official, "usage": result.usage, "trace": result.trace_path,
+            "run_dir": str(run_dir), "predictions_sha256": result.predictions_sha256}
+
+
+def baseline_files(trivial: dict[str, bytes] | str, scores: dict[str, dict], solo: dict | None
+                   ) -> dict[str, tuple[bytes | None, dict]]:
+    """Each baseline's predictions file beside its official score, for the paired comparison with
+    the team after the final commitment (engine/official_gap.py)."""
+    from .official import saved_predictions
+
+    files = {name: ((trivial.get(name) if isinstance(trivial, dict) else None), score)
+             for name, score in scores.items() if name != "single_agent"}
+    if solo is not None:
+        files["single_agent"] = (saved_predictions(Path(solo["run_dir"]), solo.get("predictions_sha256")),
+                                 solo["official"])
+    return files
 
 
 def describe_single_agent(solo: dict) -> str:
@@ -161,10 +186,11 @@ def describe(baselines: dict[str, dict], team: dict | None) -> str:
     line = " · ".join(parts)
     if team and team.get("ok"):
         hib = bool(team.get("higher_is_better"))
-        beaten = [name.replace("_", " ") for name, d in baselines.items() if d.get("ok") and
-                  (team["value"] > d["value"] if hib else team["value"] < d["value"])]
-        missed = [name.replace("_", " ") for name, d in baselines.items() if d.get("ok") and
-                  name.replace("_", " ") not in beaten]
-        line += f"   team {fmt(team)}: " + ("beats every baseline" if not missed else
-                                           f"does NOT beat {', '.join(missed)}")
+        known = {name.replace("_", " "): d["value"] for name, d in baselines.items() if d.get("ok")}
+        beaten = [n for n, v in known.items() if (team["value"] > v if hib else team["value"] < v)]
+        tied = [n for n, v in known.items() if team["value"] == v]
+        missed = [n for n in known if n not in beaten and n not in tied]
+        said = [f"does NOT beat {', '.join(missed)}"] if missed else []
+        said += [f"ties {', '.join(tied)}"] if tied else []
+        line += f"   team {fmt(team)}: " + ("; ".join(said) if said else "beats every baseline")
     return line

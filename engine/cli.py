@@ -100,8 +100,10 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                                f"readable workflow JSON file ({exc})") from exc
         workflow = Workflow.from_json(text).validate()
     # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
-    from .baselines import (describe as describe_baselines, describe_single_agent, official_baselines,
-                            single_agent_baseline)
+    from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent,
+                            official_baselines, single_agent_baseline, trivial_or_error)
+    from .official import saved_predictions
+    from .official_gap import describe_gaps, official_gaps
     from .console import ConsoleSink, print_summary
     from .runner import RunConfig, run_workflow
     from .sandbox.select import make_executor
@@ -122,7 +124,9 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     result = run_workflow(task, workflow, config, executor=choice.executor,
                           sinks=[ConsoleSink(out, verbose=args.verbose)])
     print_summary(result, out)
-    baselines = official_baselines(task)
+    trivial = trivial_or_error(task)
+    baselines = official_baselines(task, trivial)
+    solo = None
     if not getattr(args, "no_single_agent", False) and workflow.name != single_agent_workflow(task).name:
         out.write("single agent: the single-agent workflow on the same budget, beside it\n")
         out.flush()
@@ -132,6 +136,10 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
         baselines["single_agent"] = solo["official"]
         out.write(f"single     {describe_single_agent(solo)}\n")
     out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")
+    gaps = official_gaps(task, saved_predictions(run_dir, result.predictions_sha256), result.metric or {},
+                         baseline_files(trivial, baselines, solo), seed=args.seed)
+    for line in describe_gaps(list(gaps.values())):
+        out.write(f"{'':10} {line}\n")
     return result
 
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .baselines import (describe as describe_baselines, describe_single_agent, official_baselines,
-                        single_agent_baseline)
+from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent, official_baselines,
+                        single_agent_baseline, trivial_or_error)
 from .budget import Budget
 from .errors import ModelUnavailable
 from .hindsight import hindsight
+from .official_gap import Gap, describe_gaps, official_gaps
 from .preflight import preflight
 from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished,
                               SearchStarted, ValidationPlanned)
@@ -53,6 +54,7 @@ class EvolveResult:
     baselines: dict = field(default_factory=dict)  # official scores: trivial baselines and the single agent
     single_agent: dict | None = None  # engine.baselines.single_agent_baseline(), unless skipped
     hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
+    gaps: dict = field(default_factory=dict)  # baseline -> engine.official_gap.Gap.to_dict(): beyond test noise?
     failed: str = ""  # why the run failed although the search ended: its final workflow has no official score
     memory: bool = False  # the probes shared one evidence graph (evidence.sqlite in run_dir)
 
@@ -187,7 +189,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         final_d["official"] = _official(task, final, runner.executor, official)
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
-        baselines = official_baselines(task)
+        trivial = trivial_or_error(task)
+        baselines = official_baselines(task, trivial)
         solo = None
         if single_agent:
             out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
@@ -197,6 +200,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             baselines["single_agent"] = solo["official"]
             tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
         final_official = final_d["official"]
+        # Is the final team's lead over each baseline beyond the test set's noise? Only against
+        # evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
+        gaps = {} if official is not None else official_gaps(
+            task, _delivered(final), final_official, baseline_files(trivial, baselines, solo), seed=seed)
         failed = "" if final_official.get("ok") else \
             f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
         # the ends' programs were scored just now: the hindsight does not run them again
@@ -207,6 +214,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
                               baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed,
+                              gaps={name: g.to_dict() for name, g in gaps.items()},
                               memory=memory)
         if archive is not None:
             why_not = not_archivable(final, budget) or failed
@@ -284,6 +292,16 @@ def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[
     return official_for_code(task, end.code, executor)
 
 
+def _delivered(end: Endpoint) -> bytes | None:
+    """The predictions an end delivered, as scored officially: its probe's, or those its program
+    wrote at the final commitment."""
+    from .official import saved_predictions
+
+    if end.probe is not None:
+        return saved_predictions(end.probe.run_dir, end.probe.result.predictions_sha256)
+    return end.predictions
+
+
 def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
     def official(d: dict) -> str:
         o = d.get("official") or {}
@@ -303,6 +321,8 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
               f"held-out data, run once after the final commitment)\n")
     if r.baselines:
         out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
+    for line in describe_gaps([Gap(**gap) for gap in r.gaps.values()]):
+        out.write(f"{'':10} {line}\n")
     if r.single_agent:
         out.write(f"single     {describe_single_agent(r.single_agent)}\n")
     if r.hindsight:

@@ -16,10 +16,17 @@ from .task import Task
 def official_metric(task: Task, run_dir: Path, predictions_sha256: str | None) -> dict:
     if predictions_sha256 is None:
         return {"ok": False, "error": "the workflow delivered no predictions"}
-    data = ArtifactStore(Path(run_dir) / "artifacts").read(predictions_sha256)
+    data = saved_predictions(run_dir, predictions_sha256)
     if data is None:
         return {"ok": False, "error": f"predictions {predictions_sha256[:12]} are missing from {run_dir}"}
     return official_for_predictions(task, data)
+
+
+def saved_predictions(run_dir: Path, predictions_sha256: str | None) -> bytes | None:
+    """A run's delivered predictions, read back from its artifact store."""
+    if predictions_sha256 is None:
+        return None
+    return ArtifactStore(Path(run_dir) / "artifacts").read(predictions_sha256)
 
 
 def official_for_predictions(task: Task, predictions: bytes) -> dict:

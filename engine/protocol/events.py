@@ -127,6 +127,13 @@ class StartInfo(Strict):
     workflow_hash: str | None = None
 
 
+class CheckOutcome(Strict):
+    """One public check's result on an end of a search (engine.judge.public_checks)."""
+
+    name: str
+    passed: bool
+
+
 class SearchEnd(Strict):
     """One end (initial or final) of an evolve: engine.evolve._describe plus the official score."""
 
@@ -136,6 +143,7 @@ class SearchEnd(Strict):
     J: float | None = None
     official: Metric | None = None
     node: str | None = None          # tree search: the node the end is
+    checks: list[CheckOutcome] = Field(default_factory=list)  # its public checks (a tree node's: on its folds)
 
 
 class ModelFailure(Strict):
@@ -524,6 +532,23 @@ class SingleAgentBaseline(Strict):
     official: Metric
     usage: Usage | None = None
     trace: str = ""
+    run_dir: str = ""
+    predictions_sha256: str | None = None  # its delivered predictions, in run_dir's artifact store
+
+
+class OfficialGap(Strict):
+    """engine.official_gap.Gap: the final team's official lead over one baseline, and whether
+    a paired bootstrap over the held-out rows puts it beyond the test set's noise."""
+
+    baseline: str
+    difference: float | None = None   # team minus baseline, positive = the team is better
+    low: float | None = None          # 95 % interval of the difference
+    high: float | None = None
+    rows: int = 0
+    resamples: int = 0
+    scorer: str = ""
+    verdict: Literal["better", "worse", "within noise", "identical", ""] = ""
+    why: str = ""
 
 
 class RankCorrelation(Strict):
@@ -582,6 +607,7 @@ class SearchFinished(Payload):
     hindsight: Hindsight | None = None
     failed: str = ""                 # the search ended but its final workflow has no official score
     memory: bool = False             # the probes shared one evidence graph
+    gaps: dict[str, OfficialGap] = Field(default_factory=dict)  # baseline name -> the team's lead over it
 
 
 # --- the tree search (engine/search/tree.py) -----------------------------------------------------

@@ -128,17 +128,20 @@ class Endpoint:
     code: str | None = None
     node: str | None = None
     predictions: bytes | None = None  # the program's on the task's data, written at the final commitment
+    checks: list[dict] = field(default_factory=list)  # its public checks (plausibility included): name, passed
 
     def describe(self) -> dict:
         d = {"workflow_hash": self.workflow.hash, "version": self.workflow.version,
-             "validation": self.validation, "J": self.J}
+             "validation": self.validation, "J": self.J,
+             "checks": [{"name": c["name"], "passed": bool(c.get("passed"))} for c in self.checks]}
         if self.node is not None:
             d["node"] = self.node
         return d
 
     @classmethod
     def of_probe(cls, probe: Probe) -> "Endpoint":
-        return cls(probe.workflow, probe.validation, probe.judgement.J if probe.judgement else None, probe=probe)
+        return cls(probe.workflow, probe.validation, probe.judgement.J if probe.judgement else None, probe=probe,
+                   checks=list(probe.checks))
 
 
 @dataclass

@@ -811,8 +811,9 @@ class TreeSearch(base.Search):
             raise CommitmentFailed(f"the tree search has no program to commit to ({why})")
         # The tree evolves candidate programs, not the team's workflow, so its workflow stays.
         return base.SearchOutcome(
-            base.Endpoint(ctx.initial, root.score, code=root.code, node=root.id),
-            base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id, predictions=predictions),
+            base.Endpoint(ctx.initial, root.score, code=root.code, node=root.id, checks=root.checks),
+            base.Endpoint(ctx.initial, champion.score, code=champion.code, node=champion.id, predictions=predictions,
+                          checks=champion.checks),
             self.done, self.stopped, [result])
 
 

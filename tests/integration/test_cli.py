@@ -29,6 +29,7 @@ def test_run_task_prints_live_steps_and_the_evaluate_py_metric(tmp_path):
     # beside it, the single agent on the same budget, scored by the same evaluate.py
     assert re.search(r"single +completed, \d+ tokens", out), out
     assert re.search(r"baselines +constant [\d.]+ · nearest neighbour [\d.]+ · single agent [\d.]+", out), out
+    assert re.search(r"lead over constant: \+[\d.e-]+, 95 % \[\+[\d.e-]+, \+[\d.e-]+\]: better beyond", out), out
 
 
 def test_run_task_on_a_broken_folder_names_the_file(tmp_path):

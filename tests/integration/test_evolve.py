@@ -35,6 +35,10 @@ def test_evolve_command_prints_each_iteration(tmp_path, light_task):
     # beside the team, after the commitment: the single agent on the same budget, and the hindsight
     assert re.search(r"baselines .*single agent \d", out), out
     assert re.search(r"single +completed, \d+ tokens", out), out
+    # ... and whether the team's lead over each is beyond the test set's noise
+    assert re.search(r"the team's official lead \(positive = better; paired bootstrap, \d+ resamples of the \d+ "
+                     r"held-out rows", out), out
+    assert re.search(r"lead over single agent: (none, the same prediction|[-+][\d.e-]+, 95 % \[)", out), out
     assert re.search(r"hindsight +rank correlations over \d+ probed candidate", out) and "validation ~ official" in out
 
 

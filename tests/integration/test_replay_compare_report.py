@@ -82,7 +82,10 @@ def record_run(task_folder, project_name: str, client: Client | None = None, use
     _probe(sink, "002-iter1", 1, child, 0.72, last_agent, snapshot)
     result = {"initial": {"workflow_hash": v1["hash"], "J": 0.55, "official": {"ok": True, "value": 0.41}},
               "final": {"workflow_hash": child["hash"], "J": 0.72, "official": {"ok": True, "value": 0.233}},
-              "baselines": {"constant": 0.9, "nearest_neighbour": 0.5},
+              "baselines": {"constant": {"ok": True, "value": 0.9}, "nearest_neighbour": {"ok": True, "value": 0.5}},
+              "gaps": {"nearest_neighbour": {"baseline": "nearest_neighbour", "difference": 0.267, "low": 0.1,
+                                             "high": 0.41, "rows": 88, "resamples": 2000, "verdict": "better",
+                                             "scorer": "the engine's rmse"}},
               "hindsight": {"higher_is_better": False,
                             "correlations": [{"a": "J", "b": "official", "n": 2, "rho": -1.0, "p": None, "why": ""}],
                             "candidates": [{"label": "001-initial", "J": 0.55, "validation": 0.5, "official": 0.41,
@@ -149,6 +152,8 @@ def test_two_runs_side_by_side(light_task, client):
         assert f'data-run="{run.pk}" data-field="final"><strong>0.2330' in html
         assert f'data-run="{run.pk}" data-field="initial">0.4100' in html
     assert "baseline: nearest neighbour" in html and "3456" in html and "$0.0123" in html
+    # the baselines' official scores as the engine stores them (a metric dict), not "–"
+    assert "<td>0.5000</td>" in html and "<td>0.9000</td>" in html
     assert "The two final workflows are the same." in html
     assert html.count('"best_J"') == 2  # both J curves for the chart
     bad = client.get(f"/compare?runs={a.pk}")
@@ -166,6 +171,9 @@ def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(li
     assert not re.search(r"https?://", html), "a self-contained report requests nothing"
     assert not re.search(r"<(script|link|img|iframe)\b", html)
     assert '<td class="num" id="metric-final"><strong>0.2330</strong>' in html
+    assert '<td class="num">0.5000</td>' in html  # the nearest neighbour's official score
+    assert re.search(r"<th>nearest neighbour</th><td class=\"num\">0.2670</td><td class=\"num\">0.1000 to 0.4100</td>"
+                     r"<td>better</td>", html), "the team's lead over the baseline and its interval"
     assert '<svg class="workflow"' in html
     for agent in run.current_version.data["agents"]:
         assert agent["id"] in html

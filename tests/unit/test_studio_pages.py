@@ -2,6 +2,8 @@
 policies, the contract/procedure editor's validation, the trace viewer's filters and paging."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 
@@ -237,11 +239,21 @@ def test_a_finished_runs_page_shows_the_trivial_baselines_beside_the_team(run, c
                   "final": {"workflow_hash": "a" * 64, "J": 0.7, "validation": 0.4,
                             "official": {"ok": True, "value": 0.41}},
                   "baselines": {"constant": {"ok": True, "value": 0.0031},
-                                "nearest_neighbour": {"ok": True, "value": 0.2201}}}
+                                "nearest_neighbour": {"ok": True, "value": 0.2201}},
+                  "gaps": {"constant": {"baseline": "constant", "difference": 0.4069, "low": 0.31, "high": 0.52,
+                                        "rows": 88, "resamples": 2000, "scorer": "the engine's r2", "verdict": "better"},
+                           "nearest_neighbour": {"baseline": "nearest_neighbour", "difference": 0.1899, "low": -0.02,
+                                                 "high": 0.37, "rows": 88, "resamples": 2000,
+                                                 "scorer": "the engine's r2", "verdict": "within noise"}}}
     run.save()
     page = client.get(f"/runs/{run.pk}/header").content.decode()
     assert "baseline: constant" in page and "0.0031" in page
     assert "baseline: nearest neighbour" in page and "0.2201" in page
+    # the final team's lead over each, with its interval and whether it is beyond the test set's noise
+    assert "final team&#x27;s lead, 95 % interval" in page or "final team's lead, 95 % interval" in page
+    assert re.search(r'class="gap agree">0.4069 <span class="muted">\[0.3100, 0.5200\]</span> better', page), page
+    assert re.search(r'class="gap ">0.1899 <span class="muted">\[-0.0200, 0.3700\]</span> within noise', page), page
+    assert "paired bootstrap, 2000 resamples of the 88 held-out rows" in page
 
 
 def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, client):

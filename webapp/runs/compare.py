@@ -66,7 +66,9 @@ def summary(run: Run) -> dict:
     return {"run": run, "task": run.task, "metric": run.task.metric_name, "higher_is_better": higher,
             "model": run.model or "offline provider", "initial": initial, "final": final, "gain": gain,
             "initial_J": (result.get("initial") or {}).get("J"), "final_J": (result.get("final") or {}).get("J"),
-            "baselines": {k.replace("_", " "): v for k, v in (result.get("baselines") or {}).items()},
+            "baselines": {k.replace("_", " "): _official({"official": v}) for k, v in (result.get("baselines") or {}).items()},
+            # the final team's lead over each baseline, beyond the test set's noise or not (engine/official_gap.py)
+            "gaps": {k.replace("_", " "): g for k, g in (result.get("gaps") or {}).items()},
             "calls": usage.get("calls"), "tokens": usage.get("tokens"), "cost_usd": usage.get("cost_usd"),
             "wall_s": wall_seconds(run), "version": version, "iterations": run.judgements.count(),
             "decisions": run.mutations.exclude(decided_by="").exclude(decided_by__startswith="engine").count()}

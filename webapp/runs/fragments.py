@@ -7,6 +7,7 @@ from django.template.loader import render_to_string
 
 from engine.evidence.graph import RECORD_KINDS
 from engine.harness import ROLES, MemoryPolicy
+from engine.official_gap import Gap
 from engine.search import registry
 
 from . import access
@@ -24,11 +25,15 @@ def run_context(run: Run, role: Role | None) -> dict:
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
     # The baselines beside them (engine/baselines.py): what the team's result must beat.
+    # ... and the final team's lead over each, with its interval over the held-out rows (engine/official_gap.py)
+    gaps = (run.result or {}).get("gaps") or {}
     official += [{"label": f"baseline: {name.replace('_', ' ')}", "official": score, "baseline": True,
-                  "how": "one agent, every role, same budget" if name == "single_agent" else "engine, no model"}
+                  "how": "one agent, every role, same budget" if name == "single_agent" else "engine, no model",
+                  "gap": gaps.get(name)}
                  for name, score in ((run.result or {}).get("baselines") or {}).items()]
     evolves_workflow = registry.search_class(run.search).evolves == "workflow"
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
+            "gap_method": next((Gap(**g).method() for g in gaps.values() if g.get("verdict")), ""),
             "hindsight": (run.result or {}).get("hindsight"),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
