@@ -131,8 +131,11 @@ def trivial_or_error(task: Task) -> dict[str, bytes] | str:
 
 
 def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budget, executor=None,
-                          model_override: str | None = None, control=None) -> dict:
+                          model_override: str | None = None, control=None, tools=None,
+                          discover_tools: bool = False) -> dict:
     """Run the single-agent workflow on a budget with the team's limits and score it officially.
+    It is given the tools the team was given: ``tools`` (a search's discovered MCP tools), or with
+    ``discover_tools`` those it discovers itself, each role's allocation to its one agent.
     Returns ``{"workflow_hash", "status", "reason", "official", "usage", "trace", "run_dir",
     "predictions_sha256"}``; a model that
     cannot be called is a failed baseline, never a failed run (the team's result stands)."""
@@ -141,8 +144,15 @@ def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budge
     from .synthesis import single_agent_workflow
 
     workflow = single_agent_workflow(task)
+    if tools is not None:  # the team's discovered tools: the one agent is given every role's
+        from .tools.allocation import allocate
+        from .tools.registry import use
+
+        with use(tools.registry):
+            workflow = allocate(workflow, tools.registry).validate()
     config = RunConfig(run_dir=Path(run_dir), seed=seed, budget=Budget(**budget.limits()), scoring="official",
-                       model_override=model_override, run_id=Path(run_dir).name, control=control or NoControl())
+                       model_override=model_override, run_id=Path(run_dir).name, control=control or NoControl(),
+                       tools=tools, discover_tools=discover_tools and tools is None, allocate_tools=True)
     try:
         result = run_workflow(task, workflow, config, executor=executor)
     except ModelUnavailable as exc:

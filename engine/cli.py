@@ -132,7 +132,8 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
         out.flush()
         solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
         solo = single_agent_baseline(task, solo_dir, seed=args.seed, budget=config.budget, model_override=args.model,
-                                     executor=make_executor(choice.kind, solo_dir / "sandboxes").executor)
+                                     executor=make_executor(choice.kind, solo_dir / "sandboxes").executor,
+                                     discover_tools=config.allocate_tools)
         baselines["single_agent"] = solo["official"]
         out.write(f"single     {describe_single_agent(solo)}\n")
     out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")

@@ -196,7 +196,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
             out.flush()
             solo = single_agent_baseline(task, run_dir / "single-agent", seed=seed, budget=budget,
-                                         executor=runner.executor, model_override=model_override, control=control)
+                                         executor=runner.executor, model_override=model_override, control=control,
+                                         tools=tools)
             baselines["single_agent"] = solo["official"]
             tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
         final_official = final_d["official"]

@@ -89,6 +89,23 @@ def test_a_server_that_crashes_mid_run_gives_the_call_a_traced_error_and_the_run
         assert host.call("mcp.flaky.summarize", {"path": "x"}).ok  # the next call starts it again
 
 
+def test_the_single_agent_baseline_is_given_the_teams_tools_and_calls_them(tmp_path):
+    """A baseline on the same budget has the same tools: its one agent plays every role, so it is
+    given every role's allocation."""
+    from engine.baselines import single_agent_baseline
+    from engine.budget import Budget
+
+    task = load_task(TASK)
+    with ToolHost([_flaky(crash_on=99)], log_dir=tmp_path / "logs") as host:
+        solo = single_agent_baseline(task, tmp_path / "solo", seed=1, budget=Budget(max_tokens=500_000),
+                                     executor=FakeExecutor(tmp_path / "sandbox"), tools=host)
+    [agent] = json.loads((tmp_path / "solo" / "workflow.json").read_text())["agents"]
+    assert "mcp.flaky.summarize" in agent["tools"]
+    calls = [json.loads(line) for line in Path(solo["trace"]).read_text().splitlines()]
+    assert any(e["kind"] == "mcp_tool_result" and e["payload"]["ok"] for e in calls), "the solo agent used the tool"
+    assert solo["status"] == "completed"
+
+
 def test_a_server_that_cannot_start_is_reported_and_the_run_goes_on_without_it(tmp_path):
     task = load_task(TASK)
     missing = ServerConfig("gone", str(tmp_path / "no-such-program"), allocate={"analyzer": ("x",)})
