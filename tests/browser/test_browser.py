@@ -99,6 +99,11 @@ def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, light_
     expect(official.locator("tr.baseline")).to_have_count(3)
     expect(official).to_contain_text("baseline: nearest neighbour")
     expect(official.locator("tr.baseline").filter(has_text="single agent")).to_contain_text("same budget")
+    # the final team's lead over each baseline, and whether it is beyond the test set's noise
+    expect(official.locator("thead")).to_contain_text("final team's lead, 95 % interval")
+    expect(official.locator("tr.baseline").filter(has_text="single agent").locator("td").last).to_contain_text(
+        re.compile(r"within noise|better|worse|same predictions"))
+    expect(official.locator("tfoot")).to_contain_text("paired bootstrap")
     # the hindsight: how J and validation ranked the probed candidates against the official metric
     hindsight = page.locator("table.hindsight")
     expect(hindsight).to_contain_text("probed candidate")
