@@ -114,10 +114,13 @@ class ProbeRunner:
         # the same program run again by another probe or the hindsight resumes, not restarts
         self.executor = training_executor(self.executor, Path(self.root).parent)
 
-    def run(self, workflow: Workflow, label: str, iteration: int, judge_with: ModelGateway | None = None) -> Probe:
+    def run(self, workflow: Workflow, label: str, iteration: int, judge_with: ModelGateway | None = None,
+            under: Path | None = None) -> Probe:
+        """One execution of ``workflow``, in a folder of its own under ``under`` (default: the
+        search's probes/, which the hindsight ranks)."""
         self.count += 1
         sink = ListSink()
-        run_dir = self.root / f"{self.count:03d}-{label}"
+        run_dir = Path(under or self.root) / f"{self.count:03d}-{label}"
         result = run_workflow(self.task, workflow, RunConfig(
             run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
             model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control,

@@ -1,8 +1,10 @@
 """AgenticSciML evolutionary tree search.
 
 Nodes are candidate solutions: a script, its in-loop validation score, an analyst's report,
-the knowledge and debate that produced it. The root is an initial candidate written from a
-data analyst's report. Each iteration expands the best node plus 1-2 parents voted for by an
+the knowledge and debate that produced it. The root is the team's own first program (one run of
+its initial workflow), so the search starts from what the team would ship without it; when that
+run delivers nothing that validates, the root is debated and written from the data analyst's
+report like any node. Each iteration expands the best node plus 1-2 parents voted for by an
 ensemble of selectors; for each parent the team retrieves 0-1 knowledge entries, debates a
 change (proposer vs critic, N rounds), the engineer writes it, the debugger repairs it until
 it runs, it is trained and scored on a split of the training data, and a result analyst
@@ -640,6 +642,36 @@ def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: i
     return node
 
 
+TEAM_ROOT = "team-root"  # the folder (under tree/) of the team's first run, whose program is the root
+
+
+def _team_root(search: base.SearchContext, ctx: SearchContext, tree: Tree, node_id: str) -> Node | None:
+    """The team's own first program as the root: one run of the team's initial workflow, its
+    delivered program validated like every node. The tree then searches from what the team
+    would have shipped without a search, so its champion (the best validated node) is never a
+    step back from that in validation. None, said on the console, when that run delivers no
+    program that validates: the root is then debated and written like any node."""
+    probe = search.runner.run(search.initial, TEAM_ROOT, 0, under=ctx.run_dir)
+    code = probe.result.final_code
+    if probe.result.status != "completed" or not code:
+        search.say(f"  root: the team's first run delivered no program ({probe.result.reason or probe.result.status}); "
+                   f"the root is proposed by debate instead")
+        return None
+    metric, _, checks = _validate(ctx, "team", node_id, code, 0)
+    if not (metric.get("ok") and _finite(metric.get("value"))):
+        search.say(f"  root: the team's first program does not validate ({metric.get('error', 'no score')}); "
+                   f"the root is proposed by debate instead")
+        return None
+    for c in checks:
+        ctx.tracer.emit(CheckEvent(**c.to_dict()), "team")
+    header = parse_strategy(code)
+    return Node(id=node_id, parent=None, iteration=0, code=code, score=float(metric["value"]), status="scored",
+                report=tree.data_report, strategy=header[0] if header else None, params=header[1] if header else {},
+                proposal=f"The team's own first program: what its initial workflow ({search.initial.name}, "
+                         f"v{search.initial.version}) delivered in {probe.run_dir.name}.",
+                validation=metric, checks=[c.to_dict() for c in checks])
+
+
 def _record(ctx: SearchContext, tree: Tree, node: Node) -> None:
     retired = tree.add(node)
     (ctx.run_dir / "nodes").mkdir(parents=True, exist_ok=True)
@@ -681,9 +713,11 @@ class TreeSearch(base.Search):
         try:
             self.tree.data_report = _analyse_data(self.tools)
             root_id = self.tree.allocate_id()
-            knowledge = _retrieve(self.tools, self.tree, None, root_id)
-            proposal, turns = _debate(self.tools, self.tree, None, knowledge, root_id)
-            root = _make_node(self.tools, self.tree, None, 0, root_id, proposal, turns, knowledge)
+            root = _team_root(self.ctx, self.tools, self.tree, root_id)
+            if root is None:
+                knowledge = _retrieve(self.tools, self.tree, None, root_id)
+                proposal, turns = _debate(self.tools, self.tree, None, knowledge, root_id)
+                root = _make_node(self.tools, self.tree, None, 0, root_id, proposal, turns, knowledge)
         except ModelCallError as exc:
             self.failed = f"failed: {exc}"
             return

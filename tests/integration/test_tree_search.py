@@ -19,9 +19,13 @@ def test_buggy_drafts_fail_for_real_are_debugged_and_a_node_retires_with_its_chi
     result, tree, events = guarded_tree_search(tmp_path / "run", touched, config,
                                                executor=SubprocessExecutor(root=tmp_path / "sandbox"))
     assert len(tree.nodes) == 2 and all(n.status == "scored" for n in tree.nodes.values())
-    assert all(n.debug_attempts >= 1 for n in tree.nodes.values())
-    runs = [e.payload for e in events if e.kind == "code_execution"]
-    first_runs = [p for p in runs if p.get("attempt") == 0]
+    # the root is the team's first program, repaired inside the team's own run; the child's draft by the tree's debugger
+    team = [e for e in events if e.run_id == "001-team-root"]
+    assert any(e.kind == "code_execution" and e.payload["status"] != "ok" for e in team)
+    assert any(e.kind == "agent_finished" and e.agent == "debugger" for e in team)
+    assert tree.nodes["n1"].debug_attempts >= 1
+    runs = [e.payload for e in events if e.kind == "code_execution" and e.run_id != "001-team-root"]
+    first_runs = [p for p in runs if p.get("attempt") == 0 and p.get("node") != "n0"]
     assert first_runs and all(p["status"] != "ok" or not p["validation"]["ok"] for p in first_runs)
     assert any("Traceback" in p["stderr"] for p in first_runs)  # real failures, from really running the code
     assert any(e.payload["role"] == "debugger" for e in events if e.kind == "model_call")

@@ -107,7 +107,12 @@ def test_short_search_scores_every_node_from_executed_code(search):
         assert node.strategy and node.report and node.proposal
         assert node.children == len(tree.children_of(node.id))
         assert len(node.knowledge) <= 1
-    assert all(n.debate and n.debate[-1]["speaker"] in {"proposer", "critic"} for n in tree.nodes.values())
+    # the root is the team's own first program (one run of its initial workflow); every other node was debated
+    root = tree.nodes["n0"]
+    assert root.parent is None and root.proposal.startswith("The team's own first program") and not root.debate
+    assert (search.run_dir / "001-team-root" / "summary.json").is_file()
+    assert root.code == json.loads((search.run_dir / "001-team-root" / "summary.json").read_text())["final_code"]
+    assert all(n.debate and n.debate[-1]["speaker"] in {"proposer", "critic"} for n in tree.nodes.values() if n.parent)
     assert {n.verdict for n in tree.nodes.values() if n.parent} <= {"improved", "regressed", "unchanged"}
     # The score is a fact about the code: running the champion again gives it again.
     champion = tree.champion()
@@ -138,7 +143,10 @@ def test_every_step_is_traced(search):
     roles = {e.payload["role"] for e in _of(search.events, "model_call")}
     assert {"analyzer", "proposer", "critic", "engineer", "selector", "result_analyst"} <= roles
     assert [e.payload["node"] for e in _of(search.events, "tree_node")] == list(search.tree.nodes)
-    assert Path(search.result.trace).read_text().count("\n") == len(search.events)
+    # the search's own events are its trace; the team's first run (the root) traces into its own folder
+    own = [e for e in search.events if e.run_id == search.events[0].run_id]
+    assert Path(search.result.trace).read_text().count("\n") == len(own)
+    assert {e.run_id for e in search.events} == {search.events[0].run_id, "001-team-root"}
 
 
 def test_selector_votes_are_traced_and_the_majority_decides(search):
@@ -163,8 +171,12 @@ def test_search_never_reads_heldout_or_runs_the_evaluator(search):
         # (a validation score names its scorer, evaluate.py --truth, run by the engine: not the program)
         text = json.dumps(e.payload).replace('"scorer": "evaluate.py"', "")
         assert "evaluate.py" not in text and "heldout" not in text
-    assert {e.payload["purpose"] for e in _of(search.events, "code_execution")} == {
+    own = [e for e in search.events if e.run_id == search.events[0].run_id]
+    assert {e.payload["purpose"] for e in _of(own, "code_execution")} == {
         "exploratory analysis", "in-loop validation", "final commitment"}
+    # the team's first run, whose program is the root, ran its candidate in the sandbox like any team run
+    assert {e.payload["purpose"] for e in _of(search.events, "code_execution") if e.run_id == "001-team-root"} \
+        <= {"candidate solution", "exploratory analysis"}
     # The final commitment runs the champion alone on the task's own files (never scored here).
     commitment = [e.payload for e in _of(search.events, "tool_call") if e.payload["purpose"] == "final commitment"]
     assert [c["node"] for c in commitment] == [search.tree.champion().id]
