@@ -43,6 +43,7 @@ from ..prompt_format import extract_strategy as parse_strategy, extract_verdict 
 from ..prompt_format import extract_vote as parse_vote
 from ..prompts import ANSWER_FORMATS
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
+from ..selection import paired_gain
 from ..task import Task
 from ..trace import Tracer
 from ..training.jobs import labelled
@@ -868,16 +869,38 @@ def _passed_over(tree: Tree) -> list[str]:
 _DELIVERED = ("exit_ok", "output_exists", "output_schema")
 
 
+def commitment_order(tree: Tree) -> tuple[list[Node], list[str]]:
+    """The order the final commitment tries the nodes in: best first (engine ranking), except
+    that a node whose validation gain over the root is within the paired noise of the folds
+    comes after the root, as Mimosa rejects such a change (engine/selection.py): the root is the
+    team's own first program, and a search should not swap it for noise. A root that fails a
+    check has no such standing. Returns the order and a note per node passed over."""
+    ranked = tree.ranked()
+    root = next((n for n in ranked if n.parent is None), None)
+    if root is None or root.failed_checks:
+        return ranked, []
+    ahead: list[Node] = []
+    notes: list[str] = []
+    for node in ranked[:ranked.index(root)]:
+        gain = paired_gain(node.validation, root.validation, tree.higher_is_better)
+        if gain is None or gain.significant:  # unpaired (a different split): the plain ranking stands
+            ahead.append(node)
+        else:
+            notes.append(f"{node.id} ({node.strategy or 'unknown'}) is not preferred to the root {root.id}: its "
+                         f"{gain.describe()}: noise, not an improvement")
+    return ahead + [root] + [n for n in ranked if n is not root and n not in ahead], notes
+
+
 def _commit(ctx: SearchContext, tree: Tree) -> tuple[Node | None, list[str], bytes | None]:
-    """The final commitment: the best node's program run on the task's own data (what the
-    official evaluation will score), its predictions checked as a verifier checks a team's.
+    """The final commitment: the first node of commitment_order() (the best node, unless its
+    gain over the root is noise) run on the task's own data (what the official evaluation will
+    score), its predictions checked as a verifier checks a team's.
     A node that does not deliver there, or delivers predictions failing a check, gives way to
     the next best (up to ``final_tries``); with none clean, the best that delivered is shipped
     and the notes say what it fails; with none delivering, there is nothing to commit to.
     Returns the node, the notes and the predictions it wrote there (what evolve scores)."""
-    notes: list[str] = []
     delivered: tuple[Node, list[Check], bytes] | None = None
-    ranked = tree.ranked()
+    ranked, notes = commitment_order(tree)
     for node in ranked[:max(1, ctx.config.final_tries)]:
         checks, predictions = _run_on_task_data(ctx, node)
         for c in checks:

@@ -12,7 +12,7 @@ import pytest
 from engine.budget import Budget
 from engine.errors import TrellisError
 from engine.search.base import AutoGate
-from engine.search.tree import CommitmentFailed, Node, Tree, TreeConfig, _FoldChecker
+from engine.search.tree import CommitmentFailed, Node, Tree, TreeConfig, _FoldChecker, commitment_order
 from engine.task import load_task
 from engine.validation import validate_program
 from tests.fakes import FakeExecutor, Outcome, traceback_of
@@ -95,6 +95,45 @@ def test_ranking_puts_every_plausible_node_before_any_implausible_one():
     for n in old["nodes"]:
         del n["checks"]
     assert Tree.from_dict(old).champion().id == "n3"
+
+
+def _validated(i: int, folds: list[float], parent: str | None = "n0", checks=()) -> Node:
+    plan = {"split": "kfold", "folds": len(folds)}
+    return Node(id=f"n{i}", parent=parent, iteration=0 if parent is None else 1, code="", strategy=f"s{i}",
+                score=sum(folds) / len(folds), status="scored", report="", checks=list(checks),
+                validation={"ok": True, "value": sum(folds) / len(folds), "split_values": folds, "validation": plan})
+
+
+def test_a_best_node_whose_gain_over_the_root_is_noise_is_committed_after_the_root():
+    """The root is the team's own first program: the commitment keeps it unless a node beats it
+    beyond the paired noise of the folds, as Mimosa accepts a change (engine/selection.py)."""
+    tree = Tree(task="t", metric="r2", higher_is_better=True)
+    tree.add(_validated(0, [0.50, 0.60, 0.40, 0.55, 0.45], parent=None))      # the root, mean 0.50
+    tree.add(_validated(1, [0.58, 0.52, 0.47, 0.60, 0.48]))                     # +0.03, folds disagree: noise
+    tree.add(_validated(2, [0.60, 0.70, 0.50, 0.65, 0.55]))                     # +0.10 on every fold: real
+    tree.add(_validated(3, [0.10, 0.20, 0.30, 0.20, 0.20]))                     # worse
+    assert [n.id for n in tree.ranked()] == ["n2", "n1", "n0", "n3"]
+    order, notes = commitment_order(tree)
+    assert [n.id for n in order] == ["n2", "n0", "n1", "n3"]
+    assert len(notes) == 1 and notes[0].startswith("n1 (s1) is not preferred to the root n0: its validation gain")
+    assert "within the paired noise" in notes[0] and "noise, not an improvement" in notes[0]
+    # without the real improvement, the root itself is committed
+    del tree.nodes["n2"]
+    assert [n.id for n in commitment_order(tree)[0]][:1] == ["n0"]
+
+
+def test_a_root_failing_a_check_has_no_standing_and_unpaired_nodes_keep_their_rank():
+    bad = {"name": "within_range", "passed": False, "detail": "9 of 178 predictions below 0"}
+    tree = Tree(task="t", metric="r2", higher_is_better=True)
+    tree.add(_validated(0, [0.50, 0.60, 0.40, 0.55, 0.45], parent=None, checks=[bad]))
+    tree.add(_validated(1, [0.51, 0.61, 0.41, 0.56, 0.44]))
+    assert [n.id for n in commitment_order(tree)[0]] == ["n1", "n0"]
+    tree = Tree(task="t", metric="r2", higher_is_better=True)
+    tree.add(_validated(0, [0.50, 0.60, 0.40, 0.55, 0.45], parent=None))
+    other_split = _validated(1, [0.51, 0.61, 0.41, 0.56, 0.44])
+    other_split.validation["validation"] = {"split": "holdout_range", "folds": 5}
+    tree.add(other_split)
+    assert [n.id for n in commitment_order(tree)[0]] == ["n1", "n0"]
 
 
 class Scaled(FakeExecutor):

@@ -93,6 +93,18 @@ def test_champion_follows_the_metric_direction_and_is_never_vetoed(higher_is_bet
 
 
 @pytest.mark.django_db
+def test_a_finished_tree_stars_the_node_the_search_committed_to():
+    """The search may commit to the root over a better-scoring node (its gain was noise, or its
+    predictions failed a check): once finished, the card stars what was committed, not the best score."""
+    run = _run()
+    _store(run, HAND_MADE + [("search_iteration", 3, {"phase": "finished", "champion": "n0", "champion_score": 0.5,
+                                                      "stopped": "iteration budget reached", "iterations": 3,
+                                                      "reason": "n1 is not preferred to the root n0"})])
+    state = tree_state(run)
+    assert state["champion"] == "n0" and state["finished"]["champion"] == "n0"
+
+
+@pytest.mark.django_db
 def test_each_iteration_says_why_each_parent_was_expanded():
     run = _run()
     _store(run, HAND_MADE + [*_iteration(4, ["n1", "n0"])])

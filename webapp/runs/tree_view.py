@@ -102,6 +102,9 @@ def tree_state(run: Run) -> dict:
                      "parents": [_parent_reason(pid, it, it["votes"], nodes) for pid in it["raw_parents"]],
                      "children": [c["id"] for c in nodes.values() if c["iteration"] == n]})
     return {"metric": run.task.metric_name, "higher_is_better": higher, "max_children": max_children,
-            "nodes": list(nodes.values()), "iterations": rows, "champion": champion(nodes.values(), higher),
+            # once finished, the node the search committed to (engine/search/tree.commitment_order:
+            # a best node whose gain over the root is noise gives way to it); until then the best so far
+            "nodes": list(nodes.values()), "iterations": rows,
+            "champion": (finished or {}).get("champion") or champion(nodes.values(), higher),
             "finished": finished, "pending_votes": pending_votes, "seq": last_seq,
             "bundle": has_bundle(run)}  # the champion bundle is written (after the official evaluation)
