@@ -1,7 +1,8 @@
 """Does the science hold on every example task? For each task folder in examples/: the trivial
 baselines (constant, nearest neighbour), the single-agent workflow, and the team's initial and
 final workflow for each search, all scored officially by the task's evaluate.py, with whether
-the final's plausibility checks passed, whether the final team beats every baseline, whether its
+the official score of the candidate with the best validation (what shipping the best validation
+score, with no noise rule, would have given), whether the final's plausibility checks passed, whether the final team beats every baseline, whether its
 lead over the nearest neighbour and over the single agent is beyond the test set's noise (a paired
 bootstrap over the held-out rows, engine/official_gap.py: better, noise, WORSE, or the same
 predictions), and the hindsight's rank correlations (validation and J against the official metric
@@ -50,6 +51,16 @@ def _versus(result, name: str) -> str:
         gap.get("verdict"), "n/a")
 
 
+def _best_validated(result, hib: bool) -> str:
+    """The official score of the probed candidate with the best validation: what a search that
+    ships its best validation score, with no noise rule, would have shipped."""
+    rows = [c for c in (result.hindsight or {}).get("candidates", []) if c.get("validation") is not None]
+    if not rows:
+        return "-"
+    best = max(rows, key=lambda c: c["validation"]) if hib else min(rows, key=lambda c: c["validation"])
+    return "fail" if best.get("official") is None else f"{best['official']:.4g}"
+
+
 def _rho(result, a: str, b: str) -> str:
     c = next((c for c in (result.hindsight or {}).get("correlations", []) if (c["a"], c["b"]) == (a, b)), None)
     return "n/a" if not c or c.get("rho") is None else f"{c['rho']:+.2f}"
@@ -65,7 +76,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     header = (f"{'task':<24} {'metric':<13} {'constant':>9} {'nearest':>9} {'single':>9} {'search':<8} "
-              f"{'initial':>9} {'final':>9} {'plaus.':>7} {'beats all?':>10} {'vs NN':>6} {'vs single':>9} "
+              f"{'initial':>9} {'final':>9} {'best val':>9} {'plaus.':>7} {'beats all?':>10} {'vs NN':>6} {'vs single':>9} "
               f"{'ρ val~off':>9} {'ρ J~off':>8}")
     print(header)
     print("-" * len(header))
@@ -84,7 +95,8 @@ def main() -> None:
                 beats = final.get("ok") and all((final["value"] > r) if hib else (final["value"] < r) for r in refs)
                 print(f"{name:<24} {task.metric.name:<13} {_fmt(base.get('constant')):>9} "
                       f"{_fmt(base.get('nearest_neighbour')):>9} {_fmt(base.get('single_agent')):>9} {search:<8} "
-                      f"{_fmt(result.initial.get('official')):>9} {_fmt(final):>9} {_plausible(result.final):>7} "
+                      f"{_fmt(result.initial.get('official')):>9} {_fmt(final):>9} {_best_validated(result, hib):>9} "
+                      f"{_plausible(result.final):>7} "
                       f"{'yes' if beats else 'NO':>10} {_versus(result, 'nearest_neighbour'):>6} "
                       f"{_versus(result, 'single_agent'):>9} {_rho(result, 'validation', 'official'):>9} "
                       f"{_rho(result, 'J', 'official'):>8}", flush=True)
