@@ -1,12 +1,13 @@
 """Does the science hold on every example task? For each task folder in examples/: the trivial
 baselines (constant, nearest neighbour), the single-agent workflow, and the team's initial and
-final workflow for each search, all scored officially by the task's evaluate.py, with whether
+final workflow for each search, all scored officially by the task's evaluate.py. Beside them:
 the official score of the candidate with the best validation (what shipping the best validation
-score, with no noise rule, would have given), whether the final's plausibility checks passed, whether the final team beats every baseline, whether its
-lead over the nearest neighbour and over the single agent is beyond the test set's noise (a paired
-bootstrap over the held-out rows, engine/official_gap.py: better, noise, WORSE, or the same
-predictions), and the hindsight's rank correlations (validation and J against the official metric
-over every probed candidate). All offline, all real execution.
+score, with no noise rule, would have given); whether the final's plausibility checks passed;
+whether the final team beats every baseline; whether its lead over the nearest neighbour and over
+the single agent is beyond the test set's noise (a paired bootstrap over the held-out rows,
+engine/official_gap.py: better, noise, WORSE, or the same predictions); and the hindsight's rank
+correlations (validation and J against the official metric over every probed candidate). All
+offline, all real execution.
 
     python benchmarks/generalization.py [--iterations 2] [--seed 1] [--searches mimosa scimars tree]
                                         [--tasks pendulum-extrapolation wine-cultivar]
