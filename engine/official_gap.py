@@ -19,7 +19,6 @@ fork each). The held-out targets are read from the task's ``heldout/`` folder
 from __future__ import annotations
 
 import csv
-import io
 import math
 import tempfile
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ import numpy as np
 
 from .evaluation import FoldJob, evaluate_folds, supports_truth
 from . import official
+from .bundle.parts import PartMissing, id_key, parse_predictions
 from .task import Task
 
 LEVEL = 0.95
@@ -109,13 +109,6 @@ BATCHED: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 # --- reading ---------------------------------------------------------------------------------------
-def _column(data: bytes, id_column: str, target: str) -> dict[str, str]:
-    reader = csv.DictReader(io.StringIO(data.decode("utf-8", errors="replace")))
-    if id_column not in (reader.fieldnames or []) or target not in (reader.fieldnames or []):
-        raise ValueError(f"the predictions lack the {id_column!r} or {target!r} column")
-    return {str(row[id_column]).strip(): str(row[target]).strip() for row in reader}
-
-
 def _encode(columns: list[list[str]]) -> np.ndarray:
     """The columns as one numeric matrix: numbers as numbers, labels as shared integer codes (so
     ``2`` and ``2.0`` are one class, ``"red"`` and ``"red"`` are one class)."""
@@ -141,7 +134,6 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
     official lead and its bootstrap interval over the held-out rows. A baseline without
     predictions or an official score, or a task whose held-out targets cannot be read, gets a
     Gap that says why instead of an interval."""
-    r = task.resources
     out: dict[str, Gap] = {}
     comparable = {name: data for name, (data, score) in baselines.items()
                   if data is not None and score.get("ok")}
@@ -157,11 +149,13 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
     if not truth:
         why = "the held-out targets are not a CSV with the id and target columns under heldout/"
         return {**out, **{name: Gap(name, why=why) for name in comparable}}
+    # ids as any program writes them ("3", "3.0", " 3" are one row), as evaluate.py reads them
+    truth = {id_key(i): target for i, target in truth.items()}
     ids = list(truth)
     try:
         files = {"team": team, **comparable}
-        values = {name: _column(data, r.id_column or "id", r.target or "") for name, data in files.items()}
-    except (UnicodeError, ValueError, csv.Error) as exc:
+        values = {name: parse_predictions(task, data.decode("utf-8", errors="replace")) for name, data in files.items()}
+    except (PartMissing, csv.Error) as exc:
         return {**out, **{name: Gap(name, why=f"a predictions file could not be read: {exc}") for name in comparable}}
     names = list(values)
     missing = [n for n in names if any(i not in values[n] for i in ids)]

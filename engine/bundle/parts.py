@@ -91,7 +91,7 @@ class Pairs:
         return buf.getvalue().encode()
 
 
-def _key(value: object) -> str:
+def id_key(value: object) -> str:
     """An id as written by any program: "3", "3.0" and " 3" are the same row."""
     text = str(value).strip()
     try:
@@ -108,7 +108,7 @@ def parse_predictions(task: Task, text: str) -> dict[str, str]:
     fields = reader.fieldnames or []
     if r.id_column not in fields or r.target not in fields:
         raise PartMissing(f"predictions have no `{r.id_column}` and `{r.target}` columns (columns: {fields[:8]})")
-    return {_key(row[r.id_column]): str(row[r.target]).strip() for row in reader}
+    return {id_key(row[r.id_column]): str(row[r.target]).strip() for row in reader}
 
 
 def _plotted_features(task: Task) -> list[str]:
@@ -158,11 +158,11 @@ def heldout_pairs(task: Task, predictions: bytes, truth: dict[str, str]) -> Pair
     xs: dict[str, list[str]] = {}
     if features:
         with (task.folder / task.resources.files["test_features"]).open(newline="", encoding="utf-8") as fh:
-            xs = {_key(row[task.resources.id_column]): [str(row.get(f, "")) for f in features]
+            xs = {id_key(row[task.resources.id_column]): [str(row.get(f, "")) for f in features]
                   for row in csv.DictReader(fh)}
     pairs = Pairs("held-out (official)", id_name=task.resources.id_column or "id", features=features)
     for i, target in truth.items():
-        k = _key(i)
+        k = id_key(i)
         if k not in predicted:
             pairs.unmatched += 1
             continue
