@@ -209,8 +209,8 @@ def main():
     if best_weights is not None:
         model.load_state_dict(best_weights)
     print(f"experts: share of training rows each one takes: {expert_use(model, scale, X)}")
-    report_scores(y[val_rows], scale.predict(model, X[val_rows]))
-    predictions = as_contract(scale.predict(model, X_test))
+    report_scores(y[val_rows], within_bounds(scale.predict(model, X[val_rows])))
+    predictions = as_contract(within_bounds(scale.predict(model, X_test)))
     out = pd.DataFrame({ID_COLUMN: ids, TARGET: predictions})
     out.to_csv(PREDICTIONS_FILE, index=False)
     check_predictions(len(ids))

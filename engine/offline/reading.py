@@ -98,6 +98,9 @@ class TaskFacts:
     # The task allows or asks for a neural network (PyTorch): a permission, like libraries, so
     # not part of canonical() either (a task that says nothing of networks keeps its choices).
     neural: bool = False
+    # The target's declared physical bounds (low, high; None: none): a rule every program
+    # honours by clipping onto it, not a reason to choose differently, so not in canonical().
+    bounds: tuple[float | None, float | None] = (None, None)
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -130,7 +133,7 @@ class TaskFacts:
 
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
-        data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural"}}
+        data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
         data["asked"] = sorted(self.asked)
         return json.dumps(data, sort_keys=True)
 
@@ -273,7 +276,7 @@ def read_facts(system: str, user: str) -> TaskFacts:
     monotone = (_fact("monotone", _MONOTONE, prose, evidence)
                 or _fact("monotone", r"\b(increasing|decreasing) in\b", constraints, evidence, "the task's constraints")
                 or _fact("monotone", r"\bthe target is monotone in\b", report, evidence, "the data report"))
-    lower = _lower_bound(constraints)
+    lower, upper = _bound(constraints, ">"), _bound(constraints, "<")
     positive = _fact("positive target", _POSITIVE, prose, evidence)
     if not positive and lower is not None and lower >= 0:
         positive = True
@@ -301,7 +304,8 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      positive=positive, discontinuity=discontinuity,
                      n_classes=n_classes if kind == CLASSIFICATION else None,
                      group_column=group.group(1) if group else "",
-                     asked=tags_asked(instructions), libraries=libraries, neural=neural, evidence=tuple(evidence))
+                     asked=tags_asked(instructions), libraries=libraries, neural=neural, bounds=(lower, upper),
+                     evidence=tuple(evidence))
 
 
 def _line(resources: str, label: str) -> str:
@@ -309,8 +313,9 @@ def _line(resources: str, label: str) -> str:
     return m.group(1) if m else ""
 
 
-def _lower_bound(constraints: str) -> float | None:
-    m = re.search(r">=?\s*([-+]?\d[\d.eE+-]*)", constraints)
+def _bound(constraints: str, sign: str) -> float | None:
+    """The number after the first ``>=`` (sign ">", a lower bound) or ``<=`` ("<", an upper one)."""
+    m = re.search(rf"{sign}=?\s*([-+]?\d[\d.eE+-]*)", constraints)
     try:
         return float(m.group(1)) if m else None
     except ValueError:

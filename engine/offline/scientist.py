@@ -18,8 +18,10 @@ from typing import Callable
 from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
                              parse_tool_results, render_tool_results, role_of, section, strategy_line, task_sections,
                              tool_exchanges)
+from .blend import BLEND
 from .reading import TaskFacts, read_facts, report_text, tags_asked
-from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
+from .strategies import (DataSpec, Strategy, fix_bug, get_strategy, inject_bug, render_analysis_script,
+                         strategies_for)
 from .tool_use import fit_findings, plan_calls, profile_notes
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
@@ -217,7 +219,7 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         id_column=one(r"^- id column: `([^`]+)`", "id"),
         predictions_file=one(r"^- write predictions to `([^`]+)`", "predictions.csv"),
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
-        group_column=facts.group_column,
+        group_column=facts.group_column, bounds=facts.bounds,
     )
 
 
@@ -339,6 +341,13 @@ def strategy_from(text: str, facts: TaskFacts) -> tuple[Strategy, dict]:
     named = extract_strategy(text)
     if named and named[0] in options:
         return options[named[0]], named[1]
+    if named and named[0] == BLEND.key:  # a blend of strategies this task allows
+        try:
+            params = BLEND.resolve_params(named[1])
+        except ValueError:
+            params = {"parts": []}
+        if params["parts"] and all(key in options for key, _ in params["parts"]):
+            return BLEND, params
     first = next((s for s in applicable(facts) if "baseline" not in s.tags), applicable(facts)[0])
     return first, first.default_params()
 
@@ -403,7 +412,9 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     elif strategy not in options:
         wrong.insert(0, f"{strategy.key} cannot extrapolate, and the task must")
     slow = "timeout" in evidence or "memory" in evidence
-    if slow:
+    if slow and strategy is BLEND:
+        wrong.append("fitting every part of the blend exceeds the limits")
+    elif slow:
         cheapest = strategy.default_params()
         if {k: v for k, v in params.items() if k in strategy.param_grid} != cheapest:
             rewritten = strategy.render(cheapest, spec, seed_of(user, rng))
@@ -433,8 +444,10 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     try:
         rewritten = strategy.render({k: v for k, v in params.items() if k in strategy.param_grid}, spec,
                                     seed_of(user, rng))
-    except ValueError:
-        rewritten = strategy.render(strategy.default_params(), spec, seed_of(user, rng))
+    except ValueError:  # a value outside the strategy's options (a blend has no defaults: its first part)
+        strategy, params = (get_strategy(params["parts"][0][0]), params["parts"][0][1]) if strategy is BLEND \
+            else (strategy, strategy.default_params())
+        rewritten = strategy.render(params, spec, seed_of(user, rng))
     if _same_program(rewritten, code):
         # Handing back the code that just failed would only repeat the failure.
         return (f"STATUS: FAILURE\n{NO_REPAIR}: the failure ({cause}) is not in the code; rewriting "

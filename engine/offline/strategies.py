@@ -55,6 +55,8 @@ class DataSpec:
     target_type: str = "float"  # the prediction contract's type for the target: float/int/str/bool
     extrapolate: bool = False  # scored beyond the training range: validate on the far tail
     group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
+    # The target's declared physical bounds (Data_config.json constraints min/max; None: none).
+    bounds: tuple[float | None, float | None] = (None, None)
 
 
 def spec_of_task(task: "Task") -> DataSpec:
@@ -67,7 +69,8 @@ def spec_of_task(task: "Task") -> DataSpec:
                     features=tuple(r.features) if r.features_declared else (), id_column=r.id_column or "",
                     predictions_file=r.predictions_file, kind=r.kind or "regression", target_type=target_type,
                     extrapolate=bool(policy and policy.split == "holdout_range"),
-                    group_column=(policy.column or "") if policy and policy.split == "group" else "")
+                    group_column=(policy.column or "") if policy and policy.split == "group" else "",
+                    bounds=(r.constraints.min, r.constraints.max) if r.constraints else (None, None))
 
 
 def family_of(spec: DataSpec) -> str:
@@ -139,6 +142,7 @@ $split
 
 $scores
 
+$bounds
 $contract
 
 $main
@@ -157,10 +161,10 @@ def main():
 
     # Score on a hold-out split first so the run leaves a number behind ...
     fit_rows, val_rows = holdout_split(X, X_test, SEED)
-    report_scores(y[val_rows], fit_predict(X[fit_rows], y[fit_rows], X[val_rows]))
+    report_scores(y[val_rows], within_bounds(fit_predict(X[fit_rows], y[fit_rows], X[val_rows])))
 
     # ... then refit on every training row for the submission.
-    predictions = as_contract(fit_predict(X, y, X_test))
+    predictions = as_contract(within_bounds(fit_predict(X, y, X_test)))
     out = pd.DataFrame({ID_COLUMN: ids, TARGET: predictions})
     out.to_csv(PREDICTIONS_FILE, index=False)
     check_predictions(len(ids))
@@ -257,6 +261,26 @@ _CONTRACT = {
     "str": "values.astype(str)",
     "bool": "values.astype(bool)",
 }
+# A task that declares physical bounds on its target (a rate >= 0, a fraction <= 1) gets
+# predictions inside them, as a scientist would clip a fit that strays past a known limit; the
+# count moved is printed so the log shows how far the model strayed. Labels are never clipped.
+_BOUNDS_FN = '''
+LOWER, UPPER = {low!r}, {high!r}  # the target's declared bounds (Data_config.json constraints)
+
+
+def within_bounds(values):
+    """Predictions moved onto the task's declared bounds; how many moved is printed."""
+    values = np.asarray(values, dtype=float)
+    clipped = np.clip(values, LOWER, UPPER)
+    moved = int(np.count_nonzero(clipped != values))
+    if moved:
+        print(f"within_bounds: {{moved}} of {{len(values)}} predictions moved onto the declared bounds")
+    return clipped
+'''
+_NO_BOUNDS_FN = '''
+def within_bounds(values):
+    return values  # {why}
+'''
 _CONTRACT_FN = '''
 def as_contract(values):
     """Predictions in the type the contract asks for ({target_type})."""
@@ -401,11 +425,21 @@ class Strategy:
             body=body + "\n",
             split=split.strip("\n") + "\n",
             scores=(_CLASSIFICATION_SCORES if classify else _REGRESSION_SCORES).strip("\n") + "\n",
+            bounds=_bounds_fn(spec).strip("\n") + "\n",
             contract=_CONTRACT_FN.format(target_type=spec.target_type,
                                          expression=_CONTRACT.get(spec.target_type, _CONTRACT["float"])
                                          ).strip("\n") + "\n",
             main=main or _FIT_THEN_REFIT.lstrip("\n"),
         )
+
+
+def _bounds_fn(spec: DataSpec) -> str:
+    low, high = spec.bounds
+    if spec.kind == "classification":
+        return _NO_BOUNDS_FN.format(why="labels: nothing to clip")
+    if low is None and high is None:
+        return _NO_BOUNDS_FN.format(why="the task declares no bounds on the target")
+    return _BOUNDS_FN.format(low=None if low is None else float(low), high=None if high is None else float(high))
 
 
 def make_strategy(key: str, title: str, families: tuple[str, ...], tags: str, grid: dict,

@@ -16,6 +16,7 @@ import re
 from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
 from .reading import read_facts
+from .blend import BLEND, MAX_PARTS, blendable
 from .scientist import applicable, data_spec, input_section, register, seed_of, strategy_from, words
 from .strategies import DataSpec, Strategy, inject_bug
 
@@ -25,6 +26,10 @@ _TRIED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=", re.M)
 _REJECTED = re.compile(r"^rejected:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
 _AVOID = re.compile(r"^avoid:\s*([a-z0-9_]+)", re.M)
 _CANDIDATE = re.compile(r"^- (n\d+) score=(\S+) children=(\d+)/(\d+) strategy=(\S+)", re.M)
+_SCORED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=(\S+)\s*$", re.M)
+# A partner worth blending scores no worse than this fraction of the best node's own magnitude
+# below it: averaging with a much worse model drags the blend towards it.
+COMPARABLE = 0.5
 
 
 # --- reading strategy lines -----------------------------------------------------------------------
@@ -50,8 +55,9 @@ def _fingerprint(strategy: Strategy, params: dict, spec: DataSpec) -> str:
 
 
 def _options(user: str) -> dict[str, Strategy]:
-    # What a scientist would consider for this task: no tree or neighbour model when it must extrapolate.
-    return {s.key: s for s in applicable(read_facts("", user))}
+    # What a scientist would consider for this task: no tree or neighbour model when it must extrapolate;
+    # and a blend of those, once the tree has run them.
+    return {**{s.key: s for s in applicable(read_facts("", user))}, BLEND.key: BLEND}
 
 
 def _tried(user: str, options: dict[str, Strategy]) -> dict[str, str]:
@@ -162,9 +168,12 @@ def _proposer(system: str, user: str, rng: random.Random) -> str:
     blocked = set(_tried(user, options)) | rejected
     if parent:
         blocked.add(_fingerprint(options[parent[0]], parent[1], spec))
+    blend = None if BLEND.key in avoid else _blend_of_the_best(user, options, parent, blocked, spec)
+    if blend is not None:
+        return blend
     hinted = {k for k, _ in hints}
     needed = frozenset(read_facts(system, user).desired_tags())
-    ranked = sorted((s for s in options.values() if s.key not in avoid),
+    ranked = sorted((s for s in options.values() if s.key not in avoid and s is not BLEND),
                     key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report, hinted, rng,
                                                    needed))
     for strategy in ranked:
@@ -174,6 +183,53 @@ def _proposer(system: str, user: str, rng: random.Random) -> str:
     fallback = ranked[0] if ranked else next(iter(options.values()))
     return _write_proposal(fallback, fallback.default_params(), "nothing untried is left", parent, title,
                            ktags, report, bool(debate))
+
+
+def _blend_of_the_best(user: str, options: dict[str, Strategy], parent: tuple[str, dict] | None,
+                       blocked: set[str], spec: DataSpec) -> str | None:
+    """When the parent is the best node of the tree, the proposal to blend it with the best node
+    of another approach that scores comparably (a team combining its two best lines); None when
+    there is no such partner, the blend was tried, or the critic ruled blends out."""
+    if parent is None or parent[0] not in options or not blendable(options[parent[0]]):
+        return None
+    higher = "higher is better" in input_section(user, "parent")
+    scored = []
+    for m in _SCORED.finditer(input_section(user, "tried")):
+        try:
+            score = float(m.group(4))
+        except ValueError:
+            continue
+        if m.group(2) in options and score == score and abs(score) != float("inf"):
+            scored.append((m.group(1), m.group(2), _json(m.group(3)), score))
+    if not scored:
+        return None
+    sign = 1.0 if higher else -1.0
+    scored.sort(key=lambda n: -sign * n[3])
+    best = scored[0]
+    same = options[parent[0]]
+    if best[1] != parent[0] or _fingerprint(same, best[2], spec) != _fingerprint(same, parent[1], spec):
+        return None  # blend from the best line only; the others are explored as they are
+    floor = best[3] - sign * COMPARABLE * abs(best[3])
+    partners = [n for n in scored[1:] if n[1] != best[1] and blendable(options[n[1]])
+                and sign * (n[3] - floor) >= 0]
+    parts, names = [[best[1], best[2]]], [f"{best[0]} ({best[1]}, {best[3]:.6g})"]
+    for node in partners:
+        if len(parts) == min(2, MAX_PARTS) or any(node[1] == p[0] for p in parts):
+            continue
+        parts.append([node[1], node[2]])
+        names.append(f"{node[0]} ({node[1]}, {node[3]:.6g})")
+    if len(parts) < 2:
+        return None
+    try:
+        params = BLEND.resolve_params({"parts": parts})
+    except ValueError:
+        return None
+    if _fingerprint(BLEND, params, spec) in blocked:
+        return None
+    return "\n".join([strategy_line(BLEND.key, params),
+                      f"change: blend the best node {names[0]} with the best of another approach, {names[1]}",
+                      "rationale: two different models that validate comparably make different errors; "
+                      "their combined prediction is kept only if it validates better than either."])
 
 
 def _write_proposal(strategy: Strategy, params: dict, note: str, parent: tuple[str, dict] | None, title: str,
@@ -259,9 +315,13 @@ def _engineer(system: str, user: str, rng: random.Random) -> str:
     except ValueError:  # a value outside the strategy's options: fall back to its defaults
         params = strategy.default_params()
         code = strategy.render(params, spec, seed_of(user, rng))
-    note = f"Implementation of {strategy.title} with {json.dumps(params, sort_keys=True)}, as proposed."
-    if rng.random() < scientist.BUG_RATE:
-        code, _kind = inject_bug(code, rng)  # a realistic first draft; the debugger will meet it
+    if strategy is BLEND:
+        note = f"Blend of {', '.join(key for key, _ in params['parts'])}, each part the program the tree ran."
+    else:
+        note = f"Implementation of {strategy.title} with {json.dumps(params, sort_keys=True)}, as proposed."
+    # A realistic first draft the debugger will meet; a blend only assembles programs that already ran.
+    if rng.random() < scientist.BUG_RATE and strategy is not BLEND:
+        code, _kind = inject_bug(code, rng)
     return f"{note}\n\n```python\n{code.rstrip()}\n```"
 
 

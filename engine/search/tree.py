@@ -239,8 +239,10 @@ PROCEDURES: dict[str, str] = {
         "`strategy: <short key> <json parameters>` (a short snake_case key of your choosing, and its "
         "settings as a JSON object), so that the tree can tell approaches apart. Ground it in the "
         "parent's analyst report, the data findings and, when one is given, the retrieved knowledge "
-        "entry. Never repeat an approach already tried. When the critic objects, revise the proposal so "
-        "that it answers every objection."),
+        "entry. Never repeat an approach already tried. When another approach validates comparably to "
+        "the parent, you may propose blending the two: `strategy: blend {\"parts\": [[key, params], [key, "
+        "params]]}`, one script that fits both and averages their predictions (a vote for labels). When "
+        "the critic objects, revise the proposal so that it answers every objection."),
     "critic": (
         "Critique the proposal before any code is written. Object when it repeats the parent's exact "
         "strategy and parameters or any approach already tried; when the strategy's assumptions "

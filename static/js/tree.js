@@ -35,9 +35,16 @@
     return out;
   }
 
+  // A blend names its parts ("ridge + svr"): that, not its nested parameters, is what tells it apart.
+  function strategyName(n) {
+    const parts = n.strategy === "blend" && Array.isArray((n.params || {}).parts) ? n.params.parts : null;
+    return parts ? "blend of " + parts.map((p) => p[0]).join(" + ") : (n.strategy || "");
+  }
+
   function describe(n, champ) {
-    const params = Object.keys(n.params || {}).length ? " " + JSON.stringify(n.params) : "";
-    const parts = [n.id + ": " + (n.strategy || "unknown strategy") + params, n.score == null ? "no score" : state.metric_label + " " + fmt(n.score),
+    const blend = n.strategy === "blend";
+    const params = !blend && Object.keys(n.params || {}).length ? " " + JSON.stringify(n.params) : "";
+    const parts = [n.id + ": " + (strategyName(n) || "unknown strategy") + params, n.score == null ? "no score" : state.metric_label + " " + fmt(n.score),
                    n.parent ? "child of " + n.parent + " in iteration " + n.iteration : "root", decision(n)];
     const kids = state.nodes.filter((c) => c.parent === n.id).length;
     if (kids) parts.push(kids + (state.max_children ? "/" + state.max_children : "") + " children");
@@ -50,7 +57,7 @@
   function label(n, champ) {
     const m = marks(n, champ).filter((w) => w !== "failed");
     // Three short lines rather than one long one: a narrow node leaves the tree room to stay legible.
-    return n.id + " · " + (n.status === "failed" ? "failed" : fmt(n.score)) + "\n" + (n.strategy || "?") + (m.length ? "\n" + m.join(" ") : "");
+    return n.id + " · " + (n.status === "failed" ? "failed" : fmt(n.score)) + "\n" + (strategyName(n) || "?") + (m.length ? "\n" + m.join(" ") : "");
   }
 
   function classesOf(n, champ) {

@@ -223,3 +223,80 @@ def test_classifiers_write_labels_of_the_contract_type_and_beat_the_majority(tmp
         accuracy[strategy.key] = float((written["label"].to_numpy() == held["label"].astype(str).to_numpy()).mean())
     best = max(v for k, v in accuracy.items() if k != "majority_baseline")
     assert best > accuracy["majority_baseline"] + 0.2, accuracy
+
+
+@pytest.mark.parametrize("bounds", [(0.0, None), (None, None)])
+def test_a_declared_lower_bound_keeps_a_straying_fit_on_it(tmp_path, bounds):
+    """Respiration-like data: a ridge fit extrapolated to cold sites goes negative; with the task's
+    declared minimum the written predictions (and the program's own validation) stay on it."""
+    rng = np.random.default_rng(3)
+    temp = rng.uniform(5, 30, 150)
+    train = pd.DataFrame({"id": range(150), "temp": temp, "moisture": rng.uniform(0, 1, 150),
+                          "flux": 0.2 * np.exp(0.08 * temp) + 0.05 * rng.normal(size=150)})
+    test = pd.DataFrame({"id": range(500, 540), "temp": np.linspace(-25, 0, 40), "moisture": 0.5})
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "flux", ("temp", "moisture"), "id",
+                    "predictions.csv", bounds=bounds)
+    proc = _run_generated(tmp_path, train, test, get_strategy("ridge").render({}, spec, SEED))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    predicted = pd.read_csv(tmp_path / "predictions.csv")["flux"].to_numpy()
+    if bounds[0] is None:
+        assert predicted.min() < 0 and "within_bounds" not in proc.stdout
+    else:
+        assert predicted.min() == 0.0
+        assert re.search(r"^within_bounds: \d+ of 40 predictions moved onto the declared bounds$", proc.stdout, re.M)
+
+
+def test_a_blend_predicts_the_mean_of_its_parts_and_votes_on_labels(tmp_path):
+    from engine.offline.blend import BLEND
+
+    rng = np.random.default_rng(4)
+    X = rng.uniform(0, 1, size=(160, 2))
+    frame = pd.DataFrame({"id": range(160), "a": X[:, 0], "b": X[:, 1],
+                          "y": np.sin(4 * X[:, 0]) + X[:, 1] + 0.1 * rng.normal(size=160)})
+    train, test = frame.iloc[:120], frame.iloc[120:].drop(columns="y")
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "y", ("a", "b"), "id", "predictions.csv")
+    parts = [["ridge", {"alpha": 1.0}], ["extra_trees", {}]]
+    alone = []
+    for key, params in parts:
+        proc = _run_generated(tmp_path / key, train, test, get_strategy(key).render(params, spec, SEED))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        alone.append(pd.read_csv(tmp_path / key / "predictions.csv")["y"].to_numpy())
+    proc = _run_generated(tmp_path / "blend", train, test, BLEND.render({"parts": parts}, spec, SEED))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r"^validation_rmse: \d", proc.stdout, re.M)
+    blended = pd.read_csv(tmp_path / "blend" / "predictions.csv")["y"].to_numpy()
+    assert np.allclose(blended, (alone[0] + alone[1]) / 2)
+
+    labels = np.where(X[:, 0] + 0.3 * rng.normal(size=160) > 0.5, "high", "low")
+    classes = pd.DataFrame({"id": range(160), "a": X[:, 0], "b": X[:, 1], "label": labels})
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "label", ("a", "b"), "id", "predictions.csv",
+                    kind="classification", target_type="str")
+    voters = [["logistic_regression", {}], ["random_forest_classifier", {}], ["knn_classifier", {}]]
+    votes = []
+    for key, params in voters:
+        proc = _run_generated(tmp_path / f"c-{key}", classes.iloc[:120], classes.iloc[120:].drop(columns="label"),
+                              get_strategy(key).render(params, spec, SEED))
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        votes.append(pd.read_csv(tmp_path / f"c-{key}" / "predictions.csv")["label"].to_numpy())
+    proc = _run_generated(tmp_path / "c-blend", classes.iloc[:120], classes.iloc[120:].drop(columns="label"),
+                          BLEND.render({"parts": voters}, spec, SEED))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    voted = pd.read_csv(tmp_path / "c-blend" / "predictions.csv")["label"].to_numpy()
+    expected = [max(row, key=list(row).count) for row in zip(*votes)]
+    assert list(voted) == expected and set(voted) <= {"high", "low"}
+
+
+@pytest.mark.parametrize("parts, why", [
+    ([["ridge", {}]], "2 to 3 parts"),
+    ([["ridge", {}], ["mean_baseline", {}]], "cannot be part of a blend"),
+    ([["ridge", {}], ["blend", {}]], "cannot be part of a blend"),
+    ([["ridge", {}], ["no_such_model", {}]], "no strategy of the library"),
+    ([["ridge", {}], ["ridge", {"alpha": 1.0}]], "twice"),
+    ([["ridge", {"alpha": 1.0, "bogus": 2}], ["svr", {}]], "unknown parameter"),
+])
+def test_a_blend_of_parts_it_cannot_render_is_a_clear_error(parts, why):
+    from engine.offline.blend import BLEND
+
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "y", ("a", "b"), "id", "predictions.csv")
+    with pytest.raises(ValueError, match=why):
+        BLEND.render({"parts": parts}, spec, SEED)

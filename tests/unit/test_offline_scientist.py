@@ -387,3 +387,17 @@ def test_a_strategy_needing_a_library_the_task_does_not_allow_is_never_chosen():
     # a plan that names it anyway gets an allowed strategy instead
     chosen, _ = strategy_from("strategy: symbolic_regression(max_length=25)", bound)
     assert chosen.key != "symbolic_regression" and bound.allows(chosen.requires)
+
+
+def test_the_coder_clips_onto_the_bounds_the_task_declares_and_only_those(tmp_path):
+    bounded = make_task(tmp_path / "bounded")
+    config = json.loads((bounded / "Data_config.json").read_text())
+    (bounded / "Data_config.json").write_text(json.dumps({**config, "constraints": {"min": 0, "max": 7.5}}))
+    free = make_task(tmp_path / "free")
+
+    def program(task_dir: Path) -> str:
+        plan = scientist.respond(prompt("planner", task_dir, {"report": REPORT}), seed=3)
+        return pf.extract_code(scientist.respond(prompt("coder", task_dir, {"plan": plan, "report": REPORT}), seed=3))
+
+    assert "LOWER, UPPER = 0.0, 7.5" in program(bounded)
+    assert "LOWER, UPPER" not in program(free) and "declares no bounds" in program(free)

@@ -22,6 +22,7 @@ from engine.evolve import evolve
 from engine.knowledge import load_knowledge, retrieve
 from engine.offline import scientist
 from engine.offline.strategies import ONE_D, DataSpec, get_strategy
+from engine.prompt_format import extract_code
 from engine.prompts import role_of
 from engine.search.tree import (Node, SearchContext, Tree, TreeConfig, TreeSearch, build_messages, majority_vote,
                                 parse_strategy, parse_verdict, parse_vote, select_parents)
@@ -319,6 +320,46 @@ def test_offline_selector_votes_for_a_listed_node_mostly_the_best():
     assert set(votes) <= {"n1", "n2", "n3"}
     assert votes.count("n2") > len(votes) / 2  # mostly the strongest, sometimes exploring
     assert len(set(votes)) > 1
+
+
+PIECEWISE = ('piecewise_poly {"degree": 10, "gap_rule": "blend", "min_side": 10, "search_degree": 3, '
+             '"side_model": "spline"}')
+
+
+def _blend_inputs(partner_score: str, parent_score: str = "0.0163") -> dict:
+    return {"parent": PARENT.replace("0.0163", parent_score), "parent_report": JUMP_REPORT,
+            "data_findings": JUMP_REPORT, "knowledge": "none retrieved", "strategy_library": "(see the library)",
+            "tried": f"- n0: {PIECEWISE} score={parent_score}\n"
+                     f'- n1: extra_trees {{"max_features": 1.0, "min_samples_leaf": 1, "n_estimators": 200}} '
+                     f"score={partner_score}\n"
+                     '- n2: knn {"n_neighbors": 5, "weights": "distance"} score=0.5'}
+
+
+def test_offline_proposer_blends_the_best_node_with_a_comparable_other_approach_and_only_then():
+    proposal = _ask_offline("proposer", _blend_inputs("0.0200"))
+    key, params = parse_strategy(proposal)
+    assert key == "blend", proposal
+    assert [part[0] for part in params["parts"]] == ["piecewise_poly", "extra_trees"]  # the best first
+    assert "n0 (piecewise_poly" in proposal and "n1 (extra_trees" in proposal
+    # a partner far worse than the best would only drag the average towards it
+    assert parse_strategy(_ask_offline("proposer", _blend_inputs("0.09")))[0] != "blend"
+    # from a parent that is not the best node, the proposer explores that line instead
+    assert parse_strategy(_ask_offline("proposer", _blend_inputs("0.0100")))[0] != "blend"
+    # once the blend ran, it is not proposed again; the critic calls a repeat a copy
+    tried = _blend_inputs("0.0200")
+    tried["tried"] += f"\n- n3: blend {json.dumps(params, sort_keys=True)} score=0.015"
+    assert parse_strategy(_ask_offline("proposer", tried))[0] != "blend"
+    critique = _ask_offline("critic", {**tried, "proposal": proposal.splitlines()[0]})
+    assert parse_verdict(critique) == "revise" and "n3 already ran" in critique
+
+
+def test_offline_engineer_renders_the_blend_it_was_asked_for_and_never_plants_a_bug_in_it():
+    proposal = _ask_offline("proposer", _blend_inputs("0.0200")).splitlines()[0]
+    for seed in range(12):  # the engineer plants a first-draft bug now and then, never in a blend
+        code = extract_code(_ask_offline("engineer", {"proposal": proposal}, seed=seed))
+        assert parse_strategy(code) == parse_strategy(proposal)
+        assert code.count("# strategy: ") == 3  # the blend's header and each part's own
+        compile(code, "blend.py", "exec")
 
 
 # --- stopping ------------------------------------------------------------------------------------------
