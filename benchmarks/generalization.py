@@ -10,7 +10,7 @@ correlations (validation and J against the official metric over every probed can
 offline, all real execution.
 
     python benchmarks/generalization.py [--iterations 2] [--seed 1] [--searches mimosa scimars tree]
-                                        [--tasks pendulum-extrapolation wine-cultivar]
+                                        [--tasks pendulum-extrapolation wine-cultivar] [--keep DIR]
 """
 from __future__ import annotations
 
@@ -74,6 +74,8 @@ def main() -> None:
     parser.add_argument("--searches", nargs="+", default=list(SEARCHES))
     parser.add_argument("--tasks", nargs="+", default=sorted(p.name for p in (ROOT / "examples").iterdir()
                                                             if (p / "Problem.md").exists()))
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="write the runs under this folder and keep them (default: a temporary one)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     header = (f"{'task':<24} {'metric':<13} {'constant':>9} {'nearest':>9} {'single':>9} {'search':<8} "
@@ -81,7 +83,8 @@ def main() -> None:
               f"{'ρ val~off':>9} {'ρ J~off':>8}")
     print(header)
     print("-" * len(header))
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
         for name in args.tasks:
             task = load_task(ROOT / "examples" / name)
             for search in args.searches:

@@ -114,15 +114,15 @@ TEST_PATH = $test_path_repr
 TARGET = $target_repr
 FEATURES = $features_repr  # empty: every column of the test file but the id
 ID_COLUMN = $id_column_repr
+$group_labels
 PREDICTIONS_FILE = $predictions_file_repr
 VALIDATION_FRACTION = $val_fraction
 
 
 def feature_columns(train, test):
-    if FEATURES:
-        return list(FEATURES)
     # Only columns both files have: a training-only column cannot be used to predict.
-    return [c for c in test.columns if c != ID_COLUMN and c in train.columns]
+    columns = list(FEATURES) if FEATURES else [c for c in test.columns if c != ID_COLUMN and c in train.columns]
+    return [c for c in columns if c not in GROUP_LABELS] or columns  # nothing else to learn from: keep it
 
 
 def load_data():
@@ -399,8 +399,12 @@ class Strategy:
         grouped = bool(spec.group_column) and not tail
         pct = int(round(100 * VALIDATION_FRACTION))
         split = _TAIL_SPLIT if tail else _GROUP_SPLIT if grouped else _RANDOM_SPLIT
-        if grouped:
-            split = f"GROUP_COLUMN = {spec.group_column!r}\n\n" + split.strip("\n")
+        # The test rows come from groups the training rows never show (that is why validation holds
+        # out whole groups), so a group's label says nothing about them: it is no feature, however
+        # the task lists it (a site code read as a number would only teach the model noise).
+        group_labels = (f"GROUP_COLUMN = {spec.group_column!r}\n"
+                        "GROUP_LABELS = [GROUP_COLUMN]  # new groups at test time: their labels predict nothing"
+                        if grouped else "GROUP_LABELS = []  # no column labels groups the test set never saw")
         return _FRAME.substitute(
             key=self.key,
             params_json=json.dumps(resolved, sort_keys=True),
@@ -420,6 +424,7 @@ class Strategy:
             target_repr=repr(spec.target),
             features_repr=repr(list(spec.features)),
             id_column_repr=repr(spec.id_column),
+            group_labels=group_labels,
             predictions_file_repr=repr(spec.predictions_file),
             y_dtype="" if classify else "dtype=float",
             body=body + "\n",

@@ -26,7 +26,7 @@ _TRIED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=", re.M)
 _REJECTED = re.compile(r"^rejected:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
 _AVOID = re.compile(r"^avoid:\s*([a-z0-9_]+)", re.M)
 _CANDIDATE = re.compile(r"^- (n\d+) score=(\S+) children=(\d+)/(\d+) strategy=(\S+)", re.M)
-_SCORED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=(\S+)\s*$", re.M)
+_SCORED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=(\S+)( fails .*)?\s*$", re.M)
 # A partner worth blending scores no worse than this fraction of the best node's own magnitude
 # below it: averaging with a much worse model drags the blend towards it.
 COMPARABLE = 0.5
@@ -187,9 +187,10 @@ def _proposer(system: str, user: str, rng: random.Random) -> str:
 
 def _blend_of_the_best(user: str, options: dict[str, Strategy], parent: tuple[str, dict] | None,
                        blocked: set[str], spec: DataSpec) -> str | None:
-    """When the parent is the best node of the tree, the proposal to blend it with the best node
-    of another approach that scores comparably (a team combining its two best lines); None when
-    there is no such partner, the blend was tried, or the critic ruled blends out."""
+    """When the parent is the best node of the tree that passes its checks, the proposal to blend
+    it with the best such node of another approach that scores comparably (a team combining its two
+    best lines); None when there is no such partner, the blend was tried, or the critic ruled
+    blends out."""
     if parent is None or parent[0] not in options or not blendable(options[parent[0]]):
         return None
     higher = "higher is better" in input_section(user, "parent")
@@ -199,7 +200,8 @@ def _blend_of_the_best(user: str, options: dict[str, Strategy], parent: tuple[st
             score = float(m.group(4))
         except ValueError:
             continue
-        if m.group(2) in options and score == score and abs(score) != float("inf"):
+        # a node whose predictions fail a plausibility check is no line to build on, nor to average in
+        if m.group(2) in options and score == score and abs(score) != float("inf") and not m.group(5):
             scored.append((m.group(1), m.group(2), _json(m.group(3)), score))
     if not scored:
         return None

@@ -409,7 +409,7 @@ def _parent_block(ctx: SearchContext, parent: Node | None) -> str:
 
 def _tried(tree: Tree) -> str:
     lines = [f"- {n.id}: {n.strategy or 'unknown'} {json.dumps(n.params, sort_keys=True)} score={_fmt(n.score)}"
-             for n in tree.nodes.values()]
+             + (f" fails {', '.join(n.failed_checks)}" if n.failed_checks else "") for n in tree.nodes.values()]
     return "\n".join(lines) or "nothing yet"
 
 

@@ -300,3 +300,26 @@ def test_a_blend_of_parts_it_cannot_render_is_a_clear_error(parts, why):
     spec = DataSpec("data/train.csv", "data/test_features.csv", "y", ("a", "b"), "id", "predictions.csv")
     with pytest.raises(ValueError, match=why):
         BLEND.render({"parts": parts}, spec, SEED)
+
+
+def test_a_grouped_task_s_programs_never_learn_from_the_group_label(tmp_path):
+    """Sites numbered at random, each with its own offset: the test holds new sites, so a model given
+    the site code can only fit noise. The program leaves the code out although the task lists it."""
+    rng = np.random.default_rng(8)
+    site = np.repeat(np.arange(1, 13), 30)
+    temp = rng.uniform(0, 25, site.size)
+    flux = 0.3 * temp + rng.normal(0, 1.0, 12)[site - 1] + 0.2 * rng.normal(size=site.size)
+    frame = pd.DataFrame({"id": range(site.size), "site": site, "temp": temp, "flux": flux})
+    train, test = frame[frame.site <= 9], frame[frame.site > 9].drop(columns="flux")
+    spec = DataSpec("data/train.csv", "data/test_features.csv", "flux", ("site", "temp"), "id", "predictions.csv",
+                    group_column="site")
+    proc = _run_generated(tmp_path, train, test, get_strategy("ridge").render({}, spec, SEED))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "site groups held out whole" in proc.stdout
+    predicted = pd.read_csv(tmp_path / "predictions.csv")["flux"].to_numpy()
+    # with the code dropped, ridge on temperature alone: one slope, the same for every new site
+    slope = np.polyfit(test["temp"], predicted, 1)
+    assert np.allclose(np.polyval(slope, test["temp"]), predicted, atol=1e-9)
+    ungrouped = DataSpec("data/train.csv", "data/test_features.csv", "flux", ("site", "temp"), "id",
+                         "predictions.csv")
+    assert "GROUP_LABELS = []" in get_strategy("ridge").render({}, ungrouped, SEED)

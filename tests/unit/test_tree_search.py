@@ -345,6 +345,15 @@ def test_offline_proposer_blends_the_best_node_with_a_comparable_other_approach_
     assert parse_strategy(_ask_offline("proposer", _blend_inputs("0.09")))[0] != "blend"
     # from a parent that is not the best node, the proposer explores that line instead
     assert parse_strategy(_ask_offline("proposer", _blend_inputs("0.0100")))[0] != "blend"
+    # a node whose predictions fail a check is no partner (nor is it the best node to start from)
+    failing = _blend_inputs("0.0200")
+    failing["tried"] = failing["tried"].replace("score=0.0200", "score=0.0200 fails within_range")
+    assert parse_strategy(_ask_offline("proposer", failing))[0] != "blend"
+    failing = _blend_inputs("0.0100")
+    failing["tried"] = failing["tried"].replace("score=0.0100", "score=0.0100 fails within_range") + \
+        '\n- n4: svr {"C": 10.0, "epsilon": 0.05, "gamma": "scale"} score=0.018'
+    key, other = parse_strategy(_ask_offline("proposer", failing))
+    assert key == "blend" and [part[0] for part in other["parts"]] == ["piecewise_poly", "svr"]
     # once the blend ran, it is not proposed again; the critic calls a repeat a copy
     tried = _blend_inputs("0.0200")
     tried["tried"] += f"\n- n3: blend {json.dumps(params, sort_keys=True)} score=0.015"
