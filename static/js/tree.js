@@ -192,7 +192,7 @@
   function summary(champ) {
     const c = champ && nodeById(champ);
     const parts = [state.nodes.length + (state.nodes.length === 1 ? " node" : " nodes")];
-    parts.push(c ? "champion " + c.id + " (" + (c.strategy || "?") + ", " + fmt(c.score) + ")" : "no champion yet");
+    parts.push(c ? "champion " + c.id + " (" + (strategyName(c) || "?") + ", " + fmt(c.score) + ")" : "no champion yet");
     parts.push(state.metric_label + ", " + state.direction);
     if (state.finished) parts.push("finished: " + state.finished.stopped);
     $("tree-summary").textContent = parts.join(" · ");
