@@ -173,9 +173,14 @@ def _proposer(system: str, user: str, rng: random.Random) -> str:
         return blend
     hinted = {k for k, _ in hints}
     needed = frozenset(read_facts(system, user).desired_tags())
-    ranked = sorted((s for s in options.values() if s.key not in avoid and s is not BLEND),
-                    key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report, hinted, rng,
-                                                   needed))
+    # The result analyst found the parent's own change made no difference: its advice is a
+    # structurally different strategy, not another setting of the same one.
+    stale = parent[0] if parent and re.search(r"^verdict:\s*unchanged\b", input_section(user, "parent_report"),
+                                              re.M) else None
+    considered = [s for s in options.values() if s.key not in avoid and s is not BLEND]
+    considered = [s for s in considered if s.key != stale] or considered
+    ranked = sorted(considered, key=lambda s: -_proposal_score(s, parent[0] if parent else None, ktags, report,
+                                                               hinted, rng, needed))
     for strategy in ranked:
         found = _params_for(strategy, parent, hints, blocked, spec, rng)
         if found is not None:

@@ -310,6 +310,19 @@ def test_offline_proposer_starts_a_strategy_new_to_the_branch_from_its_conventio
     assert keys
 
 
+def test_offline_proposer_leaves_a_strategy_whose_last_change_made_no_difference():
+    unchanged = ("verdict: unchanged\n- n1 (piecewise_poly) scored 0.0163 against its parent n0 (piecewise_poly) "
+                 "at 0.0163 on relative_l2 (lower is better): 0.0% different.\n"
+                 "- next: the change made no difference; try a structurally different strategy.")
+    inputs = {"parent": PARENT.replace("id: n0", "id: n1"), "parent_report": unchanged, "data_findings": JUMP_REPORT,
+              "knowledge": "none retrieved", "tried": f"- n0: {PIECEWISE} score=0.0163", "strategy_library": "-"}
+    for seed in range(6):
+        assert parse_strategy(_ask_offline("proposer", inputs, seed=seed))[0] != "piecewise_poly"
+    # after a change that did matter, refining the same approach stays an option
+    improved = {**inputs, "parent_report": unchanged.replace("verdict: unchanged", "verdict: improved")}
+    assert "piecewise_poly" in {parse_strategy(_ask_offline("proposer", improved, seed=s))[0] for s in range(6)}
+
+
 def test_offline_selector_votes_for_a_listed_node_mostly_the_best():
     listing = "\n".join(["direction: lower is better", "metric: relative_l2", "max_children: 10",
                          "- n1 score=0.05 children=0/10 strategy=knn parent=n0",
