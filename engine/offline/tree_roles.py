@@ -25,7 +25,7 @@ UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unch
 _TRIED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=", re.M)
 _REJECTED = re.compile(r"^rejected:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
 _AVOID = re.compile(r"^avoid:\s*([a-z0-9_]+)", re.M)
-_CANDIDATE = re.compile(r"^- (n\d+) score=(\S+) children=(\d+)/(\d+) strategy=(\S+)", re.M)
+_CANDIDATE = re.compile(r"^- (n\d+) score=(\S+) children=(\d+)/(\d+) strategy=(\S+)(.*)$", re.M)
 _SCORED = re.compile(r"^- (n\d+): ([a-z0-9_]+) (\{.*\}) score=(\S+)( fails .*)?\s*$", re.M)
 # A partner worth blending scores no worse than this fraction of the best node's own magnitude
 # below it: averaging with a much worse model drags the blend towards it.
@@ -77,19 +77,21 @@ def _selector(system: str, user: str, rng: random.Random) -> str:
     nodes = []
     for m in _CANDIDATE.finditer(listing):
         try:
-            nodes.append((m.group(1), float(m.group(2)), int(m.group(3)), m.group(5)))
+            nodes.append((m.group(1), float(m.group(2)), int(m.group(3)), m.group(5), " fails " in m.group(6)))
         except ValueError:
             continue  # a node without a score is no candidate
     if not nodes:
         return "vote: none\nreason: no scored node is listed."
-    ranked = sorted(nodes, key=lambda n: (-n[1] if higher else n[1], n[2]))
+    # A score earned by predictions that fail a plausibility check is no line to build on.
+    ranked = sorted(nodes, key=lambda n: (n[4], -n[1] if higher else n[1], n[2]))
     if len(ranked) == 1 or rng.random() < EXPLOIT_RATE:
         pick = ranked[0]
-        reason = f"{pick[0]} ({pick[3]}) has the best validation score listed, {pick[1]:.6g}."
+        reason = (f"{pick[0]} ({pick[3]}) has the best validation score listed, {pick[1]:.6g}"
+                  + (", among the nodes that pass their checks." if any(n[4] for n in ranked) else "."))
     else:
         # Explore: any other node, favouring those with few children (less explored).
         others = ranked[1:]
-        pick = rng.choices(others, weights=[1.0 / (1 + n[2]) for n in others])[0]
+        pick = rng.choices(others, weights=[(0.25 if n[4] else 1.0) / (1 + n[2]) for n in others])[0]
         reason = (f"exploring {pick[0]} ({pick[3]}, score {pick[1]:.6g}): it has only {pick[2]} "
                   f"child(ren), and the best node is not the only promising line.")
     return f"vote: {pick[0]}\nreason: {reason}"

@@ -326,7 +326,8 @@ def _candidate_lines(ctx: SearchContext, tree: Tree, candidates: list[Node]) -> 
     lines = [f"direction: {ctx.direction}", f"metric: {tree.metric}", f"max_children: {tree.max_children}"]
     for n in candidates:
         lines.append(f"- {n.id} score={_fmt(n.score)} children={n.children}/{tree.max_children} "
-                     f"strategy={n.strategy or 'unknown'} parent={n.parent or '-'}")
+                     f"strategy={n.strategy or 'unknown'} parent={n.parent or '-'}"
+                     + (f" fails {', '.join(n.failed_checks)}" if n.failed_checks else ""))
     return "\n".join(lines)
 
 

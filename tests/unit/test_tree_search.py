@@ -384,6 +384,16 @@ def test_offline_engineer_renders_the_blend_it_was_asked_for_and_never_plants_a_
         compile(code, "blend.py", "exec")
 
 
+def test_offline_selector_prefers_the_best_node_whose_predictions_pass_their_checks():
+    listing = "\n".join(["direction: lower is better", "metric: rmse", "max_children: 10",
+                         "- n1 score=0.80 children=0/10 strategy=mlp parent=n0 fails within_range",
+                         "- n0 score=0.83 children=1/10 strategy=ridge parent=-",
+                         "- n2 score=0.95 children=0/10 strategy=svr parent=n0"])
+    votes = [parse_vote(_ask_offline("selector", {"candidates": listing, "voter": f"selector {i} of 20"}))
+             for i in range(20)]
+    assert votes.count("n0") > len(votes) / 2 and votes.count("n1") < votes.count("n0")
+
+
 # --- stopping ------------------------------------------------------------------------------------------
 def test_budget_exhaustion_stops_cleanly_and_keeps_the_partial_tree(tmp_path):
     touched: list = []
