@@ -16,9 +16,9 @@ import re
 from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
 from .reading import read_facts
-from .blend import BLEND, MAX_PARTS, blendable
+from .blend import BLEND, blendable
 from .scientist import applicable, data_spec, input_section, register, seed_of, strategy_from, words
-from .strategies import DataSpec, Strategy, inject_bug
+from .strategies import DataSpec, Strategy, get_strategy, inject_bug
 
 EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
 UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"
@@ -221,24 +221,20 @@ def _blend_of_the_best(user: str, options: dict[str, Strategy], parent: tuple[st
     floor = best[3] - sign * COMPARABLE * abs(best[3])
     partners = [n for n in scored[1:] if n[1] != best[1] and blendable(options[n[1]])
                 and sign * (n[3] - floor) >= 0]
-    parts, names = [[best[1], best[2]]], [f"{best[0]} ({best[1]}, {best[3]:.6g})"]
-    for node in partners:
-        if len(parts) == min(2, MAX_PARTS) or any(node[1] == p[0] for p in parts):
-            continue
-        parts.append([node[1], node[2]])
-        names.append(f"{node[0]} ({node[1]}, {node[3]:.6g})")
-    if len(parts) < 2:
+    if not partners:
         return None
+    partner = partners[0]
     try:
-        params = BLEND.resolve_params({"parts": parts})
+        params = BLEND.resolve_params({"parts": [[best[1], best[2]], [partner[1], partner[2]]]})
     except ValueError:
         return None
     if _fingerprint(BLEND, params, spec) in blocked:
         return None
     return "\n".join([strategy_line(BLEND.key, params),
-                      f"change: blend the best node {names[0]} with the best of another approach, {names[1]}",
-                      "rationale: two different models that validate comparably make different errors; "
-                      "their combined prediction is kept only if it validates better than either."])
+                      f"change: blend the best node {best[0]} ({best[1]}, {best[3]:.6g}) with the best of another "
+                      f"approach, {partner[0]} ({partner[1]}, {partner[3]:.6g})",
+                      "rationale: two different models that validate comparably make different errors, so their "
+                      "mean should vary less than either; the folds will say whether it does here."])
 
 
 def _write_proposal(strategy: Strategy, params: dict, note: str, parent: tuple[str, dict] | None, title: str,
@@ -321,7 +317,9 @@ def _engineer(system: str, user: str, rng: random.Random) -> str:
     params = {k: v for k, v in params.items() if k in strategy.param_grid}
     try:
         code = strategy.render(params, spec, seed_of(user, rng))
-    except ValueError:  # a value outside the strategy's options: fall back to its defaults
+    except ValueError:  # a value outside the strategy's options: its defaults (a blend's: its first part's)
+        if strategy is BLEND:
+            strategy = get_strategy(params["parts"][0][0])
         params = strategy.default_params()
         code = strategy.render(params, spec, seed_of(user, rng))
     if strategy is BLEND:

@@ -382,6 +382,10 @@ def test_offline_engineer_renders_the_blend_it_was_asked_for_and_never_plants_a_
         assert parse_strategy(code) == parse_strategy(proposal)
         assert code.count("# strategy: ") == 3  # the blend's header and each part's own
         compile(code, "blend.py", "exec")
+    # a part's setting outside its options: the first part alone, with its conventional settings
+    bad = 'strategy: blend {"parts": [["piecewise_poly", {"side_model": "bogus"}], ["extra_trees", {}]]}'
+    code = extract_code(_ask_offline("engineer", {"proposal": bad}, seed=1))
+    assert parse_strategy(code) == ("piecewise_poly", get_strategy("piecewise_poly").default_params())
 
 
 def test_offline_selector_prefers_the_best_node_whose_predictions_pass_their_checks():
