@@ -3,8 +3,9 @@ predictions (the mean for regression, a vote for labels, ties to the first part)
 
 A blend is what a team that has run several good, different models can do and one agent
 writing one program does not: averaging models whose errors differ lowers the variance of the
-prediction. It is validated on the same folds as every node, so it is kept only where it
-really beats the lines it combines (engine/search/tree.py commits by the paired noise rule).
+prediction. It is validated on the same folds as every node and committed by the same rule
+(engine/search/tree.py: ahead of the root only when its gain over the root is beyond the
+paired noise of the folds).
 
 Each part is the complete program of a strategy in the library, embedded as text and run as a
 module (its ``__main__`` guard keeps it from writing predictions): only its ``fit_predict`` is
