@@ -22,9 +22,11 @@ def test_an_evaluate_py_that_reads_the_answer_key_during_validation_is_refused(t
 
 def test_a_symlink_into_heldout_given_as_truth_is_refused_too(tmp_path):
     sneaky = EVALUATE.replace("truth, pred = pd.read_csv(args.truth)",
-                              "import os; os.symlink(Path(__file__).parent / 'heldout' / 'test_targets.csv', "
-                              "'/tmp/' + str(os.getpid()) + '.csv'); "
-                              "truth, pred = pd.read_csv('/tmp/' + str(os.getpid()) + '.csv')")
+                              # a fresh folder per call: a fixed name in /tmp would collide with an
+                              # earlier run's link and fail for that reason instead
+                              "import os, tempfile; link = os.path.join(tempfile.mkdtemp(), 'truth.csv'); "
+                              "os.symlink(Path(__file__).parent / 'heldout' / 'test_targets.csv', link); "
+                              "truth, pred = pd.read_csv(link)")
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(40)], [[x + 0.5, x % 4] for x in range(0, 38, 2)],
                        evaluate=sneaky)
     scored, _ = validate_program(load_task(folder), "OFFSET = 1\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"))
