@@ -30,7 +30,8 @@ def page(request, studio, demo_user, monkeypatch):
         context.set_default_timeout(30_000)
         pg = context.new_page()
         js_errors = []
-        pg.on("pageerror", lambda error: js_errors.append((pg.url, error)))
+        # the stack too: an error raised inside a library (cytoscape's renderer) names only a property
+        pg.on("pageerror", lambda error: js_errors.append((pg.url, error.message, error.stack)))
         pg.goto("/login/")
         pg.get_by_label("Name").fill("ada")
         pg.get_by_label("Password").fill("lovelace-1843")
