@@ -33,6 +33,18 @@ def blendable(strategy: Strategy) -> bool:
     return strategy.key != KEY and not strategy.main and strategy.key not in CONSTANT
 
 
+def runs(strategy: Strategy, params: dict) -> list[Strategy]:
+    """The library strategies a program of ``strategy`` fits: a blend's parts, else itself."""
+    return [get_strategy(key) for key, _ in params["parts"]] if strategy.key == KEY else [strategy]
+
+
+def fallback(strategy: Strategy, params: dict) -> tuple[Strategy, dict]:
+    """What to write when a configuration cannot be rendered (a setting outside its options):
+    the strategy's conventional settings; a blend, which has none, gives way to its first part's."""
+    first = runs(strategy, params)[0]
+    return first, first.default_params()
+
+
 def _parts(params: dict) -> list[tuple[Strategy, dict]]:
     raw = params.get("parts")
     if not isinstance(raw, (list, tuple)) or not 2 <= len(raw) <= MAX_PARTS:
@@ -108,9 +120,7 @@ class Blend(Strategy):
     def render(self, params: dict, spec: DataSpec, seed: int) -> str:
         parts = _parts(params)
         family = family_of(spec)
-        for strategy, _ in parts:
-            if family not in strategy.families:
-                raise BlendError(f"{strategy.key} does not apply to {family} problems")
+        # each part's own render refuses a family it does not apply to
         entries = ",\n".join(f"    ({s.key!r}, {dict(sorted(p.items()))!r},\n     "
                              f"{_quoted(s.render(p, spec, seed))})" for s, p in parts)
         source = ("# Each part is the whole program of a strategy this search already ran.\n"
@@ -120,8 +130,8 @@ class Blend(Strategy):
         framed = _Framed(key=KEY, title=title_of(parts), families=self.families, tags=self.tags, param_grid={},
                          summary=self.summary, source=source).render({}, spec, seed)
         # The frame's header names no parameters; a blend's header names its parts.
-        return f"# strategy: {KEY} {json.dumps(self.resolve_params(params), sort_keys=True)}\n" \
-            + framed.split("\n", 1)[1]
+        resolved = {"parts": [[s.key, p] for s, p in parts]}
+        return f"# strategy: {KEY} {json.dumps(resolved, sort_keys=True)}\n" + framed.split("\n", 1)[1]
 
 
 @dataclass(frozen=True)

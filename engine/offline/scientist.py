@@ -18,10 +18,9 @@ from typing import Callable
 from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
                              parse_tool_results, render_tool_results, role_of, section, strategy_line, task_sections,
                              tool_exchanges)
-from .blend import BLEND
+from .blend import BLEND, fallback, runs
 from .reading import TaskFacts, read_facts, report_text, tags_asked
-from .strategies import (DataSpec, Strategy, fix_bug, get_strategy, inject_bug, render_analysis_script,
-                         strategies_for)
+from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
 from .tool_use import fit_findings, plan_calls, profile_notes
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair
@@ -345,8 +344,8 @@ def strategy_from(text: str, facts: TaskFacts) -> tuple[Strategy, dict]:
         try:
             params = BLEND.resolve_params(named[1])
         except ValueError:
-            params = {"parts": []}
-        if params["parts"] and all(key in options for key, _ in params["parts"]):
+            params = None
+        if params and all(key in options for key, _ in params["parts"]):
             return BLEND, params
     first = next((s for s in applicable(facts) if "baseline" not in s.tags), applicable(facts)[0])
     return first, first.default_params()
@@ -409,7 +408,7 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     wrong = [_WRONG_APPROACH[c].format(key=strategy.key) for c in sorted(failed) if c in _WRONG_APPROACH]
     if named and named[0] != strategy.key:
         wrong.insert(0, f"{named[0]} does not apply to this {facts.family.replace('_', ' ')} task")
-    elif strategy not in options:
+    elif not all(s in options for s in runs(strategy, params)):  # a blend is judged by its parts
         wrong.insert(0, f"{strategy.key} cannot extrapolate, and the task must")
     slow = "timeout" in evidence or "memory" in evidence
     if slow and strategy is BLEND:
@@ -444,9 +443,8 @@ def _debugger(system: str, user: str, rng: random.Random) -> str:
     try:
         rewritten = strategy.render({k: v for k, v in params.items() if k in strategy.param_grid}, spec,
                                     seed_of(user, rng))
-    except ValueError:  # a value outside the strategy's options (a blend has no defaults: its first part)
-        strategy, params = (get_strategy(params["parts"][0][0]), params["parts"][0][1]) if strategy is BLEND \
-            else (strategy, strategy.default_params())
+    except ValueError:  # a value outside the strategy's options
+        strategy, params = fallback(strategy, params)
         rewritten = strategy.render(params, spec, seed_of(user, rng))
     if _same_program(rewritten, code):
         # Handing back the code that just failed would only repeat the failure.

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 
 from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
 from .reading import read_facts
-from .blend import BLEND, blendable
+from .blend import BLEND, blendable, fallback
 from .scientist import applicable, data_spec, input_section, register, seed_of, strategy_from, words
-from .strategies import DataSpec, Strategy, get_strategy, inject_bug
+from .strategies import DataSpec, Strategy, inject_bug
 
 EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
 UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"
@@ -208,7 +209,7 @@ def _blend_of_the_best(user: str, options: dict[str, Strategy], parent: tuple[st
         except ValueError:
             continue
         # a node whose predictions fail a plausibility check is no line to build on, nor to average in
-        if m.group(2) in options and score == score and abs(score) != float("inf") and not m.group(5):
+        if m.group(2) in options and math.isfinite(score) and not m.group(5):
             scored.append((m.group(1), m.group(2), _json(m.group(3)), score))
     if not scored:
         return None
@@ -317,10 +318,8 @@ def _engineer(system: str, user: str, rng: random.Random) -> str:
     params = {k: v for k, v in params.items() if k in strategy.param_grid}
     try:
         code = strategy.render(params, spec, seed_of(user, rng))
-    except ValueError:  # a value outside the strategy's options: its defaults (a blend's: its first part's)
-        if strategy is BLEND:
-            strategy = get_strategy(params["parts"][0][0])
-        params = strategy.default_params()
+    except ValueError:  # a value outside the strategy's options
+        strategy, params = fallback(strategy, params)
         code = strategy.render(params, spec, seed_of(user, rng))
     if strategy is BLEND:
         note = f"Blend of {', '.join(key for key, _ in params['parts'])}, each part the program the tree ran."

@@ -322,12 +322,16 @@ def majority_vote(votes: Sequence[str | None], candidates: Sequence[Node], highe
     return min(tally, key=key)
 
 
+def _fails(node: Node) -> str:
+    """A listing line's tail naming the checks a node's predictions fail (the offline roles read it)."""
+    return f" fails {', '.join(node.failed_checks)}" if node.failed_checks else ""
+
+
 def _candidate_lines(ctx: SearchContext, tree: Tree, candidates: list[Node]) -> str:
     lines = [f"direction: {ctx.direction}", f"metric: {tree.metric}", f"max_children: {tree.max_children}"]
     for n in candidates:
         lines.append(f"- {n.id} score={_fmt(n.score)} children={n.children}/{tree.max_children} "
-                     f"strategy={n.strategy or 'unknown'} parent={n.parent or '-'}"
-                     + (f" fails {', '.join(n.failed_checks)}" if n.failed_checks else ""))
+                     f"strategy={n.strategy or 'unknown'} parent={n.parent or '-'}{_fails(n)}")
     return "\n".join(lines)
 
 
@@ -410,7 +414,7 @@ def _parent_block(ctx: SearchContext, parent: Node | None) -> str:
 
 def _tried(tree: Tree) -> str:
     lines = [f"- {n.id}: {n.strategy or 'unknown'} {json.dumps(n.params, sort_keys=True)} score={_fmt(n.score)}"
-             + (f" fails {', '.join(n.failed_checks)}" if n.failed_checks else "") for n in tree.nodes.values()]
+             f"{_fails(n)}" for n in tree.nodes.values()]
     return "\n".join(lines) or "nothing yet"
 
 

@@ -22,8 +22,9 @@ from engine.evolve import evolve
 from engine.knowledge import load_knowledge, retrieve
 from engine.offline import scientist
 from engine.offline.strategies import ONE_D, DataSpec, get_strategy
+from engine.harness import DEFAULT_PROCEDURES
 from engine.prompt_format import extract_code
-from engine.prompts import role_of
+from engine.prompts import ANSWER_FORMATS, role_of
 from engine.search.tree import (Node, SearchContext, Tree, TreeConfig, TreeSearch, build_messages, majority_vote,
                                 parse_strategy, parse_verdict, parse_vote, select_parents)
 from engine.task import load_task
@@ -323,13 +324,17 @@ def test_offline_proposer_leaves_a_strategy_whose_last_change_made_no_difference
     assert "piecewise_poly" in {parse_strategy(_ask_offline("proposer", improved, seed=s))[0] for s in range(6)}
 
 
+def _selector_votes(metric: str, nodes: list[str]) -> list[str | None]:
+    """Twenty offline selectors' votes on a candidates listing (lower is better)."""
+    listing = "\n".join(["direction: lower is better", f"metric: {metric}", "max_children: 10", *nodes])
+    return [parse_vote(_ask_offline("selector", {"candidates": listing, "voter": f"selector {i} of 20"}))
+            for i in range(20)]
+
+
 def test_offline_selector_votes_for_a_listed_node_mostly_the_best():
-    listing = "\n".join(["direction: lower is better", "metric: relative_l2", "max_children: 10",
-                         "- n1 score=0.05 children=0/10 strategy=knn parent=n0",
-                         "- n2 score=0.02 children=3/10 strategy=piecewise_poly parent=n0",
-                         "- n3 score=0.09 children=0/10 strategy=svr parent=n0"])
-    votes = [parse_vote(_ask_offline("selector", {"candidates": listing, "voter": f"selector {i} of 20"}))
-             for i in range(20)]
+    votes = _selector_votes("relative_l2", ["- n1 score=0.05 children=0/10 strategy=knn parent=n0",
+                                            "- n2 score=0.02 children=3/10 strategy=piecewise_poly parent=n0",
+                                            "- n3 score=0.09 children=0/10 strategy=svr parent=n0"])
     assert set(votes) <= {"n1", "n2", "n3"}
     assert votes.count("n2") > len(votes) / 2  # mostly the strongest, sometimes exploring
     assert len(set(votes)) > 1
@@ -388,13 +393,20 @@ def test_offline_engineer_renders_the_blend_it_was_asked_for_and_never_plants_a_
     assert parse_strategy(code) == ("piecewise_poly", get_strategy("piecewise_poly").default_params())
 
 
+def test_offline_debugger_rewrites_a_failed_blend_from_its_parts_without_calling_it_inapplicable():
+    bad = '# strategy: blend {"parts": [["piecewise_poly", {"side_model": "bogus"}], ["extra_trees", {}]]}\nprint(1)\n'
+    messages = build_messages(load_task(DISC), "debugger", {"code": bad}, procedure=DEFAULT_PROCEDURES["debugger"],
+                              answer_format=ANSWER_FORMATS["debugger"],
+                              feedback={"from": "sandbox", "status": "failed", "detail": {"stderr_tail": "something odd"}})
+    answer = scientist.respond(messages, seed=1)
+    assert "cannot extrapolate" not in answer  # its parts are what this task allows
+    assert parse_strategy(extract_code(answer)) == ("piecewise_poly", get_strategy("piecewise_poly").default_params())
+
+
 def test_offline_selector_prefers_the_best_node_whose_predictions_pass_their_checks():
-    listing = "\n".join(["direction: lower is better", "metric: rmse", "max_children: 10",
-                         "- n1 score=0.80 children=0/10 strategy=mlp parent=n0 fails within_range",
-                         "- n0 score=0.83 children=1/10 strategy=ridge parent=-",
-                         "- n2 score=0.95 children=0/10 strategy=svr parent=n0"])
-    votes = [parse_vote(_ask_offline("selector", {"candidates": listing, "voter": f"selector {i} of 20"}))
-             for i in range(20)]
+    votes = _selector_votes("rmse", ["- n1 score=0.80 children=0/10 strategy=mlp parent=n0 fails within_range",
+                                     "- n0 score=0.83 children=1/10 strategy=ridge parent=-",
+                                     "- n2 score=0.95 children=0/10 strategy=svr parent=n0"])
     assert votes.count("n0") > len(votes) / 2 and votes.count("n1") < votes.count("n0")
 
 
