@@ -131,8 +131,8 @@ def trivial_or_error(task: Task) -> dict[str, bytes] | str:
 
 
 def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budget, executor=None,
-                          model_override: str | None = None, control=None, tools=None,
-                          discover_tools: bool = False) -> dict:
+                          model_override: str | None = None, control=None, tools=None, models=None,
+                          discover_tools: bool = False, cache_dir: Path | None = None, replay_only: bool = False) -> dict:
     """Run the single-agent workflow on a budget with the team's limits and score it officially.
     It is given the tools the team was given: ``tools`` (a search's discovered MCP tools), or with
     ``discover_tools`` those it discovers itself, each role's allocation to its one agent.
@@ -151,7 +151,8 @@ def single_agent_baseline(task: Task, run_dir: Path, *, seed: int, budget: Budge
         with use(tools.registry):
             workflow = allocate(workflow, tools.registry).validate()
     config = RunConfig(run_dir=Path(run_dir), seed=seed, budget=Budget(**budget.limits()), scoring="official",
-                       model_override=model_override, run_id=Path(run_dir).name, control=control or NoControl(),
+                       model_override=model_override, models=models, cache_dir=cache_dir, replay_only=replay_only,
+                       run_id=Path(run_dir).name, control=control or NoControl(),
                        tools=tools, discover_tools=discover_tools and tools is None, allocate_tools=True)
     try:
         result = run_workflow(task, workflow, config, executor=executor)

@@ -20,6 +20,9 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    # Calls the provider did not answer usefully (an error, a timeout, an empty answer): not
+    # charged against the call budget, but counted, so a run that struggled says so.
+    failed_calls: int = 0
 
     @property
     def tokens(self) -> int:
@@ -34,7 +37,7 @@ class Usage:
     def to_dict(self) -> dict:
         return {"calls": self.calls, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "tokens": self.tokens,
-                "cost_usd": round(self.cost_usd, 6)}
+                "cost_usd": round(self.cost_usd, 6), "failed_calls": self.failed_calls}
 
 
 @dataclass
@@ -79,6 +82,12 @@ class Budget:
             self.used.add(prompt_tokens, completion_tokens, cost_usd)
             self.per_agent.setdefault(agent, Usage()).add(prompt_tokens, completion_tokens, cost_usd)
 
+    def failed(self, agent: str) -> None:
+        """Count a call that got no usable answer."""
+        with _LOCK:
+            self.used.failed_calls += 1
+            self.per_agent.setdefault(agent, Usage()).failed_calls += 1
+
     def remaining(self) -> dict:
         return {
             "tokens": None if self.max_tokens is None else self.max_tokens - self.used.tokens,
@@ -90,7 +99,8 @@ class Budget:
         """Carry over what an interrupted run had already spent (resume draws from the same budget)."""
         def usage(d: dict) -> Usage:
             return Usage(int(d.get("calls", 0)), int(d.get("prompt_tokens", 0)),
-                         int(d.get("completion_tokens", 0)), float(d.get("cost_usd", 0.0)))
+                         int(d.get("completion_tokens", 0)), float(d.get("cost_usd", 0.0)),
+                         int(d.get("failed_calls", 0)))
         self.used = usage(used)
         self.per_agent = {k: usage(v) for k, v in (per_agent or {}).items()}
 

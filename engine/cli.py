@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from .budget import Budget
 from .errors import TrellisError
+from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .preflight import PreflightError, TaskFacts, preflight
 from .synthesis import WORKFLOWS, single_agent_workflow
@@ -43,10 +45,77 @@ def model_name(text: str) -> str:
     return text
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model a user brings: run-wide settings, per-role settings, and the cassette."""
+    group = parser.add_argument_group("model", "which model serves the run and how to reach it (README: "
+                                      "'Using your own model'); each also from TRELLIS_* environment variables")
+    group.add_argument("--model", type=model_name, help="any litellm model for every role, e.g. "
+                       "openai/smollm2 with --api-base, ollama/qwen2.5-coder:7b, anthropic/claude-sonnet-4-5 "
+                       "(default: the offline scientist, or TRELLIS_MODEL / TRELLIS_MODEL_<ROLE>)")
+    group.add_argument("--api-base", help="the model server's URL, e.g. http://127.0.0.1:8080/v1 (llama.cpp, vLLM), "
+                       "http://127.0.0.1:11434 (Ollama)")
+    group.add_argument("--api-key-env", metavar="VAR", help="the environment variable holding the API key "
+                       "(never the key itself); a local server needs none")
+    group.add_argument("--max-answer-tokens", type=bounded(16, 1_000_000), metavar="N",
+                       help="the longest answer asked for (default 4096, or half the context)")
+    group.add_argument("--context-tokens", type=bounded(256, 10_000_000), metavar="N",
+                       help="the model's context size: each answer is fitted inside it with its prompt")
+    group.add_argument("--model-timeout", type=bounded(1, 86_400, float), metavar="S",
+                       help="seconds to wait for one answer (default 120; a CPU server may need 600)")
+    group.add_argument("--price", type=bounded(0, 10_000, float), nargs=2, metavar=("IN", "OUT"),
+                       help="USD per million prompt and answer tokens, for a model litellm has no price for")
+    group.add_argument("--structured-output", choices=STRUCTURED_MODES, default=None,
+                       help="how JSON answers (judge, mutations) are asked for: json_schema (OpenAI, vLLM), "
+                            "json_object (llama.cpp's server), off, or auto (default: where litellm knows the model takes it)")
+    group.add_argument("--role", action="append", default=[], metavar="ROLE:KEY=VALUE[,KEY=VALUE]",
+                       help="settings for one role, e.g. coder:model=ollama/qwen2.5-coder:7b,max_answer_tokens=3000 "
+                            "(repeatable; keys: " + ", ".join(f.name for f in fields(ModelOptions)) + ")")
+    group.add_argument("--cassette", metavar="DIR", help="record every model call under DIR and reuse what is there "
+                       "(a run made with a real model, replayable offline)")
+    group.add_argument("--replay", metavar="DIR", help="replay a cassette: answer every call from DIR and fail on a "
+                       "call that was not recorded; no provider is reached")
+
+
+def model_settings(args: argparse.Namespace) -> ModelSettings:
+    """The run's model settings from its flags; ModelSettingsError (a TrellisError) says what is wrong."""
+    price = getattr(args, "price", None)
+    run = ModelOptions(model=args.model, api_base=getattr(args, "api_base", None),
+                       api_key_env=getattr(args, "api_key_env", None),
+                       max_answer_tokens=getattr(args, "max_answer_tokens", None),
+                       context_tokens=getattr(args, "context_tokens", None),
+                       timeout_s=getattr(args, "model_timeout", None),
+                       price_in=price[0] if price else None, price_out=price[1] if price else None,
+                       structured=getattr(args, "structured_output", None))
+    roles: dict[str, ModelOptions] = {}
+    for text in getattr(args, "role", None) or []:
+        role, options = parse_role_setting(text)
+        roles[role] = options.over(roles.get(role, ModelOptions()))
+    return ModelSettings(run, roles)
+
+
+def cassette(args: argparse.Namespace) -> tuple[Path | None, bool]:
+    """(cache folder, replay only) from --replay, --cassette or the shared --cache."""
+    if getattr(args, "replay", None):
+        folder = Path(args.replay)
+        if not folder.is_dir():
+            raise TrellisError(f"--replay {args.replay}: no such cassette folder")
+        return folder, True
+    if getattr(args, "cassette", None):
+        return Path(args.cassette), False
+    if getattr(args, "cache", False):
+        return Path(args.runs_dir) / "model-cache", False
+    return None, False
+
+
+def describe_models(models: ModelSettings, workflow: Workflow) -> list[str]:
+    from .gateway import endpoint_lines
+    from .runner import roles_of
+
+    return endpoint_lines(models, roles_of(workflow))
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task folder, e.g. examples/discontinuous-1d")
-    parser.add_argument("--model", type=model_name, help="any litellm model for every role (default: offline provider, "
-                        "or TRELLIS_MODEL / TRELLIS_MODEL_<ROLE>)")
     parser.add_argument("--workflow", default="team",
                         help=f"starting workflow: {', '.join(WORKFLOWS)}, or a workflow JSON file")
     parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
@@ -56,11 +125,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cost budget in USD")
     parser.add_argument("--max-calls", type=bounded(1, MAX_CALLS), default=None, help="model-call budget")
     parser.add_argument("--runs-dir", default="var/runs", help="where traces and artifacts go")
-    parser.add_argument("--cache", action="store_true", help="reuse identical model calls (record/replay)")
+    parser.add_argument("--cache", action="store_true", help="reuse identical model calls across runs "
+                        "(var/runs/model-cache; see --cassette and --replay for one run's recording)")
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
     parser.add_argument("--no-single-agent", action="store_true",
                         help="skip the single-agent baseline run beside the workflow (it costs one more run)")
     add_executor_argument(parser)
+    add_model_arguments(parser)
 
 
 def add_executor_argument(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +170,10 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
             raise TrellisError(f"--workflow {args.workflow}: not one of {', '.join(WORKFLOWS)} and not a "
                                f"readable workflow JSON file ({exc})") from exc
         workflow = Workflow.from_json(text).validate()
+    models = model_settings(args)
+    cache_dir, replay_only = cassette(args)
+    for line in describe_models(models, workflow):
+        out.write(line + "\n")
     # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
     from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent,
                             official_baselines, single_agent_baseline, trivial_or_error)
@@ -115,9 +190,9 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     choice = make_executor(kind, run_dir / "sandboxes")
     out.write(choice.describe() + "\n")
     out.flush()
-    config = RunConfig(run_dir=run_dir, seed=args.seed, model_override=args.model, run_id=run_id,
+    config = RunConfig(run_dir=run_dir, seed=args.seed, models=models, run_id=run_id,
                        budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost, max_calls=args.max_calls),
-                       cache_dir=Path(args.runs_dir) / "model-cache" if args.cache else None,
+                       cache_dir=cache_dir, replay_only=replay_only,
                        # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
                        discover_tools=True, allocate_tools=args.workflow in WORKFLOWS,
                        executor_reason=choice.reason)
@@ -131,7 +206,8 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
         out.write("single agent: the single-agent workflow on the same budget, beside it\n")
         out.flush()
         solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
-        solo = single_agent_baseline(task, solo_dir, seed=args.seed, budget=config.budget, model_override=args.model,
+        solo = single_agent_baseline(task, solo_dir, seed=args.seed, budget=config.budget, models=models,
+                                     cache_dir=cache_dir, replay_only=replay_only,
                                      executor=make_executor(choice.kind, solo_dir / "sandboxes").executor,
                                      discover_tools=config.allocate_tools)
         baselines["single_agent"] = solo["official"]

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
+from .gateway import endpoint_lines
+from .models import ModelSettings, settings
+from .runner import roles_of
 from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent, official_baselines,
                         single_agent_baseline, trivial_or_error)
 from .budget import Budget
@@ -64,7 +67,8 @@ class EvolveResult:
 
 def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5, seed: int = 0,
            budget: Budget | None = None, runs_dir: Path = Path("var/runs"), out: TextIO = sys.stdout,
-           gate: Gate | None = None, model_override: str | None = None,
+           gate: Gate | None = None, model_override: str | None = None, models: ModelSettings | None = None,
+           cache_dir: Path | None = None, replay_only: bool = False,
            official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
@@ -105,6 +109,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
     load_config()  # and an unusable MCP server configuration (engine/tools/config.py)
     budget = budget or Budget(max_tokens=2_000_000)
+    models = settings(models, model_override)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
     choice = None
@@ -118,7 +123,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     attempt, trace_path = claim_attempt(run_dir, "search")
     tracer = Tracer(run_dir.name if attempt == 1 else f"{run_dir.name}-attempt{attempt}",
                     [JsonlTraceSink(trace_path), *sinks])
-    gateway = search_gateway(budget, tracer, seed, model_override, control)
+    gateway = search_gateway(budget, tracer, seed, control=control, models=models, cache_dir=cache_dir,
+                             replay_only=replay_only)
     # The MCP servers, started once for the whole search: every probe's agents call the same ones.
     tools = discover(task, run_dir, tracer, out)
     started = time.perf_counter()
@@ -154,6 +160,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
                               executor=choice.kind if choice else None,
                               executor_reason=choice.reason if choice else None))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
+    for line in endpoint_lines(models, roles_of(initial_wf)):
+        out.write(line + "\n")
     if choice is not None:
         out.write(choice.describe() + "\n")
     plan = plan_validation(task)
@@ -167,7 +175,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     shared = SharedMemory(run_dir / EVIDENCE_FILE, tracer, share=memory)
     if memory:
         out.write(f"memory: one evidence graph shared by every probe, {run_dir / EVIDENCE_FILE}\n")
-    runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, model_override=model_override,
+    runner = ProbeRunner(task, budget, run_dir / "probes", seed=seed, models=models, cache_dir=cache_dir,
+                         replay_only=replay_only,
                          sinks=sinks, executor=executor, control=control, memory=shared,
                          tools=tools)
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
@@ -196,7 +205,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
             out.flush()
             solo = single_agent_baseline(task, run_dir / "single-agent", seed=seed, budget=budget,
-                                         executor=runner.executor, model_override=model_override, control=control,
+                                         executor=runner.executor, models=models, control=control,
                                          tools=tools)
             baselines["single_agent"] = solo["official"]
             tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))

@@ -11,6 +11,7 @@ import json
 import re
 from dataclasses import asdict, dataclass, field
 
+from .answers import AnswerContract, ask, json_reader
 from .errors import ModelCallError
 from .gateway import ModelGateway
 from .prompt_format import build_messages, fenced_json
@@ -109,26 +110,37 @@ def parse_judgement(text: str) -> tuple[dict[str, float], dict[str, str]]:
     return scores, feedback
 
 
+def _read_judgement(data: dict) -> tuple[dict[str, float], dict[str, str]]:
+    return parse_judgement(json.dumps(data))
+
+
+JUDGE_SCHEMA = {"type": "object", "required": list(CRITERIA), "properties": {
+    c: {"type": "object", "required": ["score", "feedback"],
+        "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1}, "feedback": {"type": "string"}}}
+    for c in CRITERIA}}
+JUDGE_ANSWER = AnswerContract("judgement", ANSWER_FORMAT, json_reader(_read_judgement), JUDGE_SCHEMA)
+
+
 def judge_execution(task: Task, events: list[Event], gateway: ModelGateway, agent: str = "judge",
                     retries: int = 2) -> Judgement:
+    """One judgement. A malformed answer is re-asked once with what was wrong (engine/answers.py)
+    and is then a failed judgement; ``retries`` more tries are spent only on a call that got no
+    answer at all (an empty one, a refusal)."""
     checks = public_checks(events)
     messages = build_judge_messages(task, execution_summary(events), checks)
     judgement = Judgement(ok=False)
     for attempt in range(1, retries + 2):
         judgement.attempts = attempt
         try:
-            text = gateway.complete(agent, "judge", messages, temperature=0.0, purpose="judge").text
+            answer = ask(gateway, agent, "judge", messages, JUDGE_ANSWER, temperature=0.0, purpose="judge")
         except ModelCallError as exc:
             judgement.error = str(exc)
             continue
-        judgement.raw.append(text)
-        try:
-            judgement.scores, judgement.feedback = parse_judgement(text)
-        except ValueError as exc:
-            judgement.error = f"malformed judge answer (attempt {attempt}): {exc}"
-            messages = [*messages, {"role": "assistant", "content": text},
-                        {"role": "user", "content": f"Your answer was malformed: {exc}. {ANSWER_FORMAT}"}]
-            continue
+        judgement.raw.append(answer.text)
+        if answer.value is None:
+            judgement.error = f"malformed judge answer{' (re-asked once)' if answer.reasked else ''}: {answer.problem}"
+            break
+        judgement.scores, judgement.feedback = answer.value
         judgement.ok, judgement.error = True, ""
         break
     return judgement

@@ -58,9 +58,25 @@ def count_text_tokens(text: str) -> int:
     return int(get_litellm().token_counter(model="gpt-4o", text=text))
 
 
-def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> float:
-    """Cost from litellm's price table; the offline provider is free; unknown models cost 0
-    but are flagged by the caller as unpriced."""
+def is_priced(model: str) -> bool:
+    """Whether litellm's price table knows ``model`` (the offline provider is free, so priced)."""
+    if model.startswith(OFFLINE_PROVIDER + "/"):
+        return True
+    lm = get_litellm()
+    try:
+        lm.cost_per_token(model=model, prompt_tokens=1, completion_tokens=1)
+        return True
+    except Exception:  # litellm raises for a model it has no price for
+        return False
+
+
+def cost_of(model: str, prompt_tokens: int, completion_tokens: int,
+            price_per_mtok: tuple[float, float] | None = None) -> float:
+    """Cost from the price the user gave (USD per million prompt and answer tokens), else
+    litellm's price table; the offline provider is free; an unpriced model costs 0 and is
+    flagged by the caller (engine.gateway)."""
+    if price_per_mtok is not None:
+        return (prompt_tokens * price_per_mtok[0] + completion_tokens * price_per_mtok[1]) / 1e6
     if model.startswith(OFFLINE_PROVIDER + "/"):
         return 0.0
     lm = get_litellm()

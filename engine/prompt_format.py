@@ -229,29 +229,98 @@ def parse_tool_results(text: str) -> list[ToolExchange]:
 
 
 # --- reading an answer ------------------------------------------------------------------------------
-_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
-_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.S)
-_STATUS = re.compile(r"^\s*STATUS:\s*(SUCCESS|RETRY|FALLBACK|FAILURE)\b", re.M | re.I)
-_STRATEGY = re.compile(r"^\s*(?:#\s*)?strategy:\s*([a-z0-9_]+)\s*(\{.*\})?\s*$", re.M)
-_VOTE = re.compile(r"^\s*vote:\s*`?(n\d+)`?", re.M | re.I)
-_VERDICT = re.compile(r"^\s*verdict:\s*(\w+)", re.M | re.I)
+# Real models decorate what they are asked for: any fence (``` or ~~~) with any language tag,
+# markdown emphasis around keys (**STATUS:** SUCCESS), a block cut off by the answer's length.
+# The readers accept all of these; engine/answers.py names what is still missing.
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*(?P<close>\1)[ \t]*$|\Z)", re.M | re.S)
+_NOT_PYTHON = frozenset({"json", "bash", "sh", "shell", "console", "text", "txt", "output", "csv", "markdown", "md",
+                         "yaml", "yml", "toml", "ini", "html", "xml", "sql", "r", "julia", "javascript", "js", "diff"})
+_DECOR = r"[ \t>*_`#-]*"          # markdown a key may be wrapped in: bullets, emphasis, code, headings
+_STATUS = re.compile(rf"^{_DECOR}status{_DECOR}\s*[:=\-–]\s*{_DECOR}(SUCCESS|RETRY|FALLBACK|FAILURE)\b", re.M | re.I)
+_STRATEGY = re.compile(rf"^{_DECOR}strategy{_DECOR}\s*:[\s*_`]*([a-z0-9_]+)[*_`]*[ \t]*`?(\{{[^\n]*?)?`?[ \t*_]*$",
+                       re.M | re.I)
+_VOTE = re.compile(rf"^{_DECOR}vote{_DECOR}\s*:[\s*_`]*(n\d+)", re.M | re.I)
+_VERDICT = re.compile(rf"^{_DECOR}verdict{_DECOR}\s*:[\s*_`]*(\w+)", re.M | re.I)
+_CODE_LINE = re.compile(r"^\s*(import |from \S+ import |def |class |print\(|if __name__|[A-Za-z_][\w.]*\s*=[^=])", re.M)
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    code: str
+    fenced: bool        # False: the answer was code without a fence
+    closed: bool        # False: the fence was never closed (the answer was cut off)
+    syntax_error: str   # "" when the code compiles
+
+
+def syntax_problem(code: str) -> str:
+    """Why ``code`` does not compile as Python, or ""."""
+    try:
+        compile(code, "<answer>", "exec")
+    except SyntaxError as exc:
+        return f"{exc.msg} (line {exc.lineno})"
+    except ValueError as exc:  # null bytes
+        return str(exc)
+    return ""
+
+
+def code_blocks(text: str) -> list[CodeBlock]:
+    """The python-looking fenced blocks of an answer, in order (a block tagged json, bash, ...
+    is not code to run)."""
+    out = []
+    for m in _FENCE.finditer(text):
+        tag, body = m.group(2).lower(), m.group(3)
+        if tag in _NOT_PYTHON or not body.strip():
+            continue
+        closed = m.group("close") is not None
+        code = body.strip("\n") + "\n"
+        out.append(CodeBlock(code, True, closed, syntax_problem(code)))
+    return out
+
+
+def find_code(text: str) -> CodeBlock | None:
+    """The program in an answer: the last fenced block that compiles (models often show a
+    sketch before the final script), else the last fenced block, else the whole answer when it
+    is code without a fence (or code after a line of prose); None when there is no code."""
+    blocks = code_blocks(text)
+    if blocks:
+        good = [b for b in blocks if not b.syntax_error]
+        return (good or blocks)[-1]
+    stripped = text.strip()
+    if not stripped or not _CODE_LINE.search(stripped):
+        return None
+    lines = stripped.splitlines()
+    for skip in range(min(len(lines), 4)):  # a line or three of prose before unfenced code
+        candidate = "\n".join(lines[skip:]).strip() + "\n"
+        if _CODE_LINE.search(candidate) and not syntax_problem(candidate):
+            return CodeBlock(candidate, False, True, "")
+    return None
 
 
 def extract_code(text: str) -> str | None:
-    """The last fenced python block (models often show a sketch before the final script)."""
-    blocks = [b for b in _CODE_BLOCK.findall(text) if b.strip()]
-    return blocks[-1].strip() + "\n" if blocks else None
+    """The program of an answer (find_code), or None."""
+    block = find_code(text)
+    return block.code if block else None
 
 
 def extract_json(text: str) -> object:
-    """The first ```json block of an answer, else its outermost {...}; ValueError says why not."""
-    m = _JSON_BLOCK.search(text) or re.search(r"(\{.*\})", text, re.S)
-    if not m:
+    """The first fenced json (or untagged) block of an answer that parses, else its outermost
+    {...}; ValueError says why not."""
+    candidates = [m.group(3) for m in _FENCE.finditer(text) if m.group(2).lower() in ("json", "")]
+    brace = re.search(r"(\{.*\})", text, re.S)
+    if brace:
+        candidates.append(brace.group(1))
+    if not candidates:
         raise ValueError("the answer holds no JSON object")
-    try:
-        return json.loads(m.group(1))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"the answer's JSON does not parse: {exc.msg}") from exc
+    problem = ""
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            problem = problem or f"the answer's JSON does not parse: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+    raise ValueError(problem)
+
+
+_JSON_BLOCK = re.compile(r"```json\s*\n(.*?)```", re.S)
 
 
 def json_block(text: str) -> object | None:
@@ -279,7 +348,7 @@ def extract_strategy(text: str | None) -> tuple[str, dict] | None:
         params = json.loads(m.group(2) or "{}")
     except json.JSONDecodeError:
         params = {}
-    return m.group(1), params if isinstance(params, dict) else {}
+    return m.group(1).lower(), params if isinstance(params, dict) else {}
 
 
 def extract_vote(text: str) -> str | None:

@@ -26,10 +26,28 @@ ANSWER_FORMATS: dict[str, str] = {
 }
 
 
+PROGRAM_ROLES = frozenset({"coder", "debugger", "engineer"})
+
+
+def program_output(task: Task) -> str:
+    """What a program must print and write, said exactly: the validation line Trellis reads
+    (engine/plausibility.py reported_validation) and the predictions file with its contract."""
+    r = task.resources
+    return (f" The script must print its score on a hold-out split of the training data as one line "
+            f"`validation_{task.metric.name}: <number>`, and write `{r.predictions_file}` with contract "
+            f"`{r.prediction_contract()}`.")
+
+
+def answer_format(role: str, task: Task, base: str | None = None) -> str:
+    """The role's answer format, with a program's required output spelled out for the task."""
+    text = base if base is not None else ANSWER_FORMATS[role]
+    return text + program_output(task) if role in PROGRAM_ROLES else text
+
+
 def build_messages(role: str, agent: Agent, harness: Harness, task: Task, inputs: dict[str, object],
                    feedback: dict | None = None, lessons: list[str] | None = None) -> list[dict]:
     """The prompt of ``agent`` playing ``role``. The task is the user message's opening, so an
     input named ``task`` is not repeated as a section."""
-    return format_messages(role, harness.procedure(role), ANSWER_FORMATS[role], task.description(),
+    return format_messages(role, harness.procedure(role), answer_format(role, task), task.description(),
                            {k: v for k, v in inputs.items() if k != "task"},
                            instructions=agent.prompt.strip() or None, lessons=lessons, feedback=feedback)

@@ -4,8 +4,10 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
+from . import answers
+from .answers import Answer, AnswerContract
 from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
 from .evidence.graph import Record
@@ -14,7 +16,8 @@ from .plausibility import claims_match, measured_in, plausibility_checks
 from .prompt_format import extract_strategy, strategy_line
 from .gateway import ModelGateway
 from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
-from .prompts import build_messages, extract_code, extract_status
+from .prompt_format import find_code, syntax_problem
+from .prompts import build_messages
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from .training.jobs import labelled
 from .task import Task
@@ -22,6 +25,9 @@ from .tools.calls import CallRecord, complete_with_tools
 from .tools.host import ToolHost
 from .trace import Tracer
 from .workflow import Agent, Workflow
+
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -48,13 +54,17 @@ class StepOutcome:
     message: str = ""
 
 
-def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, feedback: dict | None = None,
-         temperature: float = 0.7) -> str:
+def _ask(ctx: RunContext, agent: Agent, role: str, inputs: dict, contract: AnswerContract[T],
+         feedback: dict | None = None, temperature: float = 0.7) -> Answer[T]:
+    """The role's answer read by its contract (engine/answers.py): after any tool calls, and
+    re-asked once, with what was wrong named, when it cannot be used."""
     if ctx.recalled:  # what the memory policy gave this step (runner.recall), after the artifacts
         inputs = {**inputs, "memory": render_memory(ctx.recalled)}
     messages = build_messages(role, agent, ctx.workflow.harness, ctx.task, inputs, feedback)
     ctx.tool_calls = []
-    return complete_with_tools(ctx, agent, role, messages, temperature)
+    first = complete_with_tools(ctx, agent, role, messages, temperature, contract.schema)
+    return answers.ask(ctx.gateway, agent.id, role, messages, contract, temperature=temperature,
+                       agent_model=agent.model, agent_options=agent.endpoint_options(), first=first)
 
 
 def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> ExecutionResult:
@@ -134,11 +144,15 @@ def _record_execution(ctx: RunContext, agent: Agent, code: str, evidence: dict, 
 
 
 def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
-    answer = _ask(ctx, agent, "analyzer", {}, feedback)
-    code = extract_code(answer)
-    if code is None:
-        return StepOutcome("FAILURE", message="the analyzer's answer had no ```python block to run")
-    notes = answer.split("```", 1)[0].strip() if any(c.ok for c in ctx.tool_calls) else ""
+    answer = _ask(ctx, agent, "analyzer", {}, answers.ANALYSIS_CODE, feedback)
+    block = answer.value
+    if block is None:
+        # no analysis is a weaker team, not a halted one: the planner is told there is no report
+        report = f"(no data report: the analyzer's answer could not be run: {answer.problem})"
+        _remember(ctx, agent, "analyzer", "observation", report, tags=("data-report", "no-script"), links=_cited(ctx))
+        return StepOutcome("SUCCESS", {"report": report}, f"no analysis: {answer.problem}")
+    code = block.code
+    notes = answer.text.split("```", 1)[0].strip() if any(c.ok for c in ctx.tool_calls) else ""
     result = execute(ctx, agent, code, "exploratory analysis")
     if result.ok:
         report = result.stdout.strip() or "(the analysis script printed nothing)"
@@ -153,7 +167,10 @@ def analyzer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
 
 
 def planner(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
-    plan = _ask(ctx, agent, "planner", {"report": bag["report"]}, feedback).strip()
+    answer = _ask(ctx, agent, "planner", {"report": bag["report"]}, answers.PLAN, feedback)
+    if answer.value is None:
+        return StepOutcome("FAILURE", message=f"the planner's answer could not be used: {answer.problem}")
+    plan = answer.value
     named = extract_strategy(plan)
     _remember(ctx, agent, "planner", "plan", plan[:4000], tags=(named[0],) if named else (), links=_cited(ctx))
     return StepOutcome("SUCCESS", {"plan": plan})
@@ -161,33 +178,42 @@ def planner(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> 
 
 def coder(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
     inputs = {k: bag[k] for k in ("plan", "report") if k in bag}
-    code = extract_code(_ask(ctx, agent, "coder", inputs, feedback, temperature=0.2))
-    if code is None:
-        return StepOutcome("FAILURE", message="the coder's answer had no ```python block")
-    return StepOutcome("SUCCESS", {"code": code})
+    answer = _ask(ctx, agent, "coder", inputs, answers.CODE, feedback, temperature=0.2)
+    if answer.value is not None:
+        return StepOutcome("SUCCESS", {"code": answer.value.code})
+    block = find_code(answer.text)
+    if block is not None:
+        # code that does not compile is still the coder's program: the debugger repairs it
+        # from the syntax error (see debugger), rather than the team halting here
+        return StepOutcome("SUCCESS", {"code": block.code}, f"handed to the debugger: {answer.problem}")
+    return StepOutcome("FAILURE", message=f"the coder's answer could not be used: {answer.problem}")
 
 
 def debugger(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
+    broken = syntax_problem(bag["code"]) if isinstance(bag.get("code"), str) else ""
+    if feedback is None and broken:  # the coder's program does not compile: that is the failure
+        feedback = {"from": "compiler", "status": "RETRY",
+                    "detail": {"message": f"the program does not compile: {broken}", "code": bag["code"]}}
     if feedback is None:  # nothing has failed yet: hand the code on without spending a call
         return StepOutcome("SUCCESS", {"code": bag["code"]}, "no failure to debug; code handed on unchanged")
     failing = feedback.get("detail", {}).get("code") or bag["code"]  # fix what actually ran, not the first draft
     detail = {k: v for k, v in feedback.get("detail", {}).items() if k != "code"}
-    answer = _ask(ctx, agent, "debugger", {"code": failing}, {**feedback, "detail": detail}, temperature=0.2)
-    code = extract_code(answer)
-    if code is None:
-        # A debugger that says it cannot repair this (e.g. the data lacks a column) is heard in
-        # its own words; only a malformed answer gets the generic message.
-        said = next((ln.strip() for ln in answer.splitlines()
-                     if ln.strip() and not ln.strip().upper().startswith("STATUS")), "")
-        if extract_status(answer) == "FAILURE" and said:
-            _remember(ctx, agent, "debugger", "finding", f"no repair: {said[:1000]}", tags=("no-repair",),
-                      links=_cited(ctx))
-            return StepOutcome("FAILURE", message=f"debugger: {said[:300]}")
-        return StepOutcome("FAILURE", message="the debugger's answer had no ```python block")
-    cause = next((ln.strip() for ln in answer.splitlines() if ln.strip() and not ln.startswith("```")), "")
+    answer = _ask(ctx, agent, "debugger", {"code": failing}, answers.DEBUG, {**feedback, "detail": detail},
+                  temperature=0.2)
+    if isinstance(answer.value, str):
+        # A debugger that says it cannot repair this (e.g. the data lacks a column) is heard in its own words.
+        _remember(ctx, agent, "debugger", "finding", f"no repair: {answer.value[:1000]}", tags=("no-repair",),
+                  links=_cited(ctx))
+        return StepOutcome("FAILURE", message=f"debugger: {answer.value[:300]}")
+    block = answer.value or find_code(answer.text)
+    if block is None:
+        return StepOutcome("FAILURE", message=f"the debugger's answer could not be used: {answer.problem}")
+    code = block.code
+    cause = next((ln.strip() for ln in answer.text.splitlines() if ln.strip() and not ln.lstrip().startswith(("```", "~~~"))), "")
     _remember(ctx, agent, "debugger", "finding", f"repair: {cause[:1000]}{_strategy(code)[0]}",
               tags=("repair", *(k for k in [_strategy(code)[1]] if k)), links=_cited(ctx))
-    return StepOutcome("SUCCESS", {"code": code}, "code repaired")
+    # a repair that still does not compile runs anyway: its traceback brings the next repair
+    return StepOutcome("SUCCESS", {"code": code}, "code repaired" + (f" (still: {answer.problem})" if answer.problem else ""))
 
 
 def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
@@ -204,9 +230,15 @@ def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     seqs = _emit_checks(ctx, agent, checks)
     evidence["checks"] = [c.to_dict() for c in checks]
     _record_execution(ctx, agent, bag["code"], evidence, predictions, checks, seqs)
-    answer = _ask(ctx, agent, "verifier", {"code": bag["code"], "execution_evidence": _brief(evidence),
-                                           "checks": "\n".join(c.line() for c in checks)}, temperature=0.0)
-    status = extract_status(answer) or "RETRY"
+    said = _ask_status(ctx, agent, "verifier", {"code": bag["code"], "execution_evidence": _brief(evidence),
+                                                "checks": "\n".join(c.line() for c in checks)}, answers.VERIFIER_STATUS)
+    decided = ""
+    if said is None:
+        # no STATUS in the answer: the checks decide (they are facts; a default RETRY would send
+        # a working program to the debugger to be replaced)
+        said = "SUCCESS" if checks and all(c.passed for c in checks) else "RETRY"
+        decided = f"; the verifier named no status, decided from the checks: {said}"
+    status = said
     if status == "SUCCESS" and not all(c.passed for c in checks):
         # A verifier that waves through a failed check is overruled: checks are facts, and
         # the plausibility checks among them are facts about the numbers it would ship.
@@ -215,13 +247,19 @@ def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     if predictions:
         produced["predictions"] = predictions
     failed = [c.name for c in checks if not c.passed]
-    return StepOutcome(status, produced, f"checks failed: {', '.join(failed)}" if failed else "all checks passed")
+    return StepOutcome(status, produced,
+                       (f"checks failed: {', '.join(failed)}" if failed else "all checks passed") + decided)
 
 
 def router(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
-    answer = _ask(ctx, agent, "router", {"execution_evidence": _brief(bag["execution_evidence"])}, temperature=0.0)
-    status = extract_status(answer) or "FAILURE"
-    return StepOutcome(status, {"execution_evidence": bag["execution_evidence"]}, f"routed {status}")
+    evidence = bag["execution_evidence"]
+    status = _ask_status(ctx, agent, "router", {"execution_evidence": _brief(evidence)}, answers.ROUTER_STATUS)
+    how = "routed"
+    if status is None:  # no STATUS even when re-asked: the evidence decides
+        checks = evidence.get("checks") or []
+        clean = evidence.get("status") == "ok" and all(c.get("passed") for c in checks)
+        status, how = ("SUCCESS" if clean else "RETRY"), "the router named no status; decided from the evidence:"
+    return StepOutcome(status, {"execution_evidence": evidence}, f"{how} {status}")
 
 
 def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -> StepOutcome:
@@ -234,7 +272,10 @@ def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -
     if "code" in bag:
         inputs["code"] = bag["code"]
     measured = measured_in(str(evidence.get("stdout_tail", "")), "the program printed", [ctx.task.metric.name])
-    report = _ask(ctx, agent, "finalizer", inputs, temperature=0.2).strip()
+    first = _ask(ctx, agent, "finalizer", inputs, answers.REPORT, temperature=0.2)
+    if first.value is None:
+        return StepOutcome("FAILURE", message=f"the finalizer's answer could not be used: {first.problem}")
+    report = first.value
     claims = claims_match(report, measured, metrics=[ctx.task.metric.name])
     if claims is not None and not claims.passed:
         # One more try with the mismatch named; a report that still states scores nobody
@@ -242,7 +283,7 @@ def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -
         _emit_checks(ctx, agent, [claims])
         feedback = {"from": agent.id, "status": "RETRY",
                     "detail": {"message": "state only scores the program printed", "checks": [claims.to_dict()]}}
-        report = _ask(ctx, agent, "finalizer", inputs, feedback, temperature=0.2).strip()
+        report = (_ask(ctx, agent, "finalizer", inputs, answers.REPORT, feedback, temperature=0.2).value or "").strip()
         claims = claims_match(report, measured, metrics=[ctx.task.metric.name])
     if claims is not None:
         _emit_checks(ctx, agent, [claims])
@@ -252,6 +293,11 @@ def finalizer(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) -
               links=(("derived_from", ctx.last_execution_record),) if ctx.last_execution_record else (),
               artifact_sha256=predictions.get("sha256"))
     return StepOutcome("SUCCESS", {"predictions": predictions, "final_report": report})
+
+
+def _ask_status(ctx: RunContext, agent: Agent, role: str, inputs: dict, contract: AnswerContract[str]) -> str | None:
+    """The STATUS a verifier or router answered (re-asked once), or None when it named none."""
+    return _ask(ctx, agent, role, inputs, contract, temperature=0.0).value
 
 
 def _brief(evidence: dict) -> dict:

@@ -17,7 +17,8 @@ from .contracts import check_value, parse_type
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evaluation import evaluate_predictions
 from .evidence.memory import EVIDENCE_FILE, MemoryScope, TeamMemory
-from .gateway import ModelGateway
+from .gateway import ModelGateway, refuse_unpriced_cost_budget
+from .models import ModelSettings, settings
 from .plausibility import Reference, claims_match, measured_in
 from .prompt_format import extract_strategy, strategy_line
 from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
@@ -38,6 +39,10 @@ class RunConfig:
     run_dir: Path
     seed: int = 0
     model_override: str | None = None
+    # which model serves each role and how to reach it (engine/models.py); beside --model alone
+    models: ModelSettings | None = None
+    # a cassette that only replays: a call not recorded in cache_dir fails instead of reaching a provider
+    replay_only: bool = False
     budget: Budget = field(default_factory=Budget)
     cache_dir: Path | None = None
     run_id: str | None = None
@@ -109,6 +114,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     never mix with the first attempt's (engine/trace.py)."""
     with use(config.tools.registry if config.tools else None):
         workflow.validate()
+    models = settings(config.models, config.model_override)
+    refuse_unpriced_cost_budget(models, config.budget, roles_of(workflow))  # before any file or call
     run_dir = Path(config.run_dir)
     attempt, trace_path = claim_attempt(run_dir, "trace")
     run_id = config.run_id or uuid.uuid4().hex[:12]
@@ -127,8 +134,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             with use(tools.registry):
                 workflow = allocate(workflow, tools.registry).validate()
     (run_dir / "workflow.json").write_text(workflow.to_json())
-    gateway = ModelGateway(config.budget, tracer, seed=config.seed, model_override=config.model_override,
-                           cache_dir=config.cache_dir, control=config.control)
+    gateway = ModelGateway(config.budget, tracer, seed=config.seed, models=models,
+                           cache_dir=config.cache_dir, control=config.control, replay_only=config.replay_only)
     ctx = RunContext(task, workflow, gateway,
                      training_executor(executor or default_executor(run_dir / "sandboxes"), run_dir),
                      ArtifactStore(run_dir / "artifacts"), tracer)
@@ -146,7 +153,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     started = time.perf_counter()
     tracer.emit(RunStarted(task=task.name, task_title=task.title, task_fingerprint=task.fingerprint(),
                            workflow=workflow.to_dict(), workflow_hash=workflow.hash, seed=config.seed,
-                           model_override=config.model_override, executor=ctx.executor.name,
+                           model_override=models.model, executor=ctx.executor.name,
+                           endpoints=endpoints_of(workflow, gateway),
                            executor_reason=config.executor_reason,
                            budget=config.budget.limits(), order=workflow.order(), attempt=attempt))
     try:
@@ -188,6 +196,21 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             own_tools.close()
         scope.close()
         tracer.close()
+
+
+def roles_of(workflow: Workflow) -> dict[str, tuple[str | None, object]]:
+    """Each role of the workflow -> the model and model options of the first agent playing it."""
+    out: dict = {}
+    for agent in workflow.agents:
+        for role in agent.roles:
+            out.setdefault(role, (agent.model, agent.endpoint_options()))
+    return out
+
+
+def endpoints_of(workflow: Workflow, gateway: ModelGateway) -> dict[str, dict]:
+    """Each role of the workflow -> the model and endpoint that serves it (no secrets)."""
+    return {role: gateway.endpoint(role, model, options).describe()
+            for role, (model, options) in roles_of(workflow).items()}
 
 
 class _Scheduler:
@@ -244,7 +267,9 @@ class _Scheduler:
             self.ctx.tracer.emit(Handoff(source=edge.source, target=edge.target, artifact=edge.artifact,
                                          contract=edge.contract, ok=not errors, errors=errors,
                                          value_preview=_preview(value)), agent_id)
-            if errors and coordination.halt_on_contract_violation:
+            repairable = edge.contract.strip() == "python" and "debugger" in self.wf.agent(agent_id).roles
+            if errors and coordination.halt_on_contract_violation and not repairable:
+                # (a program that does not compile, handed to an agent that debugs, is its to repair)
                 return bag, f"{edge.artifact!r} from {edge.source!r} breaks its contract {edge.contract}: {errors[0]}"
             bag[edge.artifact] = value
         return bag, None

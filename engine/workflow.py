@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
@@ -27,6 +27,10 @@ MAX_ROUTE_LOOPS = 10
 MAX_AGENT_TOOLS = 50
 
 
+if TYPE_CHECKING:
+    from .models import ModelOptions
+
+
 @dataclass(frozen=True)
 class Agent:
     id: str
@@ -36,6 +40,15 @@ class Agent:
     tools: tuple[str, ...] = ()
     model: str | None = None
     prompt: str = ""  # agent-specific instructions on top of its roles' procedures
+    # how to reach the agent's model (engine/models.py: api_base, api_key_env, max_answer_tokens,
+    # context_tokens, timeout_s, prices, structured), as plain JSON so the workflow hashes as before
+    model_options: dict = field(default_factory=dict)
+
+    def endpoint_options(self) -> "ModelOptions | None":
+        from .models import ModelOptions
+
+        return ModelOptions.from_dict(self.model_options, f"agent {self.id!r} model_options") \
+            if self.model_options else None
 
     @property
     def role(self) -> str:
@@ -44,14 +57,15 @@ class Agent:
     def to_dict(self) -> dict:
         return {"id": self.id, "roles": list(self.roles), "inputs": dict(sorted(self.inputs.items())),
                 "outputs": dict(sorted(self.outputs.items())), "tools": sorted(set(self.tools)),
-                "model": self.model, "prompt": self.prompt}
+                "model": self.model, "prompt": self.prompt,
+                **({"model_options": dict(sorted(self.model_options.items()))} if self.model_options else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Agent":
         roles = d.get("roles") or ([d["role"]] if d.get("role") else [])
         return cls(id=str(d["id"]), roles=tuple(roles), inputs=dict(d.get("inputs", {})),
                    outputs=dict(d.get("outputs", {})), tools=tuple(str(t) for t in d.get("tools", ())),
-                   model=d.get("model"), prompt=d.get("prompt", ""))
+                   model=d.get("model"), prompt=d.get("prompt", ""), model_options=dict(d.get("model_options") or {}))
 
 
 @dataclass(frozen=True)
@@ -232,6 +246,8 @@ def _size_problems(wf: Workflow) -> list[str]:
             checks.append(f"agent {a.id[:40]!r} has {len(a.tools)} tools; the limit is {MAX_AGENT_TOOLS}")
         if a.model is not None:
             checks.append(model_problem(f"agent {a.id[:40]!r} model", a.model))
+        if a.model_options:
+            checks.append(_options_problem(a))
         checks += [text_problem(f"agent {a.id[:40]!r} artifact name {str(name)[:40]!r}", name, MAX_NAME_CHARS)
                    for name in (*a.inputs, *a.outputs)]
     names = [*((e.source, e.target, e.artifact) for e in wf.edges), *((r.source, r.target) for r in wf.routes)]
@@ -371,3 +387,13 @@ def memory_problems(memory) -> list[str]:
         out += [text_problem(f"a {role} memory query hint", hint, MAX_QUERY_HINT_CHARS) for hint in m.hints[:MAX_QUERY_HINTS]]
     return [c for c in out if c]
 
+
+def _options_problem(agent: Agent) -> str | None:
+    """Why an agent's model_options cannot be used (an unknown setting, a key written in), or None."""
+    from .models import ModelSettingsError
+
+    try:
+        agent.endpoint_options()
+    except ModelSettingsError as exc:
+        return str(exc)
+    return None

@@ -44,6 +44,7 @@ class Usage(Strict):
     completion_tokens: int
     tokens: int
     cost_usd: float
+    failed_calls: int = 0
 
 
 class BudgetLimits(Strict):
@@ -173,6 +174,7 @@ class RunStarted(Payload):
     budget: BudgetLimits
     order: list[str]
     attempt: int = 1
+    endpoints: dict[str, dict] | None = None   # role -> the model and endpoint serving it (no secrets)
 
 
 class AgentStarted(Payload):
@@ -200,6 +202,39 @@ class ModelCall(Payload):
     budget_remaining: BudgetLeft
     tools: list[str] | None = None           # the MCP tools offered with the call (engine/tools/)
     tool_calls: list[dict] | None = None     # the calls the model asked for: {id, name, arguments}
+    endpoint: str | None = None              # where the model was reached (a URL, "offline", "provider default")
+    max_tokens: int | None = None            # the answer length asked for (what the budget reserved)
+    finish_reason: str | None = None         # "stop", "length" (cut off at max_tokens), "tool_calls"
+    prompt_chars: int | None = None          # the prompt's size in characters, beside its tokens
+    priced: bool | None = None               # False: no price known for the model, its cost counts as 0
+    structured: bool | None = None           # the answer was asked for as JSON-schema structured output
+
+
+class ModelCallFailed(Payload):
+    """A model call that got no usable answer (engine/gateway.py): counted, and retried or raised."""
+
+    kind: ClassVar[str] = "model_call_failed"
+    role: str
+    purpose: str
+    model: str
+    endpoint: str
+    attempt: int
+    error_kind: str                          # rate_limit, timeout, server_error, empty_answer, refusal, ...
+    error: str
+    retry_in_s: float | None = None          # None: not retried (the error is raised to the step or the run)
+    failed_calls: int
+
+
+class AnswerReasked(Payload):
+    """A role's answer that broke its answer contract, and the one re-ask naming what was wrong
+    (engine/answers.py). ``used`` says whether the second answer was usable."""
+
+    kind: ClassVar[str] = "answer_reasked"
+    role: str
+    contract: str                            # the answer contract's name: python program, status, ...
+    problem: str                             # what was wrong with the first answer
+    used: bool | None = None                 # set on the outcome event: the re-asked answer was usable
+    outcome: str | None = None               # what Trellis did with it: used, decided from the checks, ...
 
 
 class ToolCall(Payload):
@@ -797,7 +832,7 @@ class TrainingFinished(Payload):
 
 # Emission order: a run's events, the ways it stops, then the searches'.
 PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
-    RunStarted, AgentStarted, ModelCall, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
+    RunStarted, AgentStarted, ModelCall, ModelCallFailed, AnswerReasked, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
     BudgetExhausted, Evaluation, RunFinished,
     # MCP tools: discovered at the start, called by agents
     ToolsDiscovered, McpToolCall, McpToolResult,
@@ -842,7 +877,7 @@ __all__ = [
     "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
     "CandidateScores", "EvidenceAuthor", "EvidenceProvenance", "EvidenceRecord", "EvidenceLink",
     # one model per kind
-    "RunStarted", "AgentStarted", "ModelCall", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
+    "RunStarted", "AgentStarted", "ModelCall", "ModelCallFailed", "AnswerReasked", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",
     "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "MemoryRetrieval", "EvidenceRecorded",
     "ToolServerStatus", "DiscoveredTool", "ToolsDiscovered", "McpToolCall", "McpToolResult",
     "EvidenceBranch", "RunFailed", "SearchFailed",

@@ -34,7 +34,8 @@ from ..budget import Budget
 from ..control import Control, NoControl
 from ..errors import BudgetExhausted, WorkflowValidationError
 from ..gateway import ModelGateway
-from ..mutations import Mutation, MutationError
+from .. import answers
+from ..mutations import KINDS as MUTATION_KINDS, Mutation, MutationError
 from ..prompt_format import extract_json
 from pydantic import BaseModel
 
@@ -158,13 +159,51 @@ def parse_mutation(text: str, author: str, parent: Workflow) -> tuple[Mutation, 
     """A proposer's answer as a Mutation and the workflow it makes. Raises ValueError (with
     ``problems``, when the workflow rules refused it) for anything unusable."""
     try:
-        mutation = Mutation.from_dict(extract_json(text))
-        mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=author)
-        return mutation, mutation.apply(parent)
+        return _mutation_of(extract_json(text), author, parent)
     except (MutationError, WorkflowValidationError) as exc:
         error = ValueError(str(exc))
         error.problems = getattr(exc, "problems", None) or [str(exc)]  # type: ignore[attr-defined]
         raise error from exc
+
+
+def _mutation_of(data: object, author: str, parent: Workflow) -> tuple[Mutation, Workflow]:
+    mutation = Mutation.from_dict(data)  # type: ignore[arg-type]
+    mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=author)
+    return mutation, mutation.apply(parent)
+
+
+MUTATION_SCHEMA = {"type": "object", "required": ["kind", "target", "params", "rationale"], "properties": {
+    "kind": {"type": "string", "enum": list(MUTATION_KINDS)}, "target": {"type": "string"},
+    "params": {"type": "object"}, "rationale": {"type": "string"}}}
+
+
+def mutation_contract(author: str, parent: Workflow) -> answers.AnswerContract[tuple[Mutation, Workflow]]:
+    """A mutation proposal's answer contract: a JSON mutation that applies to ``parent`` under
+    the workflow rules; a re-ask names the rule it broke."""
+    def check(data: object) -> tuple[Mutation, Workflow]:
+        try:
+            return _mutation_of(data, author, parent)
+        except WorkflowValidationError as exc:
+            raise answers.AnswerProblem("the mutated workflow breaks its rules: " + "; ".join(exc.problems[:5])) from None
+        except MutationError as exc:
+            raise answers.AnswerProblem(str(exc)) from None
+    return answers.AnswerContract("mutation", 'Reply with one JSON object {"kind": ..., "target": ..., "params": '
+                                  '{...}, "rationale": ...}.', answers.json_reader(check), MUTATION_SCHEMA)
+
+
+def ask_mutation(gateway: ModelGateway, author: str, messages: list[dict], parent: Workflow,
+                 purpose: str = "mutation") -> tuple[str, tuple[Mutation, Workflow] | None, list[str]]:
+    """A mutation from ``author`` (re-asked once when unusable): the last answer's text, the
+    mutation and its workflow or None, and the problems of an unusable one."""
+    answer = answers.ask(gateway, author, author, messages, mutation_contract(author, parent), temperature=0.8,
+                         purpose=purpose)
+    if answer.value is not None:
+        return answer.text, answer.value, []
+    try:  # the exact problems of the workflow rules, one per line, as the trace shows them
+        parse_mutation(answer.text, author, parent)
+    except ValueError as exc:
+        return answer.text, None, problems_of(exc)
+    return answer.text, None, [answer.problem]
 
 
 def problems_of(exc: Exception) -> list[str]:

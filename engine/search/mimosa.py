@@ -19,7 +19,7 @@ from ..protocol.checkpoints import MimosaState
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..tools.registry import MCP_PREFIX
 from ..workflow import Workflow
-from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change, fmt, parse_mutation, problems_of
+from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change, fmt
 from .probe import Probe, ProbeRunner
 
 MUTATOR_PROCEDURE = (
@@ -152,17 +152,16 @@ class MimosaSearch(Search):
     def propose(self, n: int, move) -> Candidate | None:
         tracer, j_old = self.ctx.tracer, self._j(self.incumbent)
         try:
-            text = self.ctx.gateway.complete("mutator", "mutator", mutator_messages(self.runner, self.incumbent,
-                                                                                   self.history),
-                                             temperature=0.8, purpose="mutation").text
+            text, proposed, problems = ask_mutation(
+                self.ctx.gateway, "mutator", mutator_messages(self.runner, self.incumbent, self.history),
+                self.incumbent.workflow)
         except ModelCallError as exc:
             self._record(IterationRecord(n, None, False, [f"mutator failed: {exc}"], incumbent_J=j_old,
                                          budget_left=self.ctx.budget.remaining()))
             return None
-        try:
-            mutation, child = parse_mutation(text, "mutator", self.incumbent.workflow)
-        except ValueError as exc:
-            problems = problems_of(exc)
+        if proposed is not None:
+            mutation, child = proposed
+        else:
             self.history.append(f"invalid proposal: {text[:300]}")
             tracer.emit(MutationProposed(valid=False, problems=problems, raw=text[:2000]), "mutator")
             self._record(IterationRecord(n, None, False, problems, incumbent_J=j_old,

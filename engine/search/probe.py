@@ -11,6 +11,7 @@ from typing import Iterable
 
 from ..budget import Budget
 from ..gateway import ModelGateway
+from ..models import ModelSettings, settings
 from ..judge import Judgement, judge_execution, public_checks
 from ..control import Control, NoControl
 from ..evidence.memory import SharedMemory
@@ -101,6 +102,9 @@ class ProbeRunner:
     executor: Executor | None = None
     sinks: Iterable[EventSink] = field(default_factory=tuple)
     model_override: str | None = None
+    models: ModelSettings | None = None
+    cache_dir: Path | None = None   # a cassette every probe's calls are recorded in (and replayed from)
+    replay_only: bool = False
     control: Control = field(default_factory=NoControl)
     count: int = 0
     memory: SharedMemory | None = None  # a search's shared evidence graph; None: each probe its own
@@ -123,7 +127,7 @@ class ProbeRunner:
         run_dir = Path(under or self.root) / f"{self.count:03d}-{label}"
         result = run_workflow(self.task, workflow, RunConfig(
             run_dir=run_dir, seed=self.seed, budget=self.budget, scoring="validation", iteration=iteration,
-            model_override=self.model_override, run_id=f"{run_dir.name}", control=self.control,
+            model_override=self.model_override, models=self.models, cache_dir=self.cache_dir, replay_only=self.replay_only, run_id=f"{run_dir.name}", control=self.control,
             memory=self.memory.scope(run_dir.name) if self.memory is not None else None, tools=self.tools),
             executor=self.executor,
             sinks=[sink, *self.sinks])
@@ -136,5 +140,7 @@ class ProbeRunner:
 
 
 def search_gateway(budget: Budget, tracer: Tracer, seed: int, model_override: str | None = None,
-                   control: Control | None = None) -> ModelGateway:
-    return ModelGateway(budget, tracer, seed=seed, model_override=model_override, control=control)
+                   control: Control | None = None, models: ModelSettings | None = None,
+                   cache_dir: Path | None = None, replay_only: bool = False) -> ModelGateway:
+    return ModelGateway(budget, tracer, seed=seed, models=settings(models, model_override), control=control,
+                        cache_dir=cache_dir, replay_only=replay_only)

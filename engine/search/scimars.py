@@ -22,7 +22,8 @@ from ..evidence.graph import Author
 from ..console import shorten
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
-from ..prompt_format import build_messages, extract_json, fenced_json
+from ..answers import AnswerContract, AnswerProblem, ask, json_reader
+from ..prompt_format import build_messages, fenced_json
 from ..selection import paired_gain
 from ..trace import Tracer
 from ..workflow import Workflow
@@ -30,7 +31,7 @@ from ..protocol.events import Composition, MutationProposed, Reflection, ReuseRe
 from ..protocol.checkpoints import ScimarsState
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
-from .base import Endpoint, HumanEdit, Search, SearchOutcome, edit_change
+from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change
 from .mimosa import check_fields
 from .probe import Probe, ProbeRunner
 
@@ -555,18 +556,14 @@ def _propose(editor: str, runner: ProbeRunner, reference: Probe, lessons: list[s
              tracer: Tracer) -> EditorProposal:
     messages = editor_messages(editor, runner, reference, lessons)
     try:
-        text = gateway.complete(editor, editor, messages, temperature=0.8, purpose="mutation").text
+        text, proposed, problems = ask_mutation(gateway, editor, messages, reference.workflow)
     except ModelCallError as exc:
         tracer.emit(MutationProposed(editor=editor, valid=False, problems=[str(exc)]), editor)
         return EditorProposal(editor, None, False, [f"{editor} failed: {exc}"])
-    try:
-        mutation = Mutation.from_dict(extract_json(text))
-        mutation = Mutation(mutation.kind, mutation.target, mutation.params, mutation.rationale, author=editor)
-        child = mutation.apply(reference.workflow)
-    except (MutationError, WorkflowValidationError, ValueError) as exc:
-        problems = getattr(exc, "problems", None) or [str(exc)]
+    if proposed is None:
         tracer.emit(MutationProposed(editor=editor, valid=False, problems=problems, raw=text[:2000]), editor)
         return EditorProposal(editor, None, False, problems)
+    mutation, child = proposed
     return check_proposal(editor, mutation, reference.workflow, child, tracer)
 
 
@@ -633,17 +630,26 @@ def _fallback_lessons(n: int, evidence: dict) -> list[str]:
     return out
 
 
+def _lessons(data: dict) -> list[str]:
+    found = data.get("lessons")
+    if not isinstance(found, list) or not [x for x in found if str(x).strip()]:
+        raise AnswerProblem('"lessons" must be a list of non-empty sentences')
+    return [str(x) for x in found if str(x).strip()]
+
+
+LESSONS = AnswerContract("lessons", 'Reply with one JSON object {"lessons": ["...", ...]}.', json_reader(_lessons),
+                         {"type": "object", "required": ["lessons"],
+                          "properties": {"lessons": {"type": "array", "items": {"type": "string"}}}})
+
+
 def _reflect(n: int, runner: ProbeRunner, gateway: ModelGateway, tracer: Tracer, record: RoundRecord,
              reference: Probe, lessons: list[str]) -> list[str]:
     evidence = _evidence(n, record, reference, runner)
     source = "reflector"
     try:
-        text = gateway.complete("reflector", "reflector", reflector_messages(runner, evidence, lessons),
-                                temperature=0.3, purpose="reflection").text
-        data = extract_json(text)
-        found = data.get("lessons") if isinstance(data, dict) else None
-        new = [str(x) for x in found if str(x).strip()] if isinstance(found, list) else []
-    except (ModelCallError, ValueError):
+        new = ask(gateway, "reflector", "reflector", reflector_messages(runner, evidence, lessons), LESSONS,
+                  temperature=0.3, purpose="reflection").value or []
+    except ModelCallError:
         new = []
     if not new:
         new, source = _fallback_lessons(n, evidence), "engine"

@@ -41,7 +41,8 @@ from .. import prompt_format
 from ..prompt_format import extract_code
 from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
 from ..prompt_format import extract_vote as parse_vote
-from ..prompts import ANSWER_FORMATS
+from .. import answers
+from ..prompts import ANSWER_FORMATS, answer_format as with_program_output
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..selection import paired_gain
 from ..task import Task
@@ -274,7 +275,8 @@ ANSWERS: dict[str, str] = {
 def build_messages(task: Task, role: str, inputs: dict[str, object], procedure: str | None = None,
                    answer_format: str | None = None, feedback: dict | None = None) -> list[dict]:
     """A tree-search role prompt in the engine's one prompt format (engine.prompt_format)."""
-    return prompt_format.build_messages(role, procedure or PROCEDURES[role], answer_format or ANSWERS[role],
+    return prompt_format.build_messages(role, procedure or PROCEDURES[role],
+                                        with_program_output(role, task, answer_format or ANSWERS[role]),
                                         task.description(), inputs, feedback=feedback)
 
 
@@ -296,8 +298,12 @@ class SearchContext:
         return "higher is better" if self.task.metric.higher_is_better else "lower is better"
 
     def ask(self, agent: str, role: str, inputs: dict, temperature: float = 0.7, **kw) -> str:
+        """The role's answer, read by its contract (engine/answers.py TREE) and re-asked once
+        when it cannot be used; the text of the last answer either way (the callers' readers
+        decide what an unusable one means: no vote, no strategy, the parent's code)."""
         messages = build_messages(self.task, role, inputs, **kw)
-        return self.gateway.complete(agent, role, messages, temperature=temperature, purpose="tree_search").text
+        return answers.ask(self.gateway, agent, role, messages, answers.TREE[role], temperature=temperature,
+                           purpose="tree_search").text
 
 
 def _fmt(score: float | None) -> str:

@@ -21,6 +21,7 @@ from ..protocol.events import McpToolCall, McpToolResult
 from .registry import ToolSpec
 
 if TYPE_CHECKING:
+    from ..gateway import Completion
     from ..roles import RunContext
     from ..workflow import Agent
 
@@ -45,21 +46,23 @@ def offered(ctx: "RunContext", agent: "Agent") -> list[ToolSpec]:
 
 
 def complete_with_tools(ctx: "RunContext", agent: "Agent", role: str, messages: list[dict],
-                        temperature: float) -> str:
+                        temperature: float, response_schema: dict | None = None) -> "Completion":
     """The model's answer for one role step, after any tool calls it made on the way."""
     specs = offered(ctx, agent)
     gateway = ctx.gateway
+    options = agent.endpoint_options()
     if not specs:
-        return gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature).text
+        return gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature,
+                                response_schema=response_schema, agent_options=options)
     functions = [s.function() for s in specs]
     by_function = {s.function_name: s for s in specs}
     messages = list(messages)
     for round_ in range(MAX_TOOL_ROUNDS + 1):
         last = round_ == MAX_TOOL_ROUNDS
         done = gateway.complete(agent.id, role, messages, agent_model=agent.model, temperature=temperature,
-                                tools=functions, tool_choice="none" if last else None)
+                                tools=functions, tool_choice="none" if last else None, agent_options=options)
         if not done.tool_calls or last:
-            return done.text
+            return done
         asked = list(done.tool_calls)
         messages.append({"role": "assistant", "content": done.text or "", "tool_calls": [
             {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": json.dumps(c["arguments"])}}
@@ -70,7 +73,7 @@ def complete_with_tools(ctx: "RunContext", agent: "Agent", role: str, messages: 
             else:
                 content = _run(ctx, agent, role, call, by_function.get(call["name"]))
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
-    return ""  # not reached: the last round always returns
+    raise AssertionError("not reached: the last round always returns")
 
 
 def _run(ctx: "RunContext", agent: "Agent", role: str, call: dict, spec: ToolSpec | None) -> str:
