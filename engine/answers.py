@@ -179,14 +179,15 @@ def reask_messages(messages: list[dict], text: str, problem: str, contract: Answ
 
 
 def read(contract: AnswerContract[T], done: "Completion") -> Answer[T]:
+    truncated = bool(getattr(done, "truncated", False))
     try:
-        return Answer(contract.read(done.text), done.text, truncated=done.truncated)
+        return Answer(contract.read(done.text), done.text, truncated=truncated)
     except AnswerProblem as exc:
         problem = str(exc)
-    if done.truncated:
+    if truncated:
         problem = (f"the answer was cut off at its limit of {done.max_tokens:,} tokens" +
                    (f" ({problem})" if done.text.strip() else " before any text"))
-    return Answer(None, done.text, problem, truncated=done.truncated)
+    return Answer(None, done.text, problem, truncated=truncated)
 
 
 def ask(gateway: "ModelGateway", agent: str, role: str, messages: list[dict], contract: AnswerContract[T], *,
@@ -200,7 +201,7 @@ def ask(gateway: "ModelGateway", agent: str, role: str, messages: list[dict], co
     if answer.ok:
         return answer
     gateway.tracer.emit(AnswerReasked(role=role, contract=contract.name, problem=answer.problem), agent)
-    again = gateway.complete(agent, role, reask_messages(messages, done.text, answer.problem, contract, done.truncated),
+    again = gateway.complete(agent, role, reask_messages(messages, done.text, answer.problem, contract, answer.truncated),
                              agent_model=agent_model, temperature=temperature, purpose=f"{purpose} re-ask",
                              response_schema=contract.schema, agent_options=agent_options)
     second = read(contract, again)

@@ -72,7 +72,15 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
     if e.kind == "model_call":
         cached = " cached" if p.get("cached") else ""
         return (f"model {p['model']} [{p['provider'].split(' ')[0]}] {p['prompt_tokens']}+{p['completion_tokens']} tok "
-                f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}")
+                f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}"
+                + (f" CUT OFF at {p.get('max_tokens')} tokens" if p.get("finish_reason") == "length" else ""))
+    if e.kind == "model_call_failed":
+        then = f"; retry in {p['retry_in_s']:g}s" if p.get("retry_in_s") is not None else ""
+        return f"model call failed ({p['error_kind']}, attempt {p['attempt']}): {cut(p['error'])}{then}"
+    if e.kind == "answer_reasked":
+        if p.get("used") is None:
+            return f"answer unusable ({p['contract']}): {cut(p['problem'])}; re-asked once"
+        return f"re-asked answer {'used' if p['used'] else 'still unusable: ' + cut(p['problem'])}"
     if e.kind == "code_execution":
         files = ", ".join(p["files"]) or "no files"
         line = f"ran code ({p['purpose']}): {p['status']} exit {p['exit_code']} in {p['duration_s']:.1f}s -> {files}"
@@ -131,7 +139,8 @@ def print_summary(result, out: TextIO = sys.stdout) -> None:
         out.write(f"metric     {m['metric']} = {m['value']:.6g}  ({direction} is better; computed by evaluate.py)\n")
     else:
         out.write(f"metric     none ({m.get('error', 'run did not reach evaluation')})\n")
-    out.write(f"cost       {usage['calls']} model calls, {usage['tokens']} tokens, ${usage['cost_usd']:.4f}\n")
+    failed = f", {usage['failed_calls']} failed" if usage.get("failed_calls") else ""
+    out.write(f"cost       {usage['calls']} model calls{failed}, {usage['tokens']} tokens, ${usage['cost_usd']:.4f}\n")
     out.write(f"agents     {', '.join(f'{a}={s}' for a, s in result.agent_status.items())}\n")
     out.write(f"time       {result.duration_s:.1f}s (models {result.model_seconds:.1f}s, code "
               f"{result.execution_seconds:.1f}s, engine {result.overhead_seconds:.2f}s)\n")

@@ -243,9 +243,11 @@ class ModelGateway:
 
     def _sleep(self, seconds: float) -> None:
         """Wait before a retry, a second at a time, so that a pause or cancel lands meanwhile."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(1.0, left))
+        left = seconds
+        while left > 0:
+            step = min(1.0, left)
+            time.sleep(step)
+            left -= step
             self.control.check()
 
     def _cache_get(self, key: str) -> _Answer | None:

@@ -302,7 +302,8 @@ def _ask_status(ctx: RunContext, agent: Agent, role: str, inputs: dict, contract
 
 def _brief(evidence: dict) -> dict:
     """Evidence as shown to a model: enough to judge, without megabytes of output."""
-    keep = ("status", "exit_code", "stdout_tail", "stderr_tail", "files", "violations", "duration_s")
+    # no duration: the same evidence must make the same prompt, so a recorded run replays (cassettes)
+    keep = ("status", "exit_code", "stdout_tail", "stderr_tail", "files", "violations")
     out = {k: evidence[k] for k in keep if k in evidence}
     out["stdout_tail"] = str(out.get("stdout_tail", ""))[-1500:]
     out["stderr_tail"] = str(out.get("stderr_tail", ""))[-1500:]

@@ -63,19 +63,28 @@ def _gateway(sink):
     return ModelGateway(Budget(), Tracer("t", [sink]), model_override="scripted/judge")
 
 
-def test_malformed_judge_answer_is_retried_then_scored(task, scripted_judge):
-    scripted_judge += ["I think it is great!", _answer()]
+def test_malformed_judge_answer_is_reasked_once_then_scored(task, scripted_judge):
+    bad = "I think it is great! " * 200
+    scripted_judge += [bad, _answer()]
     sink = ListSink()
     j = judge_execution(task, [], _gateway(sink))
-    assert j.ok and j.attempts == 2 and j.J == pytest.approx(0.5)
-    assert len([e for e in sink.events if e.kind == "model_call"]) == 2  # both attempts were paid for
+    assert j.ok and j.J == pytest.approx(0.5)
+    calls = [e for e in sink.events if e.kind == "model_call"]
+    assert len(calls) == 2  # both were paid for
+    reask = calls[1].payload["messages"]
+    # the re-ask names what was wrong and quotes an excerpt of the bad answer, never all of it
+    assert "no JSON object" in reask[-1]["content"] and len(reask[-2]["content"]) < len(bad) / 4
+    assert [e.payload.get("used") for e in sink.events if e.kind == "answer_reasked"] == [None, True]
 
 
 def test_a_judge_that_never_answers_properly_is_a_failed_judgement_not_a_score(task, scripted_judge):
     scripted_judge += ["nope", "{\"broken\": ", "still nothing"]
-    j = judge_execution(task, [], _gateway(ListSink()))
-    assert not j.ok and j.J is None and j.attempts == 3
-    assert "malformed judge answer" in j.error and len(j.raw) == 3
+    sink = ListSink()
+    j = judge_execution(task, [], _gateway(sink))
+    assert not j.ok and j.J is None
+    # one re-ask, bounded: the third scripted answer is never asked for
+    assert len([e for e in sink.events if e.kind == "model_call"]) == 2 and scripted_judge == ["still nothing"]
+    assert "malformed judge answer (re-asked once)" in j.error and "no JSON object" in j.error
 
 
 def test_prompt_refinement_makes_a_child_version_with_a_readable_diff(wf):

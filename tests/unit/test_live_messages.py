@@ -17,7 +17,7 @@ from webapp.runs import bridge, live
 from webapp.runs.models import Event, Judgement as JudgementRow, Membership, Run
 from webapp.runs.presenters import agent_state
 
-USAGE = {"calls": 3, "prompt_tokens": 2700, "completion_tokens": 300, "tokens": 3000, "cost_usd": 0.01}
+USAGE = {"calls": 3, "prompt_tokens": 2700, "completion_tokens": 300, "tokens": 3000, "cost_usd": 0.01, "failed_calls": 0}
 
 
 def engine_event(payload, kind: str | None = None, agent: str | None = "coder", iteration: int = 2,

@@ -206,7 +206,20 @@ def emitted(tmp_path_factory) -> list[Event]:
         with pytest.raises(ModelUnavailable):
             evolve(DISC, "mimosa", iterations=1, run_dir=tmp / "unavailable", out=quiet,
                    model_override="nosuchprovider/x", sinks=[sink], executor=FakeExecutor())
+        _reask_once(Tracer("reask", [sink]))
     return sink.events
+
+
+def _reask_once(tracer: Tracer) -> None:
+    """A model on an OpenAI-compatible server that answers prose where code was asked: re-asked once."""
+    from engine.answers import CODE, ask
+    from engine.gateway import ModelGateway
+    from engine.models import ModelSettings
+    from tests.fake_openai import answer, fake_openai
+
+    with fake_openai([answer("I would fit a spline."), answer("```python\nprint(1)\n```")]) as server:
+        gateway = ModelGateway(Budget(), tracer, models=ModelSettings.of("openai/fake", api_base=server.base_url))
+        assert ask(gateway, "coder", "coder", [{"role": "user", "content": "write code"}], CODE).ok
 
 
 @pytest.mark.slow
