@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import os
+
 from django import forms
 from django.conf import settings
 from django.core.validators import RegexValidator
 
 from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
+from engine.models import STRUCTURED_MODES, ModelOptions, ModelSettings, ModelSettingsError, parse_role_setting
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
 from .models import EXECUTOR_CHOICES, GatePolicy, Run
@@ -26,7 +29,36 @@ class NewRunForm(forms.Form):
     model = forms.CharField(required=False, max_length=MAX_MODEL_CHARS,
                             validators=[RegexValidator(MODEL_NAME_RE, "write a litellm model as provider/model, "
                                                        "e.g. openai/gpt-4o-mini")],
-                            help_text="litellm model for every role; blank uses the offline provider")
+                            help_text="litellm model for every role, e.g. ollama/qwen2.5-coder:7b or "
+                                      "openai/<served name> for an OpenAI-compatible server; blank uses the "
+                                      "offline provider")
+    # Where and how the model is reached (engine/models.py); shown folded under "Model settings".
+    # Not a URLField: Django's refuses a host without a dot (http://ollama:11434 in a compose file).
+    api_base = forms.CharField(required=False, max_length=300, label="API base",
+                              help_text="the server's URL, e.g. http://127.0.0.1:11434 (Ollama) or "
+                                        "http://127.0.0.1:8000/v1 (vLLM, llama.cpp); blank: the provider's own")
+    api_key_env = forms.CharField(required=False, max_length=128, label="Key variable",
+                                  help_text="the name of the worker's environment variable that holds the API key "
+                                            "(e.g. OPENAI_API_KEY), never the key itself")
+    max_answer_tokens = forms.IntegerField(required=False, min_value=16, max_value=1_000_000,
+                                           label="Longest answer (tokens)",
+                                           help_text="the max_tokens sent on each call; blank: 4,096 or half the context")
+    context_tokens = forms.IntegerField(required=False, min_value=256, max_value=10_000_000,
+                                        label="Context size (tokens)",
+                                        help_text="the server's context window; prompts are fitted into it")
+    model_timeout_s = forms.FloatField(required=False, min_value=1, max_value=86_400, label="Timeout per call (s)",
+                                       help_text="local models on a CPU may need 600 or more; blank: 120")
+    structured_output = forms.ChoiceField(required=False, initial="auto", label="Structured output",
+                                          choices=[(m, m) for m in STRUCTURED_MODES],
+                                          help_text="how JSON answers are asked for: json_schema (vLLM, hosted), "
+                                                    "json_object (llama.cpp), off, or auto")
+    price_in = forms.FloatField(required=False, min_value=0, max_value=10_000, label="Price in (USD / M tokens)",
+                                help_text="for a model litellm has no price for")
+    price_out = forms.FloatField(required=False, min_value=0, max_value=10_000, label="Price out (USD / M tokens)")
+    role_settings = forms.CharField(required=False, max_length=4000, label="Per-role settings",
+                                    widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+                                    help_text="one role per line, ROLE:key=value,key=value, e.g. "
+                                              "coder:model=ollama/qwen2.5-coder:7b,max_answer_tokens=2048")
     max_tokens = forms.IntegerField(min_value=1000, max_value=MAX_TOKENS, initial=2_000_000, label="Token budget")
     single_agent = forms.BooleanField(required=False, initial=True, label="Single-agent baseline",
                                       help_text="After the search, run one agent playing every role on the same "
@@ -40,8 +72,67 @@ class NewRunForm(forms.Form):
                                            "read-only root; needs the daemon and `python -m engine.sandbox.image "
                                            "build`), the subprocess sandbox, or auto")
 
+    MODEL_FIELDS = ("api_base", "api_key_env", "max_answer_tokens", "context_tokens", "model_timeout_s",
+                    "structured_output", "price_in", "price_out", "role_settings")
+
+    def model_fields(self) -> list:
+        return [self[name] for name in self.MODEL_FIELDS]
+
+    def other_fields(self) -> list:
+        return [f for f in self if f.name not in self.MODEL_FIELDS]
+
+    def model_settings_open(self) -> bool:
+        """Unfold the model settings when one of them was filled in or refused."""
+        return any(self[name].errors or (self.is_bound and self.data.get(name) not in (None, "", "auto"))
+                   for name in self.MODEL_FIELDS)
+
+    def clean_role_settings(self) -> dict:
+        roles: dict[str, ModelOptions] = {}
+        for n, line in enumerate(self.cleaned_data.get("role_settings", "").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                role, options = parse_role_setting(line)
+            except ModelSettingsError as exc:
+                raise forms.ValidationError(f"line {n}: {exc}") from None
+            if role in roles:
+                raise forms.ValidationError(f"line {n}: {role} is set twice; put its settings on one line")
+            roles[role] = options
+        return roles
+
+    # form field -> the engine's setting (engine/models.py ModelOptions)
+    _SETTING = {"api_base": "api_base", "api_key_env": "api_key_env", "max_answer_tokens": "max_answer_tokens",
+                "context_tokens": "context_tokens", "model_timeout_s": "timeout_s", "price_in": "price_in",
+                "price_out": "price_out", "structured_output": "structured"}
+
+    def _run_options(self) -> dict:
+        d = self.cleaned_data
+        values = {setting: d.get(name) for name, setting in self._SETTING.items()}
+        values = {k: (v.strip() if isinstance(v, str) else v) for k, v in values.items()}
+        if values["structured"] == "auto":
+            values["structured"] = None
+        return {k: v for k, v in values.items() if v not in (None, "")}
+
+    def model_settings(self) -> ModelSettings:
+        model = self.cleaned_data.get("model", "").strip() or None
+        return ModelSettings(ModelOptions(model=model, **self._run_options()), self.cleaned_data["role_settings"])
+
     def clean(self) -> dict:
         d = super().clean()
+        # The engine's own checks, each on its field (a key pasted instead of its variable's name, ...)
+        given = self._run_options()
+        for name, setting in self._SETTING.items():
+            if given.get(setting) is None:
+                continue
+            try:
+                ModelOptions(**{setting: given[setting]})
+            except ModelSettingsError as exc:
+                self.add_error(name, str(exc))
+                continue
+            if setting == "api_key_env" and not os.environ.get(given[setting]):
+                # the worker runs with the studio's environment: a run would fail at its first call
+                self.add_error(name, f"{given[setting]} is not set in the environment Trellis runs in; "
+                                     "set it before starting Trellis, or leave this blank for a server without keys")
         search = d.get("search")
         # evolve() refuses it too (ValueError), but only once a worker runs it: say so here.
         if d.get("memory") and search and search not in TAKES_MEMORY:
@@ -55,7 +146,8 @@ class NewRunForm(forms.Form):
         return {"search": d["search"], "iterations": d["iterations"], "gate_policy": d["gate_policy"],
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
                 "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY,
-                "executor": d["executor"] or "auto"}  # a form posted without it: auto
+                "executor": d["executor"] or "auto",  # a form posted without it: auto
+                "model_settings": self.model_settings().to_dict()}
 
 
 class DecisionForm(forms.Form):

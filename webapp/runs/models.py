@@ -77,6 +77,9 @@ class Run(models.Model):
     seed = models.IntegerField(default=0)
     gate_policy = models.CharField(max_length=20, choices=GatePolicy.choices, default=GatePolicy.MANUAL)
     model = models.CharField(max_length=200, blank=True, help_text="litellm model; blank = offline provider")
+    # engine/models.py ModelSettings.to_dict(): the run's and each role's endpoint, answer length,
+    # context, timeout, prices (a key's variable name, never a key). {} = the model name alone.
+    model_settings = models.JSONField(default=dict, blank=True)
     max_tokens = models.PositiveIntegerField(default=2_000_000)
     single_agent = models.BooleanField(default=True, help_text="run the single-agent baseline after the search")
     # SciMARS + Memory: the probes share one evidence graph (selected branches visible to later
@@ -112,6 +115,21 @@ class Run(models.Model):
     @property
     def group(self) -> str:
         return f"run-{self.pk}"
+
+    @property
+    def model_label(self) -> str:
+        """The model and where it is served, as the run's header shows it (no key: settings hold
+        only the name of the variable that has it)."""
+        settings = self.model_settings or {}
+        run = settings.get("run") or {}
+        label = self.model or "offline provider"
+        if run.get("api_base"):
+            label += f" at {run['api_base']}"
+        roles = settings.get("roles") or {}
+        if roles:
+            label += " · " + ", ".join(f"{role}: {options.get('model') or 'own settings'}"
+                                       for role, options in sorted(roles.items()))
+        return label
 
     @property
     def is_active(self) -> bool:

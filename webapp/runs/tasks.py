@@ -41,11 +41,13 @@ def execute_run(run_id: int, lease: str) -> str:
     log_out = io.StringIO()
     try:
         from engine.evolve import evolve
+        from engine.models import ModelSettings
 
         result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
                         budget=Budget(max_tokens=run.max_tokens), out=log_out,
                         gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
-                        model_override=run.model or None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
+                        model_override=run.model or None, models=ModelSettings.from_dict(run.model_settings)
+                        if run.model_settings else None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                         run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
                         single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor)
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
