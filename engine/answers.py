@@ -6,7 +6,8 @@ Every role's answer has a contract: a name, the instruction a model is given (th
 naming exactly what is wrong, and, for a JSON answer, a JSON schema sent as structured output
 where the endpoint takes one (engine/gateway.py). ``ask`` makes the call, reads the answer and,
 when it cannot be used (or was cut off by the answer's length), asks once more with the problem
-named and a short excerpt of the bad answer, never the whole of it. Both steps are traced
+named and a short excerpt of the bad answer, never the whole of it; a cut-off answer is re-asked
+shorter and with twice the room, as far as the model's context allows. Both steps are traced
 (``answer_reasked``). What happens to an answer still unusable after that is the role's
 decision (engine/roles.py): code that does not compile goes to the debugger, a missing STATUS
 is decided from the checks.
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 EXCERPT_CHARS = 600   # of a bad answer, quoted back in the re-ask (head and tail)
+TRUNCATED_ROOM_FACTOR = 2   # a cut-off answer is re-asked with this many times its room
 
 
 class AnswerProblem(ValueError):
@@ -181,7 +183,11 @@ def reask_messages(messages: list[dict], text: str, problem: str, contract: Answ
 def read(contract: AnswerContract[T], done: "Completion") -> Answer[T]:
     truncated = bool(getattr(done, "truncated", False))
     try:
-        return Answer(contract.read(done.text), done.text, truncated=truncated)
+        value = contract.read(done.text)
+        if not (truncated and isinstance(value, CodeBlock) and not value.closed):
+            return Answer(value, done.text, truncated=truncated)
+        # cut off inside its code block: it may compile (cut at a line's end), but it is half a program
+        problem = "the program stops where the answer was cut off (its code block was never closed)"
     except AnswerProblem as exc:
         problem = str(exc)
     if truncated:
@@ -201,9 +207,11 @@ def ask(gateway: "ModelGateway", agent: str, role: str, messages: list[dict], co
     if answer.ok:
         return answer
     gateway.tracer.emit(AnswerReasked(role=role, contract=contract.name, problem=answer.problem), agent)
+    # Cut off: asked to answer shorter, and given twice the room (as far as the context allows).
+    room = done.max_tokens * TRUNCATED_ROOM_FACTOR if answer.truncated and done.max_tokens else None
     again = gateway.complete(agent, role, reask_messages(messages, done.text, answer.problem, contract, answer.truncated),
                              agent_model=agent_model, temperature=temperature, purpose=f"{purpose} re-ask",
-                             response_schema=contract.schema, agent_options=agent_options)
+                             response_schema=contract.schema, agent_options=agent_options, answer_tokens=room)
     second = read(contract, again)
     gateway.tracer.emit(AnswerReasked(role=role, contract=contract.name, problem=second.problem or answer.problem,
                                       used=second.ok, outcome="used" if second.ok else "unusable"), agent)

@@ -73,7 +73,9 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
         cached = " cached" if p.get("cached") else ""
         return (f"model {p['model']} [{p['provider'].split(' ')[0]}] {p['prompt_tokens']}+{p['completion_tokens']} tok "
                 f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}"
-                + (f" CUT OFF at {p.get('max_tokens')} tokens" if p.get("finish_reason") == "length" else ""))
+                + (f" CUT OFF at {p.get('max_tokens')} tokens" if p.get("finish_reason") == "length" else "")
+                + (f" (prompt cut by {p['prompt_cut_chars']:,} characters to fit the model's context)"
+                   if p.get("prompt_cut_chars") else ""))
     if e.kind == "model_call_failed":
         then = f"; retry in {p['retry_in_s']:g}s" if p.get("retry_in_s") is not None else ""
         return f"model call failed ({p['error_kind']}, attempt {p['attempt']}): {cut(p['error'])}{then}"

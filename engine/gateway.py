@@ -19,6 +19,7 @@ from .control import Control, NoControl
 from .errors import ModelCallError, ModelUnavailable, first_line
 from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, provider_of
 from .models import MIN_ANSWER_TOKENS, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
+from .prompt_format import fit_prompt
 from .protocol.events import ModelCall, ModelCallFailed
 from .trace import Tracer
 
@@ -94,17 +95,29 @@ class ModelGateway:
     def complete(self, agent: str, role: str, messages: list[dict], agent_model: str | None = None,
                  temperature: float = 0.7, purpose: str = "role", tools: list[dict] | None = None,
                  tool_choice: str | None = None, response_schema: dict | None = None,
-                 agent_options: ModelOptions | None = None) -> Completion:
+                 agent_options: ModelOptions | None = None, answer_tokens: int | None = None) -> Completion:
         """One model call. ``tools`` are function schemas the model may call (litellm's
         ``tools=``; engine/tools/calls.py runs what it asks for); ``tool_choice="none"`` asks
         for an answer without further calls. ``response_schema`` (a JSON schema) is sent as a
-        structured-output request where the endpoint takes one (engine/answers.py decides)."""
+        structured-output request where the endpoint takes one (engine/answers.py decides).
+        ``answer_tokens`` replaces the endpoint's answer length for this call (a re-ask after
+        a cut-off answer), within the context. A prompt that leaves the answer too little of the
+        context is cut to fit (prompt_format.fit_prompt), and the trace says by how much."""
         self.control.check()
         endpoint = self.endpoint(role, agent_model, agent_options)
         model = endpoint.model
         started = time.perf_counter()
         prompt_tokens = count_tokens(model, messages)
-        room = endpoint.answer_room(prompt_tokens)
+        room = endpoint.answer_room(prompt_tokens, answer_tokens)
+        cut_chars = 0
+        if endpoint.context_tokens is not None and room < min(answer_tokens or endpoint.wanted_room(),
+                                                              endpoint.wanted_room()):
+            # The count is the gateway's estimate (a stand-in tokenizer for most local models):
+            # a tenth is kept spare so that the server's own count fits too.
+            limit = int((endpoint.context_tokens - endpoint.wanted_room() - 16) * 0.9)
+            messages, cut_chars = fit_prompt(messages, lambda m: count_tokens(model, m) > limit)
+            prompt_tokens = count_tokens(model, messages)
+            room = endpoint.answer_room(prompt_tokens, answer_tokens)
         if room < MIN_ANSWER_TOKENS:
             self.budget.failed(agent)
             raise ModelCallError(
@@ -154,7 +167,7 @@ class ModelGateway:
             budget_used=self.budget.used.to_dict(), budget_remaining=self.budget.remaining(),
             endpoint=endpoint.describe()["endpoint"], max_tokens=room, finish_reason=answer.finish_reason,
             prompt_chars=sum(len(str(m.get("content") or "")) for m in messages), priced=priced,
-            structured="response_format" in request, **offered,
+            structured="response_format" in request, prompt_cut_chars=cut_chars or None, **offered,
         ), agent)
         return result
 

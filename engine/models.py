@@ -178,12 +178,20 @@ class Endpoint:
             return key
         return "not-needed" if self.api_base and not self.offline else None
 
-    def answer_room(self, prompt_tokens: int) -> int:
-        """The answer length to ask for: the configured cap, within what the context leaves."""
-        room = self.max_answer_tokens
+    def answer_room(self, prompt_tokens: int, cap: int | None = None) -> int:
+        """The answer length to ask for: the configured cap (or ``cap``, a re-ask's raised one),
+        within what the context leaves."""
+        room = cap or self.max_answer_tokens
         if self.context_tokens is not None:
             room = min(room, self.context_tokens - prompt_tokens - 16)  # chat templates add a few tokens
         return room
+
+    def wanted_room(self) -> int:
+        """The answer room worth cutting the prompt for: the configured cap, or a quarter of the
+        context when that is less (a prompt is not cut to nothing to make room for a long answer)."""
+        if self.context_tokens is None:
+            return self.max_answer_tokens
+        return min(self.max_answer_tokens, max(MIN_ANSWER_TOKENS, self.context_tokens // 4))
 
     def litellm_arguments(self) -> dict:
         args: dict = {"timeout": self.timeout_s}

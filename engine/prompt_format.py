@@ -1,16 +1,22 @@
 """The prompt format: the one layout the engine writes and every model (real or offline) reads.
 
-A prompt is two messages. The system message names the role and carries the rules:
+A prompt is two messages. The system message opens with the task description, identical in
+every call of a run, so that a provider's prompt cache (llama.cpp's and vLLM's prefix reuse,
+OpenAI's automatic prompt caching) serves it once and every later call only pays for what
+follows. Then the role and its rules:
 
-    You are the <role> of a Trellis research team working on the task below.
+    <task description>
+
+    You are the <role> of a Trellis research team working on the task above.
 
     ## Procedure
     ## Agent instructions          (optional)
     ## Lessons from earlier runs   (optional, one "- " line per lesson)
     ## Answer format
 
-The user message is the task description, then one ``## Input: <name>`` section per input
-and, on a repair loop, one ``## Feedback from <from> (<status>)`` section.
+The user message holds one ``## Input: <name>`` section per input and, on a repair loop, one
+``## Feedback from <from> (<status>)`` section. ``reading_view`` turns a prompt back into the
+older reading order (rules; task then inputs) that the readers below take.
 
 Answers are free text holding a few structured blocks, each read by one function here:
 a fenced python block (extract_code), a fenced json block (extract_json), a ``STATUS:``
@@ -25,8 +31,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Callable
 
-HEADER = "You are the {role} of a Trellis research team working on the task below."
+HEADER = "You are the {role} of a Trellis research team working on the task above."
 PROCEDURE = "Procedure"
 INSTRUCTIONS = "Agent instructions"
 LESSONS = "Lessons from earlier runs"
@@ -36,6 +43,7 @@ FEEDBACK_PREFIX = "Feedback from "
 # A tool message whose call failed begins with this (engine/tools/calls.py writes it).
 TOOL_ERROR_PREFIX = "ERROR: "
 TOOL_RESULTS = "tool_results"   # the input the offline scientist reads its tool results as
+NO_INPUTS = "Answer now, in the answer format above."   # the user turn of a prompt without inputs
 
 
 def input_heading(name: str) -> str:
@@ -52,19 +60,89 @@ def build_messages(role: str, procedure: str, answer_format: str, task_text: str
                    feedback: dict | None = None) -> list[dict]:
     """System and user message of one role prompt. ``inputs`` are rendered in their order by
     render_artifact; ``feedback`` is ``{"from", "status", "detail"}``."""
-    system = [HEADER.format(role=role), "", f"## {PROCEDURE}", procedure]
+    system = [task_text.strip(), "", HEADER.format(role=role), "", f"## {PROCEDURE}", procedure]
     if instructions:
         system += ["", f"## {INSTRUCTIONS}", instructions]
     if lessons:
         system += ["", f"## {LESSONS}", *[f"- {x}" for x in lessons]]
     system += ["", f"## {ANSWER_FORMAT}", answer_format]
-    user = [task_text]
+    user: list[str] = []
     for name, value in inputs.items():
         user += ["", f"## {input_heading(name)}", render_artifact(name, value)]
     if feedback:
         user += ["", f"## {feedback_heading(feedback.get('from'), feedback.get('status'))}",
                  render_artifact("feedback", feedback.get("detail", {}))]
-    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": "\n".join(user)}]
+    # a prompt with no inputs still asks: some chat templates refuse a conversation without a user turn
+    body = "\n".join(user).strip() or NO_INPUTS
+    return [{"role": "system", "content": "\n".join(system)}, {"role": "user", "content": body}]
+
+
+# --- fitting a prompt into a model's context -----------------------------------------------------------
+CUT_MARK = "[… {n:,} characters cut here to fit the model's context …]"
+MIN_PIECE_CHARS = 400   # a section is never cut below this: a head and a tail still say what it was
+
+
+@dataclass
+class _Piece:
+    text: str
+    cuttable: int          # 0: never cut (the role's rules, headings); 1: an input or feedback; 2: the task
+    keep: int = -1         # characters kept of ``text`` (-1: all)
+
+    def render(self) -> str:
+        if self.keep < 0 or self.keep >= len(self.text):
+            return self.text
+        half = self.keep // 2
+        return (f"{self.text[:half].rstrip()}\n{CUT_MARK.format(n=len(self.text) - 2 * half)}\n"
+                f"{self.text[len(self.text) - half:].lstrip()}")
+
+    @property
+    def size(self) -> int:
+        return len(self.text) if self.keep < 0 else self.keep
+
+
+def _pieces(message: dict) -> list[_Piece]:
+    text = str(message.get("content") or "")
+    if message.get("role") == "system":
+        task, rules = split_system(text)
+        return [_Piece(task, 2), _Piece("\n\n", 0), _Piece(rules, 0)] if task else [_Piece(rules, 0)]
+    if message.get("role") != "user":
+        return [_Piece(text, 1)]
+    out, at = [], 0
+    for m in _HEADING.finditer(text):  # each input's body is cut on its own; its heading stays whole
+        out += [_Piece(text[at:m.start()], 1), _Piece(m.group(0), 0)]
+        at = m.end()
+    return [*out, _Piece(text[at:], 1)]
+
+
+def fit_prompt(messages: list[dict], too_long: Callable[[list[dict]], bool]) -> tuple[list[dict], int]:
+    """``messages`` cut until ``too_long`` is False: the longest input or feedback is halved
+    (its head and tail kept around a marker saying how much went), and only when every input is
+    down to MIN_PIECE_CHARS the task description's text. Returns the messages and how many
+    characters were cut; still too long when nothing more can go (the caller refuses the call)."""
+    if not too_long(messages):
+        return messages, 0
+    split = [_pieces(m) for m in messages]
+
+    def build() -> list[dict]:
+        return [{**m, "content": "".join(p.render() for p in pieces)} if pieces else m
+                for m, pieces in zip(messages, split)]
+
+    fitted = messages
+    for level in (1, 2):
+        while True:
+            candidates = [p for pieces in split for p in pieces if p.cuttable == level and p.size > MIN_PIECE_CHARS]
+            if not candidates:
+                break
+            longest = max(candidates, key=lambda p: p.size)
+            longest.keep = max(MIN_PIECE_CHARS, longest.size // 2)
+            fitted = build()
+            if not too_long(fitted):
+                return fitted, _cut(split)
+    return fitted, _cut(split)
+
+
+def _cut(split: list[list[_Piece]]) -> int:
+    return sum(len(p.text) - p.size for pieces in split for p in pieces if p.keep >= 0)
 
 
 def render_artifact(name: str, value: object) -> str:
@@ -90,12 +168,37 @@ _ROLE = re.compile(r"You are the (\w+) of a Trellis research team")
 _HEADING = re.compile(rf"^## (?:{re.escape(INPUT_PREFIX)}(.+?)|{re.escape(FEEDBACK_PREFIX)}.*)[ \t]*$", re.M)
 
 
+_ROLE_LINE = re.compile(r"^You are the (\w+) of a Trellis research team working on the task above\.[ \t]*$", re.M)
+
+
+def split_system(system: str) -> tuple[str, str]:
+    """A system message as (task description, the role's rules from its "You are the ..." line
+    on). A system message without that line is all rules. The first such line at the start of
+    a line is the role's: a task that writes the same sentence itself only confuses readers of
+    its own prompts."""
+    m = _ROLE_LINE.search(system)
+    if not m:
+        return "", system
+    return system[:m.start()].strip(), system[m.start():]
+
+
+def reading_view(messages: list[dict]) -> tuple[str, str]:
+    """(system, user) of a prompt in reading order: the role's rules; the task description,
+    then the inputs and feedback of every user message. What the readers here take."""
+    system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    task, rules = split_system(system)
+    user = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    if user.startswith(NO_INPUTS):
+        user = user[len(NO_INPUTS):].lstrip("\n")
+    return rules, f"{task}\n\n{user}".rstrip() if task else user
+
+
 def role_of(prompt: str | list[dict]) -> str | None:
     """The role a prompt addresses, from its system text or its messages; None if it is no
     Trellis role prompt."""
     if not isinstance(prompt, str):
         prompt = next((m.get("content") or "" for m in prompt if m.get("role") == "system"), "")
-    m = _ROLE.match(prompt)
+    m = _ROLE.match(split_system(prompt)[1])
     return m.group(1) if m else None
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
-                             parse_tool_results, render_tool_results, role_of, section, strategy_line, task_sections,
-                             tool_exchanges)
+                             parse_tool_results, reading_view, render_tool_results, role_of, section, strategy_line,
+                             task_sections, tool_exchanges)
 from .blend import BLEND, fallback, runs
 from .reading import TaskFacts, read_facts, report_text, tags_asked
 from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
@@ -52,8 +52,7 @@ def answer(messages: list[dict], seed: int = 0, tools: list[dict] | None = None,
     """The answer to a conversation; with ``tools`` offered, the calls to make first where a
     tool helps the role (engine/offline/tool_use.py). Tool results already in the conversation
     are read as one more input, ``tool_results``."""
-    system = next((m["content"] for m in messages if m.get("role") == "system"), "")
-    user = "\n".join(m["content"] for m in messages if m.get("role") == "user")
+    system, user = reading_view(messages)
     role = role_of(system)
     handler = ROLES.get(role or "")
     if handler is None:

@@ -208,6 +208,7 @@ class ModelCall(Payload):
     prompt_chars: int | None = None          # the prompt's size in characters, beside its tokens
     priced: bool | None = None               # False: no price known for the model, its cost counts as 0
     structured: bool | None = None           # the answer was asked for as JSON-schema structured output
+    prompt_cut_chars: int | None = None      # characters of the inputs cut to fit the model's context
 
 
 class ModelCallFailed(Payload):

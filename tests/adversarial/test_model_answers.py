@@ -123,11 +123,48 @@ def test_the_answer_is_fitted_inside_the_context_and_the_budget_reserves_it():
 
 
 def test_a_prompt_that_leaves_no_room_is_refused_before_the_call_with_the_numbers():
+    # the role's own rules are never cut: nothing can make this fit
+    rules = "You are the coder of a Trellis research team working on the task above.\n" + "rule " * 400
     with fake_openai() as server:
         with pytest.raises(ModelCallError, match="context_tokens"):
-            _gateway(server, context_tokens=256).complete("coder", "coder",
-                                                          [{"role": "user", "content": "word " * 400}])
+            _gateway(server, context_tokens=256).complete("coder", "coder", [{"role": "system", "content": rules},
+                                                                              {"role": "user", "content": "go"}])
         assert server.requests == []
+
+
+def test_a_prompt_too_long_for_the_context_has_its_longest_input_cut_to_fit(examples):
+    from engine.llm import count_tokens
+    from engine.prompt_format import CUT_MARK, build_messages, inputs, split_system
+
+    task = load_task(examples / "soil-respiration-sites").description()
+    report = "\n".join(f"- column {i}: mean {i * 0.5:.3f}, sd {i * 0.1:.3f}, 0 missing" for i in range(1500))
+    messages = build_messages("coder", "Write the program.", "One python block.", task,
+                              {"plan": "strategy: ridge {}", "report": report})
+    sink = ListSink()
+    with fake_openai([answer(f"```python\n{PROGRAM}```")]) as server:
+        _gateway(server, sink, context_tokens=4096, max_answer_tokens=1024).complete("coder", "coder", messages)
+        sent = server.requests[0].messages
+        asked = server.requests[0].body["max_tokens"]
+    given = inputs(sent[1]["content"])
+    assert given["plan"] == "strategy: ridge {}"                      # a short input is left whole
+    assert given["report"].startswith("- column 0:") and "- column 1499:" in given["report"]  # head and tail kept
+    assert CUT_MARK.split("{")[0] in given["report"]
+    assert split_system(sent[0]["content"])[0] == task                  # the task is cut last, and not here
+    assert count_tokens("openai/fake", sent) + asked <= 4096 and asked == 1024
+    call = next(e.payload for e in sink.events if e.kind == "model_call")
+    assert call["prompt_cut_chars"] > len(report) // 2 and call["messages"] == sent  # the trace shows what was sent
+
+
+def test_a_cut_off_answer_is_reasked_shorter_with_twice_the_room():
+    with fake_openai([answer("```python\nimport numpy as np\n# first I will", finish_reason="length"),
+                      answer(f"```python\n{PROGRAM}```")]) as server:
+        got = ask(_gateway(server, max_answer_tokens=300, context_tokens=8192), "coder", "coder", ASK, CODE)
+        rooms = [r.body["max_tokens"] for r in server.requests]
+    assert got.ok and rooms == [300, 600]
+    with fake_openai([answer("```python\nimport numpy", finish_reason="length"), answer("```python\nx = 1\n```")]) as server:
+        ask(_gateway(server, max_answer_tokens=300, context_tokens=700), "coder", "coder", ASK, CODE)
+        second = server.requests[1].body["max_tokens"]
+    assert 300 < second < 700  # no more than the context leaves
 
 
 def test_context_exceeded_names_the_setting_that_fixes_it():

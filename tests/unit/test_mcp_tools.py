@@ -13,7 +13,8 @@ from engine.errors import WorkflowValidationError
 from engine.mcp_servers import science
 from engine.mutations import Mutation, MutationError, diff, tool_lines
 from engine.offline.mutator import propose
-from engine.prompt_format import build_messages, fenced_json, parse_tool_results, render_tool_results, tool_exchanges
+from engine.prompt_format import (build_messages, fenced_json, parse_tool_results, reading_view, render_tool_results,
+                                  tool_exchanges)
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.tools.allocation import allocate
@@ -152,13 +153,13 @@ def _mutator_prompt(team, tool_use: str) -> list[dict]:
 
 def test_the_offline_mutator_removes_a_tool_whose_every_call_failed_before_anything_else(team, registry):
     wf = allocate(team, registry)
-    proposal = propose(*[m["content"] for m in _mutator_prompt(wf, (
+    proposal = propose(*reading_view(_mutator_prompt(wf, (
         f"- planner {FIT}: 2 call(s), 0 ok, 2 failed (last error: server 'science' closed the connection)\n"
-        "- analyzer mcp.science.profile_data: 1 call(s), 1 ok, 0 failed"))])
+        "- analyzer mcp.science.profile_data: 1 call(s), 1 ok, 0 failed"))))
     assert (proposal["kind"], proposal["target"], proposal["params"]) == ("tool_allocation", "planner", {"remove": FIT})
     assert proposal["rationale"].startswith("addresses collaboration_efficiency (0.90") and "closed the connection" \
         in proposal["rationale"]
-    useful = propose(*[m["content"] for m in _mutator_prompt(wf, f"- planner {FIT}: 2 call(s), 2 ok, 0 failed")])
+    useful = propose(*reading_view(_mutator_prompt(wf, f"- planner {FIT}: 2 call(s), 2 ok, 0 failed")))
     assert useful["kind"] != "tool_allocation"  # a tool that served stays; the weakest criterion decides
 
 
@@ -166,7 +167,7 @@ def test_a_workflow_without_tool_use_input_is_proposed_what_it_was_before(team):
     # no MCP tools in play: the mutator reads no tool_use input and proposes a modelling change
     messages = _mutator_prompt(team, "")
     messages[1]["content"] = messages[1]["content"].split("## Input: tool_use")[0]
-    assert propose(*[m["content"] for m in messages])["kind"] == "prompt_refinement"
+    assert propose(*reading_view(messages))["kind"] == "prompt_refinement"
 
 
 def test_the_function_names_offered_to_a_model_have_no_dots(registry):
@@ -180,11 +181,11 @@ def test_the_offline_mutator_gives_the_planner_a_fitting_tool_where_the_task_wel
     wf = team_workflow(task)
     tool_use = "- not allocated: mcp.science.fit_curve \u2014 Fit a curve by least squares with standard errors"
 
-    def prompt(history: str) -> list[str]:
-        return [m["content"] for m in build_messages("mutator", "Propose one change.", "json", task.description(), {
+    def prompt(history: str) -> tuple[str, str]:
+        return reading_view(build_messages("mutator", "Propose one change.", "json", task.description(), {
             "workflow": fenced_json(wf.to_dict(), indent=1, sort_keys=False),
             "judge_feedback": "- output_quality: 0.3 \u2014 weak\n- collaboration_efficiency: 0.9 \u2014 fine",
-            "failed_checks": "(all public checks passed)", "report": "", "history": history, "tool_use": tool_use})]
+            "failed_checks": "(all public checks passed)", "report": "", "history": history, "tool_use": tool_use}))
 
     first = propose(*prompt("(nothing tried yet)"))  # the best-grounded modelling change comes first
     tried = json.dumps({k: first[k] for k in ("kind", "target", "params", "rationale")}, sort_keys=True)

@@ -89,7 +89,7 @@ def test_without_the_permission_nothing_chooses_it_not_even_a_plan_that_names_it
 
 def test_the_tree_search_draws_it_from_the_same_library_only_where_allowed(tasks):
     def options(name: str) -> set[str]:
-        return set(tree_roles._options(prompt("proposer", tasks[name])[1]["content"]))
+        return set(tree_roles._options(pf.reading_view(prompt("proposer", tasks[name]))[1]))
 
     assert KEY in options("sentence") and KEY not in options("silent")
     proposals = Counter(pf.extract_strategy(scientist.respond(prompt("proposer", tasks["sentence"]), seed=s))[0]
@@ -102,7 +102,7 @@ def test_of_the_shipped_examples_only_the_one_that_allows_a_network_offers_it():
     for folder in sorted(p for p in EXAMPLES.iterdir() if (p / "Problem.md").is_file()):
         task = load_task(folder)
         messages = pf.build_messages("planner", "Plan.", "Answer in the format.", task.description(), {})
-        facts = scientist.read_facts(messages[0]["content"], messages[1]["content"])
+        facts = scientist.read_facts(*pf.reading_view(messages))
         offered[folder.name] = KEY in {s.key for s in applicable(facts)}
     assert offered.pop("dam-break-neural") is True
     assert offered and not any(offered.values()), offered

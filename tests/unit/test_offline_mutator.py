@@ -18,7 +18,7 @@ from engine.mutations import Mutation
 from engine.offline import scientist
 from engine.offline.mutator import read_standings
 from engine.offline.reading import libraries_allowed, read_facts, tags_asked
-from engine.prompt_format import extract_json
+from engine.prompt_format import extract_json, reading_view
 from engine.search.mimosa import mutator_messages
 from engine.synthesis import team_workflow
 from engine.task import load_task
@@ -215,7 +215,7 @@ def test_the_libraries_a_task_allows_are_read_from_its_requirements(tmp_path):
     assert libraries_allowed("Only numpy and sklearn may be used.") == {"numpy", "scikit-learn"}
     assert libraries_allowed("The model must use only the length as input.") == frozenset()
     msgs = messages(make_task(tmp_path / "t"), scores())
-    facts = read_facts(msgs[0]["content"], msgs[1]["content"])
+    facts = read_facts(*reading_view(msgs))
     assert not facts.allows(("pyoperon",)) and facts.allows(())
     unrestricted = messages(make_task(tmp_path / "u", requirements=("CPU only.",)), scores())
-    assert read_facts(unrestricted[0]["content"], unrestricted[1]["content"]).allows(("pyoperon",))
+    assert read_facts(*reading_view(unrestricted)).allows(("pyoperon",))

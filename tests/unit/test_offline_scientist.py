@@ -118,7 +118,7 @@ def test_the_key_ignores_paths_and_line_numbers_of_a_traceback(tmp_path):
 # --- facts read from the task -----------------------------------------------------------------------------
 def facts_of(task_dir: Path, report: str = REPORT):
     messages = prompt("planner", task_dir, {"report": report})
-    return read_facts(messages[0]["content"], messages[1]["content"])
+    return read_facts(*pf.reading_view(messages))
 
 
 def planned_keys(task_dir: Path, report: str = REPORT, seeds: range = range(10)) -> set[str]:
@@ -255,7 +255,7 @@ def test_a_jump_is_read_only_when_the_text_or_the_report_says_so_never_from_a_sa
 def test_without_a_feature_list_programs_use_the_test_file_s_columns_never_a_guessed_name(tmp_path):
     messages = prompt("coder", make_task(tmp_path / "t"), {"plan": "strategy: ridge {}"})
     # A description that names no features (the engine normally lists the test file's columns).
-    messages[1]["content"] = re.sub(r"^- feature columns: .*\n", "", messages[1]["content"], flags=re.M)
+    messages[0]["content"] = re.sub(r"^- feature columns: .*\n", "", messages[0]["content"], flags=re.M)
     code = pf.extract_code(scientist.respond(messages, seed=0))
     assert "FEATURES = []" in code and "'x'" not in code
     assert "c in train.columns" in code  # a training-only column is never a feature
@@ -351,8 +351,8 @@ def test_the_analyzer_reports_a_sampling_gap_as_a_gap_and_a_jump_as_a_jump(tmp_p
 
 def with_resources(messages: list[dict], *lines: str) -> list[dict]:
     """The prompt with lines added to the task's Resources, as a Data_config declaring them writes."""
-    user = messages[1]["content"].replace("- write predictions to", "\n".join(lines) + "\n- write predictions to", 1)
-    return [messages[0], {**messages[1], "content": user}]
+    system = messages[0]["content"].replace("- write predictions to", "\n".join(lines) + "\n- write predictions to", 1)
+    return [{**messages[0], "content": system}, *messages[1:]]
 
 
 def test_declared_kind_constraints_and_validation_in_the_resources_are_read(tmp_path):
@@ -362,10 +362,10 @@ def test_declared_kind_constraints_and_validation_in_the_resources_are_read(tmp_
                               "- known constraints: `period` >= 0; `period` increasing in `length`",
                               "- in-loop validation: holdout_range on `length`: the 20% of rows with the highest "
                               "`length` validate")
-    facts = read_facts(declared[0]["content"], declared[1]["content"])
+    facts = read_facts(*pf.reading_view(declared))
     assert facts.kind == "classification" and facts.positive and facts.monotone and facts.extrapolate
     grouped = with_resources(base, "- in-loop validation: group on `site`: whole groups held out (4 folds)")
-    facts = read_facts(grouped[0]["content"], grouped[1]["content"])
+    facts = read_facts(*pf.reading_view(grouped))
     assert facts.group_column == "site" and not facts.extrapolate
     plan = scientist.respond(grouped, seed=0)
     coder = with_resources(prompt("coder", task, {"plan": plan}),

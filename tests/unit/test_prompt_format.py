@@ -33,7 +33,11 @@ def test_a_prompt_reads_back_section_by_section():
     assert pf.section(system["content"], pf.INSTRUCTIONS) == "Prefer trees."
     assert pf.section(system["content"], pf.LESSONS) == "- knn overfit\n- scale features"
     assert pf.section(system["content"], pf.ANSWER_FORMAT).startswith("Reply with one fenced")
-    assert user["content"].startswith("# Task\nFit y from x.")
+    # the task opens the system message (the prefix every call of a run shares); the inputs follow
+    assert system["content"].startswith("# Task\nFit y from x.\n\nYou are the coder of a Trellis research team")
+    assert user["content"].startswith("## Input: plan")
+    rules, reading = pf.reading_view([system, user])
+    assert rules.startswith("You are the coder") and reading.startswith("# Task\nFit y from x.\n\n## Input: plan")
 
     found = pf.inputs(user["content"])
     assert list(found) == ["plan", "report", "code", "evidence"]
@@ -45,6 +49,22 @@ def test_a_prompt_reads_back_section_by_section():
 
     fb = pf.feedback(user["content"])
     assert (fb.source, fb.status) == ("verifier", "RETRY") and pf.json_block(fb.body) == {"stderr_tail": "boom"}
+
+
+def test_every_role_of_a_run_shares_one_prompt_prefix_the_task_and_nothing_role_specific_before_it():
+    task = "# Task\nFit y from x.\n\n## Evaluation\n## Procedure\nThe official split is by site."
+    prompts = [pf.build_messages(role, f"Do the {role}'s work.", "Answer.", task, inputs)
+               for role, inputs in (("analyzer", {}), ("coder", {"plan": "p"}), ("judge", {"trace": "t"}))]
+    systems = [p[0]["content"] for p in prompts]
+    assert all(s.startswith(task + "\n\nYou are the ") for s in systems)
+    for (role, _), prompt in zip((("analyzer", 0), ("coder", 0), ("judge", 0)), prompts):
+        rules, reading = pf.reading_view(prompt)
+        assert pf.role_of(prompt) == role
+        # a heading inside the task never passes for the role's own procedure
+        assert pf.section(rules, pf.PROCEDURE) == f"Do the {role}'s work."
+        assert pf.task_sections(reading)["Evaluation"].endswith("The official split is by site.")
+    assert prompts[0][1]["content"] == pf.NO_INPUTS  # a user turn even without inputs
+    assert pf.reading_view(prompts[0])[1] == task
 
 
 def test_optional_sections_are_left_out_when_empty():
@@ -158,3 +178,32 @@ def test_the_offline_package_uses_only_public_names_and_plain_imports():
 def test_the_format_module_stands_alone():
     """Any model client can use it: it imports nothing of the engine (no task, workflow or provider)."""
     assert [m for m, _ in _imports(ENGINE / "prompt_format.py") if m.startswith(".") or m.startswith("engine")] == []
+
+
+def test_a_prompt_is_fitted_by_cutting_inputs_first_then_the_task_never_the_rules_or_headings():
+    task = "# Task\n" + "context sentence. " * 300
+    messages = pf.build_messages("coder", "Write the script.", "One python block.", task,
+                                 {"plan": "strategy: knn {}", "report": "row\n" * 2000, "code": "print(1)"})
+    sizes = []
+
+    def over(limit):
+        def too_long(m):
+            sizes.append(sum(len(x["content"]) for x in m))
+            return sizes[-1] > limit
+        return too_long
+
+    fitted, cut = pf.fit_prompt(messages, over(7000))  # the report alone is enough
+    rules, reading = pf.reading_view(fitted)
+    assert pf.split_system(fitted[0]["content"])[0] == task.strip() and cut > 0
+    assert list(pf.inputs(fitted[1]["content"])) == ["plan", "report", "code"]
+    assert "characters cut here" in pf.inputs(fitted[1]["content"])["report"]
+    assert pf.section(rules, pf.PROCEDURE) == "Write the script."
+
+    fitted, cut = pf.fit_prompt(messages, over(2500))  # the task has to give too
+    task_left = pf.split_system(fitted[0]["content"])[0]
+    assert "characters cut here" in task_left and task_left.startswith("# Task")
+    assert pf.role_of(fitted) == "coder" and pf.extract_code(pf.inputs(fitted[1]["content"])["code"]) == "print(1)\n"
+
+    assert pf.fit_prompt(messages, lambda m: False) == (messages, 0)  # a prompt that fits is untouched
+    fitted, cut = pf.fit_prompt(messages, lambda m: True)  # nothing fits: as short as it goes, the caller refuses
+    assert sum(len(x["content"]) for x in fitted) < 2500
