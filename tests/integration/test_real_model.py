@@ -58,11 +58,19 @@ def test_a_run_recorded_with_smollm2_replays_offline(tmp_path):
         "(README, 'Using your own model': --cassette)")
     started = next(e for e in events if e["kind"] == "run_started")
     assert started["payload"]["endpoints"]["coder"]["model"] == "openai/smollm2-135m"
-    # what SmolLM2 did, as recorded: the analyzer's broken script re-asked and used; the coder's prose
-    # re-asked, still no program: the coder fails saying so and nothing downstream pretends to run
+    # What SmolLM2 did, as recorded: every unusable answer re-asked once and named. The coder's
+    # program was cut off, re-asked with twice the room and still did not compile: the debugger got
+    # it (the run did not halt), its repair ran and failed; the verifier named no STATUS and the
+    # failed checks decided RETRY; the debugger's next answer held no program: FAILURE, said so.
     reasks = [e["payload"] for e in events if e["kind"] == "answer_reasked" and e["payload"].get("used") is not None]
-    assert {(r["role"], r["used"]) for r in reasks} == {("analyzer", True), ("coder", False)}
-    assert "status: failed" in done.stdout and "coder=FAILURE" in done.stdout
+    assert {r["role"] for r in reasks} >= {"coder", "verifier", "debugger"}
+    calls = [e["payload"] for e in events if e["kind"] == "model_call"]
+    cut = next(i for i, c in enumerate(calls) if c["role"] == "coder" and c["finish_reason"] == "length")
+    assert calls[cut + 1]["purpose"].endswith("re-ask") and calls[cut + 1]["max_tokens"] == 2 * calls[cut]["max_tokens"]
+    assert any(e["kind"] == "code_execution" for e in events)  # the coder's broken program was repaired and run
+    verdict = next(e["payload"] for e in events if e["kind"] == "agent_finished" and e["agent"] == "verifier")
+    assert verdict["status"] == "RETRY" and "decided from the checks" in verdict["message"]
+    assert "status: failed" in done.stdout and "debugger=FAILURE" in done.stdout
 
 
 @pytest.mark.slow
