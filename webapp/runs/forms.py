@@ -29,13 +29,13 @@ class NewRunForm(forms.Form):
     model = forms.CharField(required=False, max_length=MAX_MODEL_CHARS,
                             validators=[RegexValidator(MODEL_NAME_RE, "write a litellm model as provider/model, "
                                                        "e.g. openai/gpt-4o-mini")],
-                            help_text="litellm model for every role, e.g. ollama/qwen2.5-coder:7b or "
-                                      "openai/<served name> for an OpenAI-compatible server; blank uses the "
+                            help_text="litellm model for every role, e.g. openai/gpt-4o-mini, or openai/<served name> "
+                                      "for an OpenAI-compatible server (llama.cpp, Ollama, vLLM); blank uses the "
                                       "offline provider")
     # Where and how the model is reached (engine/models.py); shown folded under "Model settings".
     # Not a URLField: Django's refuses a host without a dot (http://ollama:11434 in a compose file).
     api_base = forms.CharField(required=False, max_length=300, label="API base",
-                              help_text="the server's URL, e.g. http://127.0.0.1:11434 (Ollama) or "
+                              help_text="the server's URL, e.g. http://127.0.0.1:11434/v1 (Ollama) or "
                                         "http://127.0.0.1:8000/v1 (vLLM, llama.cpp); blank: the provider's own")
     api_key_env = forms.CharField(required=False, max_length=128, label="Key variable",
                                   help_text="the name of the worker's environment variable that holds the API key "
