@@ -11,6 +11,7 @@ targets: that is how in-loop validation folds are scored with the task's own met
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,9 @@ def read_result(task: Task, returncode: int, stdout: str, stderr: str) -> dict:
         value = float(result["value"])
     except (IndexError, json.JSONDecodeError, KeyError, TypeError, ValueError):
         return {"ok": False, "error": f"evaluate.py printed no result line: {stdout.strip()[-300:]!r}"}
+    if not math.isfinite(value):  # 1e308 predictions square to inf: not a score, and not JSON either
+        return {"ok": False, "error": f"evaluate.py scored the predictions {value} (not a finite number): the "
+                                      "predictions overflow the metric"}
     return {"ok": True, "metric": result.get("metric", task.metric.name), "value": value,
             "higher_is_better": bool(result.get("higher_is_better", task.metric.higher_is_better)),
             "n": result.get("n")}

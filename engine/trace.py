@@ -11,12 +11,15 @@ file and never restart inside one, so no reader can mix two attempts' events.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Protocol
+
+log = logging.getLogger(__name__)
 
 from .protocol.events import EVENT_KINDS, Payload, parse_payload
 
@@ -164,13 +167,17 @@ def latest_trace(folder: Path, stem: str = "trace") -> Path:
 
 
 def read_events(path: Path) -> Iterator[Event]:
-    """Events from a trace file. A torn last line (the writer was killed mid-write) is skipped."""
-    with Path(path).open(encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
+    """Events from a trace file. A line that is not one event (torn by a writer killed mid-write,
+    bytes that are not UTF-8, JSON of another shape) is skipped and counted in the log, so a
+    damaged trace never stops a resume or a replay."""
+    skipped = 0
+    with Path(path).open("rb") as fh:  # bytes: one bad line must not end the reading of the rest
+        for raw in fh:
             try:
-                yield Event.from_dict(json.loads(line))
-            except (json.JSONDecodeError, KeyError):
-                continue
+                line = raw.decode("utf-8").strip()
+                if line:
+                    yield Event.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError, AttributeError):  # UnicodeDecodeError, JSONDecodeError too
+                skipped += 1
+    if skipped:
+        log.warning("%s: %d line(s) that are not events were skipped", path, skipped)

@@ -354,7 +354,14 @@ def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes
         true = [float(split.targets[i]) for i in ids]
     except ValueError as exc:
         return {"ok": False, "error": f"validation predictions are not numbers: {exc}"}
-    return {"ok": True, "metric": task.metric.name, "value": fn(pred, true),
+    try:
+        value = fn(pred, true)
+    except (OverflowError, ZeroDivisionError):  # float ** 2 raises at 1e308 instead of giving inf
+        value = math.inf
+    if not math.isfinite(value):  # predictions of 1e308 square to inf: a failed score, never a passing one
+        return {"ok": False, "error": f"validation predictions score {value} (not a finite number): they overflow "
+                                      f"{task.metric.name}"}
+    return {"ok": True, "metric": task.metric.name, "value": value,
             "higher_is_better": task.metric.higher_is_better, "n": len(ids), "scorer": "built-in"}
 
 

@@ -115,6 +115,10 @@ class UnsafeOutput(ValueError):
     FIFO, a file with other hard links, or one over the size cap."""
 
 
+_KINDS = {stat.S_IFSOCK: "a socket", stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device",
+          stat.S_IFBLK: "a block device", stat.S_IFDIR: "a folder"}
+
+
 def open_output(workdir: Path, relpath: str, max_bytes: int = DEFAULT_READ_CAP):
     """Open a program's output for reading without ever following a link.
 
@@ -139,12 +143,21 @@ def open_output(workdir: Path, relpath: str, max_bytes: int = DEFAULT_READ_CAP):
                 raise
             os.close(dir_fd)
             dir_fd = next_fd
+        # Looked at before it is opened: opening a socket fails (ENXIO) and a device may act on
+        # being opened; only a regular file is opened (and checked again once open, for a swap).
+        kind = stat.S_IFMT(os.stat(parts[-1], dir_fd=dir_fd, follow_symlinks=False).st_mode)
+        if kind == stat.S_IFLNK:
+            raise UnsafeOutput(f"{relpath!r} is a symbolic link; outputs must be regular files")
+        if kind != stat.S_IFREG:
+            raise UnsafeOutput(f"{relpath!r} is {_KINDS.get(kind, 'not a regular file')}; outputs must be regular files")
         try:
             fd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=dir_fd)
+        except FileNotFoundError:
+            raise
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UnsafeOutput(f"{relpath!r} is a symbolic link; outputs must be regular files") from exc
-            raise
+            raise UnsafeOutput(f"{relpath!r} cannot be opened: {exc.strerror}") from exc
     finally:
         os.close(dir_fd)
     info = os.fstat(fd)
