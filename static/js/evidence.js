@@ -164,6 +164,9 @@
       });
     });
     syncEdges();
+    // An edge to a hidden record is hidden with it: cytoscape's edge routing reads both ends of a
+    // shown edge, and one whose end is display:none threw "reading 'source'" while fitting the view.
+    cy.edges().forEach((e) => { e.toggleClass("hidden", e.source().hasClass("hidden") || e.target().hasClass("hidden")); });
     listRecords(ordered.filter(visible));
     const shown = cy.nodes(".record").not(".hidden").length;
     panel.dataset.records = String(records.size);
@@ -176,8 +179,9 @@
                (v) => (v === "" ? "none" : "iteration " + v));
     // The view follows the graph as it grows, until the person zooms or pans it themselves.
     if (!userMoved) {
-      cy.fit(cy.elements().not(".hidden"), 24);
-      if (cy.zoom() > 1.3) { cy.zoom(1.3); cy.center(cy.elements().not(".hidden")); }
+      const shownNodes = cy.nodes().not(".hidden");  // nodes alone: their box needs no edge routing
+      cy.fit(shownNodes, 24);
+      if (cy.zoom() > 1.3) { cy.zoom(1.3); cy.center(shownNodes); }
     }
   }
   let userMoved = false;
