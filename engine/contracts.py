@@ -13,7 +13,6 @@ The grammar is tiny, so it is parsed by hand rather than with a parser generator
 """
 from __future__ import annotations
 
-import ast
 import csv
 import io
 import math
@@ -21,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Union
 
+from . import python_ast
 from .errors import ContractSyntaxError
 
 PRIMITIVES = frozenset(
@@ -293,7 +293,7 @@ def _check_prim(value: object, name: str) -> str | None:
         return f"expected {name} (text), {got}"
     if name == "python":
         try:
-            ast.parse(value)
+            python_ast.parse(value)
         except SyntaxError as exc:
             return f"expected python source, but it does not parse: {exc.msg} (line {exc.lineno})"
     if name == "sha256" and not _SHA256.match(value):

@@ -33,6 +33,7 @@ from pathlib import Path
 from .errors import TaskSpecError
 from .task import Task
 from .validation import EXTRAPOLATION_SHARE
+from . import python_ast
 
 # Metric names that say what kind of task this is (lower-cased; '-' read as '_').
 CLASSIFICATION_METRICS = frozenset({
@@ -706,7 +707,7 @@ def printed_metric(source: str) -> StaticMetric:
     a name bound twice, rebound in a function or declared global, an expression, an f-string, a
     dict unpacked into another: not certain, None."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast.parse(source)
     except (SyntaxError, ValueError):
         return StaticMetric()
     constants = _module_constants(tree)

@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Mapping, Union
 
 from engine.sandbox import ExecutionRequest, ExecutionResult, ExecutionStatus
+from engine import python_ast
 
 # Exit codes the subprocess sandbox reports for each way a program can end.
 _EXIT_CODES: dict[str, int | None] = {"ok": 0, "error": 1, "timeout": -9, "memory": -9, "violation": 1,
@@ -103,7 +104,7 @@ class FakeExecutor:
             return self._result(workdir, forced.status, forced.stdout, forced.stderr, written,
                                 forced.exit_code, list(forced.violations))
         try:
-            tree = ast.parse(request.code)
+            tree = python_ast.parse(request.code)
         except SyntaxError as exc:
             return self._result(workdir, "error", "", traceback_of(f"SyntaxError: {exc.msg}", exc.lineno or 1), {})
         inputs = {str(rel) for rel in request.input_files}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+from engine import python_ast
 
 MAX_EXPRESSION_CHARS = 200
 MAX_PARAMETERS = 8
@@ -57,7 +58,7 @@ def model_form(model: str) -> ModelForm:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ExpressionError(f"the expression has {len(text)} characters; the limit is {MAX_EXPRESSION_CHARS}")
     try:
-        tree = ast.parse(text, mode="eval").body
+        tree = python_ast.parse(text, mode="eval").body
     except SyntaxError as exc:
         raise ExpressionError(f"the expression {text!r} does not parse: {exc.msg}") from exc
     parameters: list[str] = []

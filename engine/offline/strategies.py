@@ -27,6 +27,7 @@ from string import Template
 from textwrap import dedent
 from typing import TYPE_CHECKING
 
+from .. import python_ast
 from ..prompt_format import extract_strategy
 from .analysis import render_analysis_script  # noqa: F401  (the analyzer's program; re-exported)
 
@@ -930,7 +931,7 @@ def _uses_name(code: str, name: str) -> bool:
 def _module_constants(code: str) -> dict[str, object]:
     """Module-level ``NAME = <str or list of str>`` assignments: the program's column names."""
     try:
-        tree = ast.parse(code)
+        tree = python_ast.parse(code)
     except SyntaxError:
         return {}
     constants: dict[str, object] = {}
@@ -1083,7 +1084,7 @@ def _fix_missing_import(code: str, failure: _Failure) -> str | None:
     insert_at = imports[-1] + 1 if imports else 0
     # A name used at module level (os in the thread-limit loop) must be imported before it.
     try:
-        for node in ast.parse(code).body:
+        for node in python_ast.parse(code).body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
                 continue
             if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node)):

@@ -40,6 +40,7 @@ from ..protocol.events import (Payload, TrainingCheckpoint, TrainingFinished, Tr
                                TrainingStarted)
 from ..sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
 from . import trellis_train as helper
+from .. import python_ast
 
 HELPER_SOURCE = Path(helper.__file__)
 HELPER_NAME = "trellis_train.py"
@@ -119,7 +120,7 @@ def tracing_to(tracer: object) -> Iterator[None]:
 def is_training_program(code: str) -> bool:
     """Whether a program declares itself a training job: it imports ``trellis_train``."""
     try:
-        tree = ast.parse(code)
+        tree = python_ast.parse(code)
     except (SyntaxError, ValueError):
         return False
     for node in ast.walk(tree):
