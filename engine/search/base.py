@@ -40,6 +40,7 @@ from ..prompt_format import extract_json
 from pydantic import BaseModel
 
 from ..protocol.checkpoints import Checkpoint, InProgress, from_legacy
+from ..protocol.events import MutationProposed
 from ..protocol.gate import Decision, Proposal
 from ..sandbox import Executor
 from ..task import Task
@@ -56,6 +57,11 @@ class HumanEdit:
     workflow: Workflow
     author: str
     ref: Any = None     # the gate's own handle on it (the studio: the version's number)
+    # The person's change itself and the hash of the workflow they wrote it on: when the search
+    # adopted something else meanwhile (a proposal they approved), the change is applied again
+    # on top of it instead of their whole version replacing what was approved.
+    change: Mutation | None = None
+    base: str | None = None
 
 
 class Gate(Protocol):
@@ -66,12 +72,20 @@ class Gate(Protocol):
 
     def decide(self, proposal: Proposal) -> Decision: ...
 
+    def decision_made(self, proposal: Proposal) -> Decision | None:
+        """The decision already made on ``proposal``, without waiting for one; None if none yet."""
+        ...
+
     def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
         """A person's version to adopt before the next iteration; None when there is none."""
         ...
 
     def adopted(self, edit: HumanEdit, n: int) -> None:
-        """The search adopted ``edit`` in iteration ``n``."""
+        """The search adopted ``edit`` in iteration ``n`` (``edit.workflow`` as adopted)."""
+        ...
+
+    def refused(self, edit: HumanEdit, reason: str) -> None:
+        """``edit`` cannot be applied (its change no longer fits the workflow): it is dropped."""
         ...
 
 
@@ -81,10 +95,16 @@ class AutoGate:
     def decide(self, proposal: Proposal) -> Decision:
         return Decision.by_rule(proposal)
 
+    def decision_made(self, proposal: Proposal) -> Decision | None:
+        return Decision.by_rule(proposal)
+
     def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
         return None
 
     def adopted(self, edit: HumanEdit, n: int) -> None:
+        return None
+
+    def refused(self, edit: HumanEdit, reason: str) -> None:
         return None
 
 
@@ -216,6 +236,22 @@ def edit_change(edit: HumanEdit) -> dict:
             "author": edit.author}
 
 
+def rebase_edit(edit: HumanEdit, current: Workflow) -> HumanEdit | str:
+    """``edit`` as it applies to ``current``: unchanged when written on it (or carrying no change
+    to re-apply), its change applied again on ``current`` otherwise, or why it no longer applies."""
+    if edit.change is None or edit.base is None or edit.base == current.hash:
+        return edit
+    try:
+        workflow = edit.change.apply(current)
+    except WorkflowValidationError as exc:
+        return "on the current workflow it breaks its rules: " + "; ".join(exc.problems[:5])
+    except (MutationError, ValueError) as exc:
+        return f"it no longer applies to the current workflow: {exc}"
+    if workflow.hash == current.hash:
+        return "the current workflow already has this change"
+    return HumanEdit(workflow, edit.author, edit.ref, edit.change, current.hash)
+
+
 def fmt(x: float | None, spec: str = ".3f", none: str = "failed") -> str:
     return none if x is None else format(x, spec)
 
@@ -331,9 +367,11 @@ class Search(ABC):
                 if in_progress is not None:
                     moves, pending = list(in_progress["moves"]), in_progress.get("pending")
                     in_progress = None
-                    if pending is not None:
+                    if pending is not None and not self._decided(n, pending):
                         # A person who edited the workflow instead of deciding meant their version
                         # to go on: it replaces the question left pending (the gate closes it).
+                        # A question they did decide is settled first, in the order it was asked:
+                        # their edit then applies on top of it at the next iteration.
                         used = self._edit(n)
                         if used:
                             self.done = n
@@ -411,17 +449,32 @@ class Search(ABC):
             out.append(error if error is not None else future.result())
         return out
 
+    def _decided(self, n: int, pending: dict) -> bool:
+        """Whether the gate already holds a decision on the candidate left pending."""
+        proposal = self.proposal(n, self.pending_restore(pending))
+        return proposal is None or self.ctx.gate.decision_made(proposal) is not None
+
     def _edit(self, n: int) -> bool | None:
         """Adopt a person's waiting edit, if any: None when there is none, else whether it used
-        up the iteration."""
+        up the iteration. An edit written on a workflow the search has since moved on from has
+        its change applied again on the current one; one that no longer applies is refused."""
         workflow = self.current_workflow()
         if workflow is None:
             return None
-        edit = self.ctx.gate.human_edit(workflow)
-        if edit is None:
-            return None
-        used = self.adopt_edit(n, edit)
-        self.ctx.gate.adopted(edit, n)
+        while True:
+            edit = self.ctx.gate.human_edit(workflow)
+            if edit is None:
+                return None
+            rebased = rebase_edit(edit, workflow)
+            if isinstance(rebased, HumanEdit):
+                break
+            # traced as the person's change, invalid now: where every refused proposal shows
+            self.ctx.tracer.emit(MutationProposed(valid=False, mutation=edit_change(edit), problems=[rebased],
+                                                  parent_hash=workflow.hash), edit.author)
+            self.ctx.say(f"{self.unit} {n}: {edit.author}'s edit refused: {rebased}")
+            self.ctx.gate.refused(edit, rebased)
+        used = self.adopt_edit(n, rebased)
+        self.ctx.gate.adopted(rebased, n)
         return used
 
     def _settle(self, n: int, candidate: Any, moves: list) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from engine.mutations import Mutation as EngineMutation
+from engine.workflow import Workflow
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStatus
@@ -30,7 +32,7 @@ def _finish(run: Run, timeout: float = 300) -> Run:
                     timeout, what=f"run {run.pk} to finish")
 
 
-def test_a_person_approves_one_mutation_and_vetoes_another(studio, light_task, demo_user):
+def test_a_person_edits_approves_and_vetoes_and_each_is_applied_once_in_order(studio, light_task, demo_user):
     # Four iterations: a mutator proposal that breaks the workflow's rules is refused by the
     # engine before it reaches anyone, so not every iteration brings a mutation to decide.
     run = _start(light_task, demo_user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
@@ -40,6 +42,12 @@ def test_a_person_approves_one_mutation_and_vetoes_another(studio, light_task, d
     first = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 240,
                      what="the first mutation to wait for a person")
     assert _run(run.pk).status == RunStatus.AWAITING  # a pending mutation pauses this run
+    # While it waits, the person writes their own change (v2), and only then approves the proposal:
+    # the approval was lost once (the resumed search adopted the edit in its place).
+    saved = client.post(f"/runs/{run.pk}/editor", {"kind": "procedure", "role": "planner",
+                                                   "procedure": "Look at the jump before fitting anything.",
+                                                   "note": "my prior"})
+    assert saved.status_code == 200 and b"Saved as v2" in saved.content
     assert client.post(f"/mutations/{first.pk}/approve", {"reason": "clearer procedure"}).status_code == 200
 
     second = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED,
@@ -60,10 +68,18 @@ def test_a_person_approves_one_mutation_and_vetoes_another(studio, light_task, d
     assert (first.status, first.decided_by, first.reason) == ("approved", "user:ada", "clearer procedure")
     assert (second.status, second.decided_by) == ("vetoed", "user:ada")
     versions = list(run.versions.order_by("number"))
-    # The approved mutation became v2; the vetoed one left no version.
-    assert [v.number for v in versions] == [1, 2]
-    assert versions[1].hash == first.child_hash and versions[1].author == "user:ada"
-    assert run.result["final"]["workflow_hash"] == first.child_hash
+    # The edit (v2) waited; the approved mutation became v3; the edit was then applied on top of it
+    # as v4, once; the vetoed one left no version.
+    assert [v.number for v in versions] == [1, 2, 3, 4]
+    edit, approved, both = versions[1], versions[2], versions[3]
+    assert approved.hash == first.child_hash and approved.author == "user:ada"
+    assert edit.adopted and edit.outcome.startswith("applied again on top of v3 as v4")
+    change = EngineMutation.from_dict(edit.change)
+    assert both.parent == approved and both.author == "user:ada" and both.hash == change.apply(
+        Workflow.from_dict({**approved.data, "hash": None})).hash
+    assert both.data["harness"]["procedures"]["planner"] == "Look at the jump before fitting anything."
+    assert run.result["final"]["workflow_hash"] == both.hash
+    assert run.mutations.filter(child_hash=first.child_hash).count() == 1  # never proposed again
     assert run.result["initial"]["official"]["ok"] and run.result["final"]["official"]["ok"]
     judged = sorted(run.judgements.values_list("iteration", flat=True))
     assert judged[0] == 0 and first.iteration in judged and second.iteration in judged

@@ -44,6 +44,11 @@ class WaitOnce(AutoGate):
             raise AwaitingDecision(proposal.n, proposal.key)
         return Decision(approved=True, decided_by="user:ada", reason="after a night's sleep", promote=True)
 
+    def decision_made(self, proposal: Proposal) -> Decision | None:
+        if self.decided.get(proposal.key) is None:
+            return None
+        return Decision(approved=True, decided_by="user:ada", reason="after a night's sleep", promote=True)
+
 
 def test_the_registry_is_the_one_list_of_searches():
     assert SEARCHES == ("mimosa", "scimars", "tree", "memory-fixed")
@@ -150,3 +155,84 @@ def test_a_persons_edit_replaces_the_question_left_waiting(tmp_path, examples):
     edits = [e.payload for e in events if e.kind == "search_iteration" and e.payload["decided_by"] == "user:grace"]
     assert [e["n"] for e in edits] == [waiting.value.n] and edits[0]["workflow_hash"] == mine.hash
     assert result.iterations == 2
+
+
+class EditsThenApproves(EditsInstead):
+    """A person who writes their own version while a proposal waits, then approves the proposal."""
+
+    def __init__(self, decided: dict):
+        super().__init__(decided)
+        self.refusals: list[str] = []
+        self.adopted_workflows: list = []
+
+    def adopted(self, edit, n: int) -> None:
+        super().adopted(edit, n)
+        self.adopted_workflows.append(edit.workflow)
+
+    def refused(self, edit, reason: str) -> None:
+        self.refusals.append(reason)
+
+
+def _waiting_mimosa(tmp_path, examples, gate, iterations: int = 3):
+    checkpoints: list[dict] = []
+    with pytest.raises(AwaitingDecision) as waiting:
+        _evolve(tmp_path, examples, "mimosa", iterations=iterations, seed=4, gate=gate,
+                on_checkpoint=checkpoints.append)
+    return waiting.value, checkpoints[-1]
+
+
+def test_an_approval_given_after_an_edit_is_applied_and_the_edit_then_applies_on_top_of_it(tmp_path, examples):
+    from engine.mutations import Mutation
+    from engine.search.base import HumanEdit
+    from engine.workflow import Workflow
+
+    gate = EditsThenApproves({})
+    waiting, pending = _waiting_mimosa(tmp_path, examples, gate)
+    incumbent = Workflow.from_dict({**pending["search"]["incumbent_workflow"], "hash": None})
+    change = Mutation("procedure_refinement", "planner", {"procedure": "Fit a line first."}, "my prior",
+                      author="user:grace")
+    mine = change.apply(incumbent)
+    gate.edit = HumanEdit(mine, "user:grace", change=change, base=incumbent.hash)
+    gate.decided[waiting.key] = "approved"  # after the edit was saved
+    run_dir = next((tmp_path / "runs").iterdir())
+    result, events = _evolve(tmp_path, examples, "mimosa", iterations=3, seed=4, gate=gate, resume=pending,
+                             run_dir=run_dir)
+    iterations = [e.payload for e in events if e.kind == "search_iteration"]
+    # The approval is applied, in its own iteration, to the workflow it was asked about ...
+    approved = next(p for p in iterations if p["n"] == waiting.n)
+    assert approved["accepted"] and approved["decided_by"] == "user:ada" and approved["workflow_hash"] == waiting.key
+    # ... and the person's change then goes on top of it: both are in the workflow adopted next.
+    approved_workflow = Workflow.from_dict({**approved["workflow"], "hash": None})
+    both = change.apply(approved_workflow)
+    assert gate.adopted_in == [waiting.n + 1] and [w.hash for w in gate.adopted_workflows] == [both.hash]
+    edit = next(p for p in iterations if p["decided_by"] == "user:grace")
+    assert edit["n"] == waiting.n + 1 and edit["workflow_hash"] == both.hash != mine.hash
+    assert both.harness.procedures["planner"] == "Fit a line first."
+    # the approved change is never proposed again: it is part of the incumbent now
+    assert [p for p in gate.asked if p.key == waiting.key and p.n != waiting.n] == []
+    assert gate.refusals == [] and result.iterations == 3
+
+
+def test_an_edit_that_no_longer_applies_is_refused_with_its_reason_and_the_search_goes_on(tmp_path, examples):
+    from engine.mutations import Mutation
+    from engine.search.base import HumanEdit
+    from engine.workflow import Workflow
+
+    gate = EditsThenApproves({})
+    waiting, pending = _waiting_mimosa(tmp_path, examples, gate)
+    incumbent = Workflow.from_dict({**pending["search"]["incumbent_workflow"], "hash": None})
+    # written on a version where a role "statistician" existed; the current workflow has none
+    change = Mutation("procedure_refinement", "statistician", {"procedure": "Bootstrap everything."}, "",
+                      author="user:grace")
+    gate.edit = HumanEdit(incumbent, "user:grace", change=change, base="0" * 64)
+    gate.decided[waiting.key] = "approved"
+    run_dir = next((tmp_path / "runs").iterdir())
+    result, events = _evolve(tmp_path, examples, "mimosa", iterations=3, seed=4, gate=gate, resume=pending,
+                             run_dir=run_dir)
+    assert len(gate.refusals) == 1 and "statistician" in gate.refusals[0]
+    refused = [e.payload for e in events if e.kind == "mutation_proposed" and e.agent == "user:grace"]
+    assert len(refused) == 1 and not refused[0]["valid"] and refused[0]["problems"] == gate.refusals
+    assert gate.adopted_in == [] and result.iterations == 3
+    # the iteration the refused edit would have used proposes as usual
+    assert any(e.kind == "mutation_proposed" and e.agent == "mutator" and e.iteration == waiting.n + 1
+               for e in events)

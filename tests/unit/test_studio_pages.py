@@ -170,6 +170,57 @@ def test_a_valid_procedure_edit_becomes_a_version_by_that_person(run, client):
     assert edit.workflow.hash == v2.hash and edit.author == "user:ada"
 
 
+def test_an_edit_saved_before_an_approval_is_applied_again_on_top_of_what_was_approved(run, client):
+    from engine.mutations import Mutation as Change_
+    from engine.search.base import rebase_edit
+    from engine.workflow import Workflow
+    from webapp.runs.bridge import record_version
+
+    v1 = run.versions.get(number=1)
+    client.post(f"/runs/{run.pk}/editor", {"kind": "procedure", "role": "planner",
+                                           "procedure": "Prefer gradient boosting.", "note": "domain prior"})
+    gate = DatabaseGate(run, "L", moot_reason(run))
+    edit = gate.human_edit(None)
+    assert edit.change.target == "planner" and edit.base == v1.hash  # the change, and what it was written on
+    # Meanwhile the search adopted a proposal a person approved (written on v1 too).
+    approved = Change_("procedure_refinement", "coder", {"procedure": "Use splines."}, "r").apply(
+        Workflow.from_dict({**v1.data, "hash": None}))
+    v3 = record_version(run, approved.to_dict(), "user:ada", "approved proposal", 1)
+    gate.adopted(rebase_edit(edit, approved), 2)
+    v4 = run.versions.get(number=4)
+    procedures = v4.data["harness"]["procedures"]
+    assert procedures["planner"] == "Prefer gradient boosting." and procedures["coder"] == "Use splines."
+    assert v4.parent == v3 and v4.author == "user:ada" and v4.adopted
+    v2 = run.versions.get(number=2)
+    assert v2.adopted and v2.outcome.startswith("applied again on top of v3 as v4")
+    assert gate.human_edit(None) is None  # applied once
+    assert "applied again on top of v3 as v4" in client.get(f"/runs/{run.pk}/timeline").content.decode()
+
+
+def test_an_edit_that_no_longer_applies_shows_why_it_was_refused(run, client):
+    client.post(f"/runs/{run.pk}/editor", {"kind": "procedure", "role": "planner",
+                                           "procedure": "Prefer gradient boosting.", "note": "domain prior"})
+    gate = DatabaseGate(run, "L", moot_reason(run))
+    gate.refused(gate.human_edit(None), "it no longer applies to the current workflow: no role 'planner'")
+    v2 = run.versions.get(number=2)
+    assert not v2.adopted and v2.outcome == "refused: it no longer applies to the current workflow: no role 'planner'"
+    assert gate.human_edit(None) is None
+    timeline = client.get(f"/runs/{run.pk}/timeline").content.decode()
+    assert "not adopted" in timeline and "no role &#x27;planner&#x27;" in timeline
+    assert "waits for the next iteration" not in timeline
+
+
+def test_a_decision_is_known_to_the_gate_without_waiting_and_only_once_made(run):
+    gate = _gate(run, GatePolicy.MANUAL)
+    proposal = _proposal(run, rule=True)
+    assert gate.decision_made(proposal) is None
+    with pytest.raises(AwaitingDecision):
+        gate.decide(proposal)
+    assert gate.decision_made(proposal) is None  # waiting is not decided
+    decide(Mutation.objects.get(run=run), MutationStatus.APPROVED, "user:ada", "yes")
+    assert _decided(gate.decision_made(proposal)) == (True, "user:ada", "yes")
+
+
 def test_a_memory_policy_edit_is_validated_like_any_other_edit(run, client):
     editor = client.get(f"/runs/{run.pk}/editor").content.decode()
     assert 'id="memory-role"' in editor and "check_result" in editor  # the planner's current retrieval shown

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from engine.errors import AwaitingDecision, RunInterrupted
+from engine.mutations import Mutation as EngineMutation, MutationError
 from engine.protocol import events
 from engine.protocol.events import parse_payload
 from engine.protocol.gate import Decision, Proposal
@@ -107,13 +108,14 @@ async def _send(layer, run_id: int, message: dict, fragments: list[str], studio:
                                              "fragments": fragments, "seq": None if studio else message["seq"]})
 
 
-def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True) -> WorkflowVersion:
+def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True,
+                   change: dict | None = None) -> WorkflowVersion:
     with transaction.atomic():
-        current = run.versions.order_by("-number").first()
+        current = run.versions.select_for_update().order_by("-number").first()
         number = (current.number + 1) if current else 1
         version = WorkflowVersion.objects.create(
             run=run, number=number, hash=data.get("hash") or Workflow.from_dict(data).hash, parent=current,
-            data=data, author=author, note=note, iteration=iteration, adopted=adopted)
+            data=data, author=author, note=note, iteration=iteration, adopted=adopted, change=change)
     broadcast(run, live.version_message(number, author))
     return version
 
@@ -285,17 +287,50 @@ class DatabaseGate:
             return decision_of(row)
         raise AwaitingDecision(row.iteration, row.child_hash)
 
+    def decision_made(self, proposal: Proposal) -> Decision | None:
+        row = Mutation.objects.filter(run_id=self.run_id, iteration=proposal.n, child_hash=proposal.key).first()
+        if row is None or row.pending or row.status == MutationStatus.CLOSED:
+            return None
+        return decision_of(row)
+
     def human_edit(self, incumbent: Workflow) -> HumanEdit | None:
-        version = WorkflowVersion.objects.filter(run_id=self.run_id, adopted=False).order_by("number").first()
+        version = (WorkflowVersion.objects.filter(run_id=self.run_id, adopted=False, outcome="")
+                   .select_related("parent").order_by("number").first())
         if version is None:
             return None
         # This iteration probes the person's edit and proposes nothing: a proposal still waiting
         # from an earlier attempt will not come back, so it is closed now, not when it settles.
         close_moot(self.run_id, self.moot)
-        return HumanEdit(Workflow.from_dict({**version.data, "hash": None}), version.author, ref=version.pk)
+        change = None
+        if version.change:
+            try:
+                change = EngineMutation.from_dict(version.change)
+            except MutationError:  # stored by an older studio, or damaged: adopted as written
+                change = None
+        return HumanEdit(Workflow.from_dict({**version.data, "hash": None}), version.author, ref=version.pk,
+                         change=change, base=version.parent.hash if version.parent else None)
 
     def adopted(self, edit: HumanEdit, n: int) -> None:
-        if WorkflowVersion.objects.filter(pk=edit.ref, adopted=False).update(adopted=True, iteration=n):
+        version = WorkflowVersion.objects.filter(pk=edit.ref, adopted=False).first()
+        if version is None:
+            return
+        if edit.workflow.hash == version.hash:
+            if WorkflowVersion.objects.filter(pk=version.pk, adopted=False).update(adopted=True, iteration=n):
+                broadcast(self.run_id, live.version_message(version.number, version.author))
+            return
+        # Written on an older workflow and applied again on top of the current one: that is a
+        # new version, and the person's own one says where their change went.
+        run = Run.objects.get(pk=self.run_id)
+        base = run.versions.filter(adopted=True).order_by("-number").first()
+        again = record_version(run, edit.workflow.to_dict(), version.author,
+                               f"{version.note} (v{version.number} applied again on top of "
+                               f"v{base.number if base else '?'})", n, change=version.change)
+        WorkflowVersion.objects.filter(pk=version.pk).update(
+            adopted=True, iteration=n, outcome=f"applied again on top of v{base.number if base else '?'} "
+                                               f"as v{again.number}, after what was adopted meanwhile")
+
+    def refused(self, edit: HumanEdit, reason: str) -> None:
+        if WorkflowVersion.objects.filter(pk=edit.ref, adopted=False, outcome="").update(outcome=f"refused: {reason}"):
             version = WorkflowVersion.objects.get(pk=edit.ref)
             broadcast(self.run_id, live.version_message(version.number, version.author))
 

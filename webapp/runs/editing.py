@@ -116,4 +116,4 @@ def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersio
     waits_for_engine = run.search in ("mimosa", "scimars") and run.status not in {RunStatus.COMPLETED,
                                                                                   RunStatus.CANCELLED}
     return record_version(run, child.to_dict(), author, mutation.describe(), base.iteration,
-                          adopted=not waits_for_engine)
+                          adopted=not waits_for_engine, change=mutation.to_dict())

@@ -166,6 +166,12 @@ class WorkflowVersion(models.Model):
     note = models.TextField(blank=True)
     iteration = models.IntegerField(default=0)
     adopted = models.BooleanField(default=True, help_text="False while a person's edit waits for the engine")
+    # A person's edit: the change itself (engine Mutation.to_dict()), applied again on top of
+    # whatever the search adopted between the edit and its turn (a proposal approved meanwhile).
+    change = models.JSONField(null=True, blank=True)
+    # What became of a person's edit when it was not adopted as written: "refused: why" (not
+    # adopted), or where it was applied again (adopted as a later version).
+    outcome = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

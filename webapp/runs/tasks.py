@@ -75,6 +75,8 @@ def execute_run(run_id: int, lease: str) -> str:
         {RunStatus.COMPLETED, RunStatus.CANCELLED} else None, **extra)
     if settled and status in {RunStatus.COMPLETED, RunStatus.CANCELLED}:  # nothing waits for a person any more
         close_moot(run_id, f"the run was {status} before a decision on it")
+        Run.objects.get(pk=run_id).versions.filter(adopted=False, outcome="").update(
+            outcome=f"refused: the run was {status} before it could adopt it")
     broadcast(run, live.status_message(status, reason))
     return status
 
