@@ -83,12 +83,11 @@ class TreeState(Strict):
     failed: str = ""
 
 
-def from_legacy(state: dict, name: str) -> dict:
+def from_legacy(state: dict, name: str, own: type[BaseModel] | None = None) -> dict:
     """A checkpoint written before checkpoints were typed (the search's fields at the top
-    level, no ``search`` key), in today's shape."""
+    level, no ``search`` key), in today's shape; ``own`` is the search's state model."""
     if "search" in state:
         return state
-    own = {"mimosa": MimosaState, "scimars": ScimarsState, "tree": TreeState}.get(name)
     fields = set(own.model_fields) if own else set()
     return {"name": name, "n": state["n"], "probes": state.get("probes", 0), "budget": state["budget"],
             "search": {k: v for k, v in state.items() if k in fields},

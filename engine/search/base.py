@@ -46,6 +46,7 @@ from ..sandbox import Executor
 from ..task import Task
 from ..trace import Tracer
 from ..workflow import Workflow
+from .presentation import Panel, TraceEvent
 from .probe import Probe, ProbeRunner
 
 
@@ -271,6 +272,16 @@ class Search(ABC):
     unit: ClassVar[str] = "iteration"     # what one step is called on pages ("round" for SciMARS)
     evolves: ClassVar[str] = "workflow"   # what it changes: the team's "workflow", or a "program"
     asks_gate: ClassVar[bool] = True      # False: it never changes anything a person must approve
+    adopts_edits: ClassVar[bool] = False  # a person's edit of the workflow is adopted at its next step
+    judges: ClassVar[bool] = False        # an LLM judge scores each probe (J and its criteria)
+    writes_bundle: ClassVar[bool] = False  # its champion is packaged (engine/bundle/)
+    presents: ClassVar[tuple[str, ...]] = ()  # the trace event kinds ``present`` reads
+
+    @classmethod
+    def present(cls, events: list[TraceEvent]) -> list[Panel]:
+        """What this search did, as panels a page draws (engine/search/presentation.py), from
+        its trace events of the ``presents`` kinds in emission order."""
+        return []
 
     def __init__(self, ctx: SearchContext):
         self.ctx = ctx
@@ -348,7 +359,7 @@ class Search(ABC):
         ctx = self.ctx
         in_progress: dict | None = None
         if resume and resume.get("n") is not None:
-            saved = Checkpoint.model_validate(from_legacy(resume, self.name))
+            saved = Checkpoint.model_validate(from_legacy(resume, self.name, self.State))
             if saved.name != self.name:
                 raise ValueError(f"a {saved.name} checkpoint cannot resume a {self.name} search")
             self.restore(self.State.model_validate(saved.search))

@@ -13,6 +13,7 @@ from ..protocol.events import SearchIteration
 from ..protocol.gate import Decision, Proposal
 from ..workflow import Workflow
 from .base import Endpoint, Search, SearchOutcome, fmt
+from .presentation import Card, Group, Line, Panel, TraceEvent, cards, chart
 from .probe import Probe
 from .scimars import _branch, is_supported
 
@@ -22,6 +23,26 @@ class MemoryFixedSearch(Search):
     title = "Fixed memory (control)"
     State = MemoryFixedState
     asks_gate = False
+    presents = ("search_iteration",)
+
+    @classmethod
+    def present(cls, events: list[TraceEvent]) -> list[Panel]:
+        """Each run of the unchanged team with what it remembered: its validation and the best so far."""
+        xs, ys, best, groups = [], [], [], []
+        for e in events:
+            p = e.payload
+            if p.get("search") != cls.name or p.get("n") is None:
+                continue
+            better = bool(p.get("accepted"))
+            xs.append(p["n"]), ys.append(p.get("validation"))
+            best.append(p.get("validation") if better else p.get("reference_validation"))
+            passed = sum(1 for c in p.get("checks") or [] if c.get("passed"))
+            groups.append(Group(f"Run {p['n']}", [Card(
+                f"validation {fmt(p.get('validation'), '.4g')}, checks {passed}/{len(p.get('checks') or [])}",
+                "new best" if better else "kept the best", "good" if better else "plain", [p.get("reason") or ""])]))
+        return [chart("Validation per run", [Line("run", xs, ys, "markers"), Line("best so far", xs, best, "lines", "dot", "hv")],
+                      "run", "validation", note="the same team each run; only its memory grows"),
+                cards("Runs", reversed(groups), note="latest first")] if xs else []
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -20,6 +20,7 @@ from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..tools.registry import MCP_PREFIX
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change, fmt
+from .presentation import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
 from .probe import Probe, ProbeRunner
 
 MUTATOR_PROCEDURE = (
@@ -86,6 +87,43 @@ class MimosaSearch(Search):
     name = "mimosa"
     title = "Mimosa local search"
     State = MimosaState
+    adopts_edits = True
+    judges = True
+    presents = ("judgement", "mutation_proposed", "search_iteration")
+
+    @classmethod
+    def present(cls, events: list[TraceEvent]) -> list[Panel]:
+        """J per iteration: each candidate's and the incumbent's after the iteration's decision;
+        and each iteration's change, its J against the incumbent's, and who decided."""
+        initial = next((e.payload.get("J") for e in events if e.kind == "judgement"
+                        and e.payload.get("iteration_n") == 0), None)
+        xs, candidate, incumbent, level = [0], [initial], [initial], initial
+        groups: list[Group] = []
+        for e in events:
+            p = e.payload
+            if e.kind == "mutation_proposed" and not p.get("valid"):
+                who = "a person's edit" if e.agent.startswith("user:") else "the mutator's answer"
+                groups.append(Group(f"Iteration {e.iteration}", [Card(
+                    f"{who} was refused", "not a valid change", "bad", [f"{x}" for x in (p.get("problems") or [])[:3]])]))
+            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("n") is not None:
+                accepted = bool(p.get("accepted"))
+                if accepted:
+                    level = p.get("J")
+                xs.append(p["n"]), candidate.append(p.get("J")), incumbent.append(level)
+                mutation = p.get("mutation") or {}
+                groups.append(Group(f"Iteration {p['n']}", [Card(
+                    change_line(mutation), "adopted" if accepted else "rejected", "good" if accepted else "bad",
+                    [line for line in (
+                        mutation.get("rationale", "") if mutation.get("kind") != "human_edit" else "",
+                        f"J {fmt(p.get('J'), '.3f')} against the incumbent's {fmt(p.get('incumbent_J'), '.3f')}",
+                        f"decided by {decided(p.get('decided_by'))}" + (f": {p['reason']}" if p.get("reason") else ""),
+                    ) if line])]))
+        if initial is None and len(xs) == 1:
+            return []
+        return [chart("J per iteration", [Line("candidate J", xs, candidate, "markers"),
+                                          Line("incumbent J", xs, incumbent, "lines", "dot", "hv")],
+                      "iteration", "J", note="the incumbent's J after each iteration's decision"),
+                cards("Iterations", reversed(groups), note="latest first")]
 
     def __init__(self, ctx, stop_j: float = STOP_J):
         super().__init__(ctx)

@@ -15,6 +15,10 @@ NEEDS_MEMORY = frozenset({MemoryFixedSearch.name})
 # Searches that may share one (SciMARS + Memory); the others run each probe with its own graph.
 TAKES_MEMORY = frozenset({ScimarsSearch.name}) | NEEDS_MEMORY
 SEARCHES: tuple[str, ...] = tuple(REGISTRY)
+# What a new run uses when nobody chooses (the CLI, the studio's form and its demo run).
+DEFAULT = MimosaSearch.name
+# Searches that package their champion (engine/bundle/), by title.
+BUNDLED: tuple[str, ...] = tuple(cls.title for cls in REGISTRY.values() if cls.writes_bundle)
 
 
 def search_class(name: str) -> type[Search]:

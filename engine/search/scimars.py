@@ -34,6 +34,7 @@ from ..protocol.gate import Proposal as GateProposal
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change
 from .mimosa import check_fields
 from .probe import Probe, ProbeRunner
+from .presentation import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
 
 EDITORS = ("role_editor", "coordination_editor", "memory_editor")
 EDITOR_KINDS: dict[str, tuple[str, ...]] = {
@@ -319,6 +320,78 @@ class ScimarsSearch(Search):
     title = "SciMARS rounds"
     State = ScimarsState
     unit = "round"
+    adopts_edits = True
+    presents = ("reuse_receipt", "mutation_proposed", "search_iteration", "composition", "reflection")
+
+    @classmethod
+    def present(cls, events: list[TraceEvent]) -> list[Panel]:
+        """Each round: its reference run, each editor's proposal and probe, the composition and
+        why, the gate's word, reuse receipts and the lessons drawn; validation per round."""
+        rounds: dict[int, Group] = {}
+        xs, reference, chosen = [], [], []
+        editors: dict[str, tuple[list, list]] = {}
+
+        def group(n: int | None) -> Group:
+            n = n or 0
+            return rounds.setdefault(n, Group(f"Round {n}"))
+
+        for e in events:
+            p = e.payload
+            if e.kind == "reuse_receipt":
+                if p.get("verified"):
+                    card = Card(f"reused: {p.get('label', '')}", "receipt", "plain",
+                                [f"run {p.get('reused_run_id')} taken again: program and predictions verified intact"])
+                else:
+                    card = Card(f"ran again: {p.get('label', '')}", "rerun", "wait",
+                                [p.get("reason") or "the earlier run could not be reused"])
+                group(e.iteration).cards.append(card)
+            elif e.kind == "mutation_proposed" and p.get("editor") and not p.get("valid"):
+                group(e.iteration).cards.append(Card(f"{p['editor']}: no usable proposal", "invalid", "bad",
+                                                     [str(x) for x in (p.get("problems") or [])[:3]]))
+            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("editor"):
+                mutation = p.get("mutation") or {}
+                supported = bool(p.get("supported"))
+                group(p.get("n")).cards.append(Card(
+                    f"{p['editor']}: {change_line(mutation)}", "supported" if supported else "not supported",
+                    "good" if supported else "plain",
+                    [line for line in (mutation.get("rationale", ""),
+                                       f"probe validation {fmt(p.get('validation'))} against the reference's "
+                                       f"{fmt(p.get('reference_validation'))}") if line]))
+                ys = editors.setdefault(p["editor"], ([], []))
+                ys[0].append(p.get("n")), ys[1].append(p.get("validation"))
+            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("mutation"):
+                group(p.get("n")).cards.append(Card(change_line(p["mutation"]), "adopted", "good",
+                                                    [f"by {decided(p.get('decided_by'))}; this round's reference"]))
+            elif e.kind == "composition" and p.get("note"):
+                group(p.get("n")).cards.append(Card("composer: not combined", "note", "wait", [p["note"]]))
+            elif e.kind == "composition" and p.get("gate") is None and p.get("decision"):
+                what = p["decision"] + (f" {', '.join(p.get('editors') or [])}" if p.get("editors") else "")
+                group(p.get("n")).cards.append(Card(
+                    f"composer: {what}", "kept" if p["decision"] == "keep" else "chosen",
+                    "plain" if p["decision"] == "keep" else "good",
+                    [f"supported: {', '.join(p.get('supported') or []) or 'none'}",
+                     f"selected by public checks ({p.get('checks_passed')} passed), then validation "
+                     f"{fmt(p.get('validation'))} against the reference's {fmt(p.get('reference_validation'))}"]))
+                xs.append(p.get("n")), reference.append(p.get("reference_validation")), chosen.append(p.get("validation"))
+                group(p.get("n")).cards.insert(0, Card("reference run", "", "plain", [
+                    f"validation {fmt(p.get('reference_validation'))}: the round's harness as it stands, "
+                    "what each editor's probe is compared with"]))
+            elif e.kind == "composition" and p.get("gate") is not None:
+                approved = bool(p.get("approved"))
+                group(p.get("n")).cards.append(Card(
+                    f"gate: {p.get('decision')}", "approved" if approved else "vetoed", "good" if approved else "bad",
+                    [f"decided by {decided(p.get('gate'))}" + (f": {p['reason']}" if p.get("reason") else "")]))
+            elif e.kind == "reflection":
+                group(p.get("n")).cards.append(Card(f"lessons ({p.get('source', '')})", "", "plain",
+                                                    list(p.get("lessons") or [])[:6]))
+        lines = [Line("reference run", xs, reference, "lines+markers"),
+                 Line("composed successor", xs, chosen, "markers")]
+        lines += [Line(name, x, y, "markers") for name, (x, y) in sorted(editors.items())]
+        panels = [chart("Validation per round", lines, "round", "validation",
+                        note="the round's reference run, each editor's probe and the composer's choice")] if xs or editors else []
+        if rounds:
+            panels.append(cards("Rounds", [rounds[n] for n in sorted(rounds, reverse=True)], note="latest first"))
+        return panels
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -57,6 +57,7 @@ from ..protocol.checkpoints import TreeState
 from ..protocol.gate import Change, Decision, Evidence, Proposal
 from ..protocol.gate import Check as GateCheck
 from . import base
+from .presentation import Line, Panel, TraceEvent, chart
 
 
 @dataclass
@@ -710,6 +711,19 @@ class TreeSearch(base.Search):
     title = "AgenticSciML tree"
     State = TreeState
     evolves = "program"
+    writes_bundle = True
+    presents = ("tree_node",)
+
+    @classmethod
+    def present(cls, events: list[TraceEvent]) -> list[Panel]:
+        """Each node's validation score by the iteration it was built in (the tree itself is the
+        page's tree view; vetoed and failed nodes have no point)."""
+        scored = [e.payload for e in events if e.payload.get("status") == "scored" and not e.payload.get("vetoed")]
+        if not scored:
+            return []
+        return [chart("Node scores per iteration", [Line("node", [p["iteration"] for p in scored],
+                                                         [p.get("score") for p in scored], "markers")],
+                      "iteration", "validation score", note=f"{len(scored)} scored nodes")]
 
     def __init__(self, ctx: base.SearchContext, config: TreeConfig | None = None):
         super().__init__(ctx)

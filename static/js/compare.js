@@ -10,7 +10,7 @@
   series.forEach((s, k) => {
     const color = PALETTE[k % PALETTE.length];
     traces.push({ x: s.iteration, y: s.J, name: s.label + " · J", mode: "lines+markers", line: { color, width: 2.5 }, legendgroup: String(s.run) });
-    traces.push({ x: s.iteration, y: s.best_J, name: s.label + " · incumbent", mode: "lines", line: { color, dash: "dot" }, legendgroup: String(s.run) });
+    traces.push({ x: s.iteration, y: s.incumbent_J, name: s.label + " · incumbent", mode: "lines", line: { color, dash: "dot" }, legendgroup: String(s.run) });
   });
   Plotly.newPlot("compare-chart", traces, {
     height: 340, margin: { l: 48, r: 20, t: 14, b: 90 }, paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "#fff",

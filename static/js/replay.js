@@ -25,13 +25,9 @@
       }
     }
     const points = [];
-    let best = null, used = null;
+    let used = null;
     for (const e of events) {
-      if (e.kind === "judgement" && e.data.point) {
-        const p = e.data.point;
-        if (e.data.ok && p.J != null && (best === null || p.J > best)) best = p.J;
-        points.push({ ...p, best_J: best });
-      }
+      if (e.kind === "judgement" && e.data.point) points.push(e.data.point);  // incumbent_J: as judged against
       if (e.kind === "model_call" && e.data.used) used = e.data.used;
     }
     const records = events.filter((e) => e.kind === "evidence_recorded" && e.data.record).map((e) => e.data.record);
@@ -74,7 +70,7 @@
   }
 
   function drawGraph(graph, states) {
-    $("dag-label").textContent = graph ? (graph.source || "") : data.search === "tree" ? "a tree run evolves programs: see its tree" : "no probe started yet";
+    $("dag-label").textContent = graph ? (graph.source || "") : data.evolves === "program" ? "this search evolves programs: see its tree" : "no probe started yet";
     $("dag").hidden = !graph;  // no empty canvas before the first probe (or ever, for a tree run)
     if (!graph) { if (cy) { cy.destroy(); cy = null; graphKey = null; } $("dag-states").replaceChildren(); return; }
     const key = JSON.stringify(graph.elements.map((e) => [e.data.id, e.data.label]));
@@ -114,7 +110,7 @@
     const x = points.map((p) => p.iteration);
     const traces = [
       { x, y: points.map((p) => p.J), name: "J", mode: "lines+markers", line: { width: 3, color: "#1d2430" } },
-      { x, y: points.map((p) => p.best_J), name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } },
+      { x, y: points.map((p) => p.incumbent_J), name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } },
     ];
     // the validation metric on its own axis, once some probe has one (its scale is the task's)
     const hasValidation = points.some((p) => p.validation != null);

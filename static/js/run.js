@@ -118,7 +118,7 @@
     const none = x.length ? {} : { annotations: [{ text: "no probe judged yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#5b6575" } }],
                                    xaxis: { title: { text: "iteration", standoff: 4 }, range: [-0.5, 4.5], dtick: 1 } };
     const traces = [{ x, y: s.J, name: "J", mode: "lines+markers", line: { width: 3, color: "#1d2430" } },
-                    { x, y: s.best_J, name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } }];
+                    { x, y: s.incumbent_J, name: "incumbent J", mode: "lines", line: { dash: "dot", color: "#2f8f5b" } }];
     for (const [k, label] of Object.entries(CRITERIA)) traces.push({ x, y: s.criteria[k], name: label, mode: "markers", marker: { size: 7 } });
     Plotly.react("chart-j", traces, { ...layout("J and its four criteria", { range: [0, 1.02] }), ...none }, { displayModeBar: false, responsive: true });
     Plotly.react("chart-checks", [
@@ -130,8 +130,10 @@
   }
   let series = null;  // the score charts' data: loaded once, then extended point by point
   let scoresLoading = null, lateP = [];  // points that came while scores.json was on its way
+  // Only a search whose probes are judged has the judge's charts.
+  const hasScores = !!document.getElementById("chart-j");
   function loadScores() {
-    if (!hasWorkflow) return Promise.resolve();
+    if (!hasScores) return Promise.resolve();
     if (scoresLoading) return scoresLoading;
     const loading = scoresLoading = fetch(root.dataset.scores).then((r) => r.json()).then((s) => {
       series = s; scoresLoading = null;
@@ -147,7 +149,7 @@
     if (scoresLoading) { lateP.push(p); return; }
     if (!series) return;
     if (p.index != null && p.index !== series.J.length) { if (p.index > series.J.length) loadScores(); return; }
-    series.iteration.push(p.iteration); series.J.push(p.J); series.best_J.push(p.best_J);
+    series.iteration.push(p.iteration); series.J.push(p.J); series.incumbent_J.push(p.incumbent_J);
     for (const k of Object.keys(series.criteria)) series.criteria[k].push(p.criteria[k]);
     series.checks_passed.push(p.checks_passed); series.checks_total.push(p.checks_total);
     series.validation.push(p.validation); series.tokens.push(p.tokens); series.calls.push(p.calls);

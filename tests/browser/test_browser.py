@@ -65,6 +65,29 @@ def test_start_a_run_from_the_home_page_and_watch_agents_run_live(page):
     page.shot("3-done")
 
 
+def test_a_scimars_run_page_shows_each_editors_proposal_and_the_composition(page, light_task):
+    project = Project.objects.create(name="Browser tests")
+    add_member(project, "ada", "owner")
+    run = controls.start_run(controls.task_for_folder(project, light_task), search="scimars", iterations=1,
+                             gate_policy=GatePolicy.AUTOMATIC, single_agent=False)
+    _open_run(page, run)
+    search = page.locator("#search-panels")
+    expect(search.locator(".sgroup h4").filter(has_text="Round 1")).to_have_count(1, timeout=PROBE_MS)
+    expect(search.locator(".scard").filter(has_text="composer:")).to_have_count(1, timeout=PROBE_MS)
+    # each editor's proposal, probed against the round's reference, or why it had none
+    editors = search.locator(".scard").filter(has_text=re.compile(r"_editor: "))
+    expect(editors.first).to_be_attached()
+    assert editors.count() >= 2
+    expect(search.locator(".search-chart")).to_have_count(1)
+    expect(page.locator("#chart-j")).to_have_count(0)  # no judge: no empty judge charts
+    expect(page.locator("#run-status")).to_have_attribute("data-status", "completed", timeout=PROBE_MS)
+    expect(search.locator(".scard").filter(has_text="lessons")).to_have_count(1)
+    search.scroll_into_view_if_needed()
+    # drawn as one figure: Plotly's layers stacked in place (an htmx settle once stripped its class)
+    expect(search.locator(".search-chart.js-plotly-plot")).to_have_count(1)
+    page.shot("scimars-round")
+
+
 def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, light_task):
     run = _start(light_task, iterations=2)
     _open_run(page, run)
@@ -76,6 +99,10 @@ def test_approve_one_mutation_veto_another_and_see_the_run_complete(page, light_
     first.get_by_placeholder("Reason (optional)").fill("clearer procedure")
     first.get_by_role("button", name="Approve").click()
     expect(first).to_contain_text("approved by user:ada")
+    # Mimosa presents itself: J per iteration and each iteration's decision, by whom
+    search = page.locator("#search-panels")
+    expect(search.locator(".scard").filter(has_text="decided by ada: clearer procedure")).to_have_count(1)
+    expect(search.locator(".search-chart .main-svg").first).to_be_attached()
     v2 = page.locator("#timeline li").filter(has_text="v2")
     expect(v2).to_contain_text("user:ada")
     expect(page.locator("#dag-label")).to_contain_text("v2")

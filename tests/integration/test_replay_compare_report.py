@@ -112,9 +112,11 @@ def test_replay_lists_every_event_in_order_and_rebuilds_what_the_page_showed(lig
     assert seqs == list(range(1, run.last_seq + 1)), "every event, once, in seq order"
     assert [e["kind"] for e in data["events"]] == list(run.events.order_by("seq").values_list("kind", flat=True))
     assert all(a["ts"] <= b["ts"] for a, b in zip(data["events"], data["events"][1:]))
-    # no field computed from today's database leaks into the past: the first judgement knows no later best J
+    # no field computed from today's database leaks into the past: the first judgement's incumbent
+    # is the first probe itself, whatever was adopted later
     first_judged = next(e for e in data["events"] if e["kind"] == "judgement")
-    assert "best_J" not in first_judged["data"]["point"]
+    assert first_judged["data"]["point"]["incumbent_J"] == first_judged["data"]["point"]["J"]
+    assert "tokens" not in first_judged["data"]["point"]
     assert [m["status"] for m in data["mutations"]] == ["approved"] and data["mutations"][0]["decided_by"] == "user:ada"
     assert [v["number"] for v in data["versions"]] == [1, 2]
 
@@ -145,6 +147,8 @@ def test_a_person_outside_the_project_cannot_replay_compare_or_export(light_task
 def test_two_runs_side_by_side(light_task, client):
     a, _ = record_run(light_task, "Compare A")
     b, _ = record_run(light_task, "Compare B")
+    # a policy's automatic approval is not a person's decision
+    decide(proposed_mutation(b, n=2, key="e" * 64), MutationStatus.AUTO_APPROVED, "policy:auto_improve", "J improved")
     response = client.get(f"/compare?runs={a.pk}&runs={b.pk}")
     assert response.status_code == 200
     html = response.content.decode()
@@ -155,7 +159,9 @@ def test_two_runs_side_by_side(light_task, client):
     # the baselines' official scores as the engine stores them (a metric dict), not "–"
     assert "<td>0.5000</td>" in html and "<td>0.9000</td>" in html
     assert "The two final workflows are the same." in html
-    assert html.count('"best_J"') == 2  # both J curves for the chart
+    assert html.count('"incumbent_J"') == 2  # both J curves for the chart
+    assert re.search(r"people's decisions</th>\s*<td>1</td>\s*<td>1</td>", html)
+    assert re.search(r"decided by the gate policy</th>\s*<td>0</td>\s*<td>1</td>", html)
     bad = client.get(f"/compare?runs={a.pk}")
     assert bad.status_code == 400 and "at least two runs" in bad.content.decode()
     assert client.get("/compare?runs=1,x").status_code == 400

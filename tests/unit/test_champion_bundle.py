@@ -275,7 +275,7 @@ def test_a_run_without_a_bundle_gets_404_saying_why(tmp_path, django_user_model)
         assert "champion-bundle" not in client.get(f"/runs/{run.pk}/").content.decode()
     assert "written when the search has committed" in said["running tree"]
     assert "none was written" in said["finished tree"]
-    assert "only an AgenticSciML tree search writes one" in said["mimosa"]
+    assert "only a search that packages its champion writes one (AgenticSciML tree)" in said["mimosa"]
 
 
 @pytest.mark.django_db

@@ -75,30 +75,40 @@ def test_run_started_carries_the_probes_graph_and_its_label(run):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_judgement_is_one_point_of_the_score_charts_with_the_best_J_so_far(run):
-    JudgementRow.objects.create(run=run, iteration=1, workflow_hash="a", ok=True, J=0.61)
-    JudgementRow.objects.create(run=run, iteration=2, workflow_hash="b", ok=True, J=0.74)
-    JudgementRow.objects.create(run=run, iteration=3, workflow_hash="c", ok=False, J=0.99)  # a failed judgement
+def test_judgement_is_one_point_of_the_score_charts_with_the_incumbents_J(run):
+    # The first probe judged 0.61; iteration 1's 0.74 was vetoed by a person, iteration 2's 0.55
+    # approved: the incumbent a later candidate is judged against has J 0.55, not the best 0.74.
+    JudgementRow.objects.create(run=run, iteration=0, workflow_hash="a", ok=True, J=0.61)
+    JudgementRow.objects.create(run=run, iteration=1, workflow_hash="b", ok=True, J=0.74)
+    JudgementRow.objects.create(run=run, iteration=2, workflow_hash="c", ok=True, J=0.55)
     Run.objects.filter(pk=run.pk).update(usage=USAGE)
-    for seq in (2, 3, 5):  # three judgements came before this one: its point is the series' fourth
-        Event.objects.create(run=run, seq=seq, source="probe-7", ts=1.0, kind="judgement", payload={})
-    JudgementRow.objects.create(run=run, iteration=4, workflow_hash="e" * 64, ok=True, J=0.7, budget_used=USAGE)
-    JudgementRow.objects.create(run=run, iteration=5, workflow_hash="g" * 64, ok=True, J=0.9)  # a later one
-    payload = Judgement(iteration_n=4, workflow_hash="e" * 64, ok=True, J=0.7,
+    for seq, kind, payload in ((2, "judgement", {"iteration_n": 0, "J": 0.61}),
+                               (3, "judgement", {"iteration_n": 1, "J": 0.74}),
+                               (4, "search_iteration", {"search": "mimosa", "n": 1, "J": 0.74, "accepted": False}),
+                               (5, "judgement", {"iteration_n": 2, "J": 0.55}),
+                               (6, "search_iteration", {"search": "mimosa", "n": 2, "J": 0.55, "accepted": True})):
+        Event.objects.create(run=run, seq=seq, source="s", ts=1.0, kind=kind, payload=payload)
+    JudgementRow.objects.create(run=run, iteration=3, workflow_hash="e" * 64, ok=True, J=0.7, budget_used=USAGE)
+    payload = Judgement(iteration_n=3, workflow_hash="e" * 64, ok=True, J=0.7,
                         scores={"goal_alignment": 0.8, "output_quality": 0.6}, feedback={"goal_alignment": "ok"},
                         checks=[{"name": "exit_ok", "passed": True}, {"name": "values_vary", "passed": False}],
                         validation={"ok": True, "metric": "rmse", "value": 55.2})
+    Event.objects.create(run=run, seq=9, source="s", ts=1.0, kind="judgement", payload=payload.to_payload())
     data = live.event_message(run.pk, 9, engine_event(payload, agent="judge"))["data"]
     assert data == {"ok": True, "point": {
-        "iteration": 4, "J": 0.7, "best_J": 0.74,
+        "iteration": 3, "J": 0.7, "incumbent_J": 0.55,
         "criteria": {"goal_alignment": 0.8, "collaboration_efficiency": None, "output_quality": 0.6,
                      "answer_plausibility": None},
         "checks_passed": 1, "checks_total": 2, "validation": 55.2, "tokens": 3000, "calls": 3, "index": 3}}
+    # the whole series says the same, point by point
+    from webapp.runs.presenters import score_series
+    assert score_series(run)["incumbent_J"] == [0.61, 0.61, 0.61, 0.55]
 
-    failed = Judgement(iteration_n=5, workflow_hash="f" * 64, ok=False, error="no answer", checks=[],
+    failed = Judgement(iteration_n=4, workflow_hash="f" * 64, ok=False, error="no answer", checks=[],
                        validation={"ok": False, "error": "no predictions"})
+    Event.objects.create(run=run, seq=10, source="s", ts=1.0, kind="judgement", payload=failed.to_payload())
     point = live.event_message(run.pk, 10, engine_event(failed, agent="judge"))["data"]["point"]
-    assert point["J"] is None and point["validation"] is None and point["best_J"] == 0.74
+    assert point["J"] is None and point["validation"] is None and point["incumbent_J"] == 0.55
 
 
 def model_call(**fields) -> ModelCall:

@@ -178,7 +178,8 @@ class RunEventSink:
 
     def _iteration_settled(self, p: events.SearchIteration) -> None:
         """A workflow search finished an iteration (or one SciMARS editor's probe)."""
-        if p.search == "mimosa" and p.n is not None:
+        if p.n is not None and p.editor is None and p.accepted is not None:
+            # a step's own decision (not one SciMARS editor's probe): what waited before it is moot
             close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)
         Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump() if p.budget_left else {})
         mutation = p.mutation

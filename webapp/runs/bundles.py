@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from engine.bundle import BUNDLE_DIR, bundle_zip
+from engine.search import registry
 from engine.bundle.parts import PartMissing, read_run_file
 
 from .models import Run
@@ -20,8 +21,9 @@ def has_bundle(run: Run) -> bool:
 
 def bundle_absent(run: Run) -> str:
     """Why ``run`` offers no champion bundle, in words for the person who asked."""
-    if run.search != "tree":
-        return f"only an AgenticSciML tree search writes one, and this run's search is {run.search}"
+    if not registry.search_class(run.search).writes_bundle:
+        return (f"only a search that packages its champion writes one ({', '.join(registry.BUNDLED)}), "
+                f"and this run's is {registry.search_class(run.search).title}")
     if run.status != "completed":
         return (f"the run is {run.get_status_display().lower()}; its bundle is written when the search has "
                 "committed to its champion and the official evaluation is done")

@@ -70,8 +70,12 @@ def summary(run: Run) -> dict:
             # the final team's lead over each baseline, beyond the test set's noise or not (engine/official_gap.py)
             "gaps": {k.replace("_", " "): g for k, g in (result.get("gaps") or {}).items()},
             "calls": usage.get("calls"), "tokens": usage.get("tokens"), "cost_usd": usage.get("cost_usd"),
-            "wall_s": wall_seconds(run), "version": version, "iterations": run.judgements.count(),
-            "decisions": run.mutations.exclude(decided_by="").exclude(decided_by__startswith="engine").count()}
+            "wall_s": wall_seconds(run), "version": version,
+            # the search's own count (a search without a judge has no judgements to count)
+            "iterations": result.get("iterations", (run.checkpoint or {}).get("n", 0)),
+            # a person's word only: a policy's automatic approval is not someone's decision
+            "decisions": run.mutations.filter(decided_by__startswith="user:").count(),
+            "policy_decisions": run.mutations.filter(decided_by__startswith="policy:").count()}
 
 
 def comparison(runs: list[Run]) -> dict:

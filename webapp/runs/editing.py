@@ -9,6 +9,7 @@ from engine.contracts import parse_type
 from engine.errors import ContractSyntaxError, WorkflowValidationError
 from engine.limits import MAX_NAME_CHARS, MAX_NOTE_CHARS, contract_problem, text_problem
 from engine.mutations import Mutation, MutationError
+from engine.search import registry
 from engine.workflow import Workflow
 
 from .bridge import record_version
@@ -113,7 +114,7 @@ def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersio
         raise EditRejected([str(exc)]) from exc
     # A Mimosa or SciMARS run still going adopts the edit at its next iteration or round (the
     # engine probes it first); any other run keeps it as the latest version straight away.
-    waits_for_engine = run.search in ("mimosa", "scimars") and run.status not in {RunStatus.COMPLETED,
-                                                                                  RunStatus.CANCELLED}
+    waits_for_engine = registry.search_class(run.search).adopts_edits and run.status not in {
+        RunStatus.COMPLETED, RunStatus.CANCELLED}
     return record_version(run, child.to_dict(), author, mutation.describe(), base.iteration,
                           adopted=not waits_for_engine, change=mutation.to_dict())

@@ -8,6 +8,7 @@ from django.core.validators import RegexValidator
 
 from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
 from engine.models import STRUCTURED_MODES, ModelOptions, ModelSettings, ModelSettingsError, parse_role_setting
+from engine.search import registry
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
 from .models import EXECUTOR_CHOICES, GatePolicy, Run
@@ -21,7 +22,7 @@ def example_choices() -> list[tuple[str, str]]:
 class NewRunForm(forms.Form):
     project = forms.CharField(max_length=120, initial="Demo project")
     task_folder = forms.ChoiceField(label="Task", choices=example_choices)
-    search = forms.ChoiceField(choices=Run.SEARCHES, initial="mimosa")
+    search = forms.ChoiceField(choices=Run.SEARCHES, initial=registry.DEFAULT)
     iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
     gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)
     # Ranges come from the engine (engine/limits.py), so the form refuses what a run would.

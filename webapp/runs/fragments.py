@@ -31,13 +31,16 @@ def run_context(run: Run, role: Role | None) -> dict:
                   "how": "one agent, every role, same budget" if name == "single_agent" else "engine, no model",
                   "gap": gaps.get(name)}
                  for name, score in ((run.result or {}).get("baselines") or {}).items()]
-    evolves_workflow = registry.search_class(run.search).evolves == "workflow"
+    search = registry.search_class(run.search)
+    evolves_workflow = search.evolves == "workflow"
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
             "gap_method": next((Gap(**g).method() for g in gaps.values() if g.get("verdict")), ""),
             "hindsight": (run.result or {}).get("hindsight"),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
             "evolves_workflow": evolves_workflow,
+            "search": {"title": search.title, "unit": search.unit, "judges": search.judges,
+                       "adopts_edits": search.adopts_edits, "presents": ",".join(search.presents)},
             # its champion's script, checkpoint, plots and report, once written (engine/bundle/)
             "champion_bundle": not evolves_workflow and has_bundle(run),
             "sandbox": sandbox(run)}
@@ -63,6 +66,20 @@ def mutation(row: Mutation, role: Role | None) -> str:
     return render_to_string("runs/_mutation.html", {"m": row, "run": row.run, "can": access.abilities(role)})
 
 
+def search_panels(run: Run) -> list[dict]:
+    """What the run's search did, as it presents itself (engine/search/presentation.py)."""
+    search = registry.search_class(run.search)
+    if not search.presents:
+        return []
+    events = run.events.filter(kind__in=search.presents).order_by("seq").only("kind", "agent", "iteration", "payload")
+    return [panel.to_dict() for panel in search.present(list(events))]
+
+
+def search(run: Run, role: Role | None = None) -> str:
+    return render_to_string("runs/_search.html", {"run": run, "panels": search_panels(run),
+                                                  "unit": registry.search_class(run.search).unit})
+
+
 def timeline(run: Run, role: Role | None = None) -> str:
     return render_to_string("runs/_timeline.html", {"run": run, "versions": list(run.versions.all())})
 
@@ -86,8 +103,10 @@ def diff(run: Run, role: Role | None = None) -> str:
 
 def editor_context(run: Run, role: Role | None, version=None) -> dict:
     version = version or run.current_version
+    search = registry.search_class(run.search)
     context = {"run": run, "version": version, "errors": [], "saved": None, "kind": "contract", "role": role,
-               "can": access.abilities(role)}
+               "can": access.abilities(role), "adopts_at_next": search.unit if search.adopts_edits and run.is_active
+               else ""}
     if version:
         data = version.data
         context["edges"] = [f"{e['source']}->{e['target']}:{e['artifact']}" for e in data.get("edges", [])]

@@ -25,7 +25,7 @@ from engine.trace import Event as EngineEvent
 from .models import Event as EventRow
 from .models import Judgement as JudgementRow
 from .models import Run
-from .presenters import agent_state, cytoscape_elements, probe_label
+from .presenters import agent_state, cytoscape_elements, incumbent_j, probe_label
 
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
@@ -73,13 +73,13 @@ def _judgement(run_id: int, seq: int, p: Judgement, event: EngineEvent) -> dict:
     judgements before it; each judgement event stored one Judgement row), the best J and the
     budget are those of the rows up to its own."""
     index = EventRow.objects.filter(run_id=run_id, kind="judgement", seq__lt=seq).count()
-    rows = list(JudgementRow.objects.filter(run_id=run_id).order_by("pk").values_list("ok", "J", "budget_used")
+    rows = list(JudgementRow.objects.filter(run_id=run_id).order_by("pk").values_list("budget_used", flat=True)
                 [:index + 1])
-    best = max((j for ok, j, _ in rows if ok and j is not None), default=None)
-    used = (rows[index][2] if len(rows) > index else None) or \
+    incumbent = incumbent_j(run_id, before_seq=seq)
+    used = (rows[index] if len(rows) > index else None) or \
         Run.objects.filter(pk=run_id).values_list("usage", flat=True).first() or {}
     return {"ok": p.ok, "point": {
-        "iteration": p.iteration_n, "J": p.J, "best_J": best,
+        "iteration": p.iteration_n, "J": p.J, "incumbent_J": incumbent[index] if len(incumbent) > index else None,
         "criteria": {c: (p.scores or {}).get(c) for c in CRITERIA},
         "checks_passed": sum(1 for c in p.checks if c.passed), "checks_total": len(p.checks),
         "validation": p.validation.value if p.validation and p.validation.ok else None,

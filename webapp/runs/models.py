@@ -67,12 +67,18 @@ ACTIVE_STATUSES = {RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING, RunS
 RESUMABLE_STATUSES = {RunStatus.PAUSED, RunStatus.INTERRUPTED, RunStatus.FAILED}
 
 
+def default_search() -> str:
+    return registry.DEFAULT
+
+
 class Run(models.Model):
+    # Not a field's choices: the engine's registry is the one list of searches, and a new search
+    # needs no migration. Forms offer registry.choices(); the engine refuses an unknown name.
     SEARCHES = registry.choices()
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    search = models.CharField(max_length=20, choices=SEARCHES, default="mimosa")
+    search = models.CharField(max_length=20, default=default_search)
     iterations = models.PositiveIntegerField(default=4)
     seed = models.IntegerField(default=0)
     gate_policy = models.CharField(max_length=20, choices=GatePolicy.choices, default=GatePolicy.MANUAL)
@@ -130,6 +136,24 @@ class Run(models.Model):
             label += " · " + ", ".join(f"{role}: {options.get('model') or 'own settings'}"
                                        for role, options in sorted(roles.items()))
         return label
+
+    def get_search_display(self) -> str:
+        try:
+            return registry.search_class(self.search).title
+        except ValueError:  # a search this version no longer has: its name, not a 500
+            return self.search
+
+    @property
+    def search_unit(self) -> str:
+        try:
+            return registry.search_class(self.search).unit
+        except ValueError:
+            return "iteration"
+
+    @property
+    def shares_memory(self) -> bool:
+        """Its probes read one shared evidence graph (asked for, or always, as the control does)."""
+        return self.memory or self.search in registry.NEEDS_MEMORY
 
     @property
     def is_active(self) -> bool:

@@ -114,14 +114,32 @@ def cytoscape_elements(workflow: dict, states: dict[str, str]) -> list[dict]:
     return els
 
 
+def incumbent_j(run_id: int, before_seq: int | None = None) -> list[float | None]:
+    """For each judgement event (up to ``before_seq``), in order: the J of the incumbent it was
+    judged against, i.e. of the workflow last adopted before it (the first probe's own J for the
+    first probe). Not the best J so far: a person may adopt a lower one, and that is the incumbent."""
+    from .models import Event
+
+    events = Event.objects.filter(run_id=run_id, kind__in=("judgement", "search_iteration")).order_by("seq")
+    if before_seq is not None:
+        events = events.filter(seq__lte=before_seq)
+    level: float | None = None
+    first = True
+    out: list[float | None] = []
+    for kind, payload in events.values_list("kind", "payload"):
+        if kind == "judgement":
+            if first:
+                level, first = payload.get("J"), False
+            out.append(level)
+        elif payload.get("accepted") and payload.get("n") is not None and "J" in payload:
+            level = payload.get("J")
+    return out
+
+
 def score_series(run: Run) -> dict:
-    rows = list(run.judgements.order_by("iteration", "created"))
-    incumbent = []
-    best = None
-    for j in rows:
-        if j.ok and (best is None or j.J > best):
-            best = j.J
-        incumbent.append(best)
+    rows = list(run.judgements.order_by("pk"))
+    incumbent = incumbent_j(run.pk)
+    incumbent += [incumbent[-1] if incumbent else None] * (len(rows) - len(incumbent))
     return {
         "iteration": [j.iteration for j in rows],
         "J": [j.J for j in rows],
@@ -132,7 +150,7 @@ def score_series(run: Run) -> dict:
         "validation": [(j.validation or {}).get("value") for j in rows],
         "tokens": [(j.budget_used or {}).get("tokens") for j in rows],
         "calls": [(j.budget_used or {}).get("calls") for j in rows],
-        "best_J": incumbent,
+        "incumbent_J": incumbent[:len(rows)],
     }
 
 

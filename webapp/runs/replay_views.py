@@ -13,6 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
 from engine.protocol.events import PayloadError, parse_payload
+from engine.search import registry
 
 from . import access, live
 from .models import Run
@@ -20,7 +21,8 @@ from .presenters import agent_state, cytoscape_elements
 from .tree_view import TREE_KINDS
 
 # Fields live.py computes from the database as it is now, not as it was at the event.
-NOW_FIELDS = {"judgement": ("best_J", "tokens", "calls"), "run_started": ("label", "version", "version_hash")}
+# (A judgement's incumbent_J is the incumbent's as it was when it was judged: it stays.)
+NOW_FIELDS = {"judgement": ("tokens", "calls"), "run_started": ("label", "version", "version_hash")}
 
 
 def _ts(dt) -> float | None:
@@ -62,6 +64,7 @@ def replay_data(run: Run) -> dict:
                  for m in run.mutations.order_by("created")]
     return {"run": run.pk, "status": run.status, "metric": run.task.metric_name,
             "higher_is_better": run.task.higher_is_better, "search": run.search,
+            "evolves": registry.search_class(run.search).evolves,
             "started": events[0]["ts"] if events else None, "ended": events[-1]["ts"] if events else None,
             "events": events, "versions": versions, "mutations": mutations}
 

@@ -231,7 +231,7 @@ def report_context(run: Run) -> dict:
     s = score_series(run)
     j_chart = line_chart_svg([
         {"name": "J", "x": s["iteration"], "y": s["J"], "color": "#1d2430"},
-        {"name": "incumbent J", "x": s["iteration"], "y": s["best_J"], "color": "#2f8f5b", "dash": True},
+        {"name": "incumbent J", "x": s["iteration"], "y": s["incumbent_J"], "color": "#2f8f5b", "dash": True},
         {"name": "output quality", "x": s["iteration"], "y": s["criteria"]["output_quality"], "color": "#6b5bd6"},
     ], "J and the incumbent per probe", "J", (0.0, 1.0))
     val_chart = line_chart_svg([{"name": f"validation {run.task.metric_name}", "x": s["iteration"], "y": s["validation"],

@@ -21,6 +21,7 @@ urlpatterns = [
     path("runs/<int:run_id>/evidence/records", views.evidence_add, name="evidence_add"),
     path("runs/<int:run_id>/queue", views.mutation_queue, name="queue"),
     path("runs/<int:run_id>/timeline", views.timeline, name="timeline"),
+    path("runs/<int:run_id>/search", views.search_panels, name="search_panels"),
     path("runs/<int:run_id>/diff", views.version_diff, name="diff"),
     path("runs/<int:run_id>/editor", views.editor, name="editor"),
     path("runs/<int:run_id>/trace", views.trace, name="trace"),

@@ -224,6 +224,11 @@ def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> Http
     return HttpResponse(fragments.mutation(row, role))
 
 
+def search_panels(request: HttpRequest, run_id: int) -> HttpResponse:
+    run, _ = access.run_for(request.user, run_id)
+    return HttpResponse(fragments.search(run))
+
+
 def timeline(request: HttpRequest, run_id: int) -> HttpResponse:
     run, _ = access.run_for(request.user, run_id)
     return HttpResponse(fragments.timeline(run))

@@ -10,7 +10,7 @@ from engine.cli import add_executor_argument, add_model_arguments, bounded, cass
 from engine.errors import TrellisError
 from engine.evolve import evolve
 from engine.task import load_task
-from engine.search.registry import SEARCHES
+from engine.search.registry import DEFAULT, SEARCHES
 from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
 
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("task")
-        parser.add_argument("--search", choices=SEARCHES, default="mimosa")
+        parser.add_argument("--search", choices=SEARCHES, default=DEFAULT)
         parser.add_argument("--iterations", type=bounded(1, MAX_ITERATIONS), default=5)
         parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
         parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=2_000_000,

@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.search import registry
 from webapp import embedded_redis
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, Membership, Project, Role, Run
@@ -120,7 +121,7 @@ class Command(BaseCommand):
         active = Run.objects.filter(task=task).exclude(status__in=["completed", "cancelled", "failed"]).first()
         if active:
             return active
-        return controls.start_run(task, user, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
+        return controls.start_run(task, user, search=registry.DEFAULT, iterations=4, gate_policy=GatePolicy.MANUAL)
 
     def _wait_for_health(self, url: str, supervisor: Supervisor, timeout_s: float = 120) -> None:
         """Print the URL only once the web server answers and Redis, the database and the
