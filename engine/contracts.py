@@ -188,6 +188,19 @@ class _Parser:
         return out
 
 
+# Every form the parser above accepts, with an example it parses and what it means: the editor's
+# hint is built from this (tests/unit/test_contracts_syntax.py parses each example), so it never
+# offers a syntax the engine refuses.
+SYNTAX: tuple[tuple[str, str, str], ...] = (
+    ("name", "markdown", "one of " + ", ".join(sorted(PRIMITIVES))),
+    ("list[T]", "list[float]", "a list of T"),
+    ("map[K, T]", "map[str, int]", "a map from str or path keys to T"),
+    ("{K: T}", "{path: sha256}", "the same map, with braces"),
+    ("{field: T, …}", "{exit_code:int, stdout_tail:str}", "a record with at least these fields; a field without a type is any"),
+    ("csv[col: T, …]", "csv[id:int, y:float]", "a CSV file with at least these columns, each int, float, str, bool or any"),
+)
+
+
 def parse_type(text: str) -> Type:
     """Parse a contract type, raising :class:`ContractSyntaxError` with a pointer on error."""
     if not isinstance(text, str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.template.loader import render_to_string
 
+from engine.contracts import SYNTAX
 from engine.evidence.graph import RECORD_KINDS
 from engine.harness import ROLES, MemoryPolicy
 from engine.official_gap import Gap
@@ -115,6 +116,7 @@ def editor_context(run: Run, role: Role | None, version=None) -> dict:
         context["procedures"] = sorted((data.get("harness", {}).get("procedures") or {}).items())
         context["memory_roles"] = memory_rows(data)
         context["record_kinds"] = RECORD_KINDS
+        context["type_syntax"] = SYNTAX
     return context
 
 
