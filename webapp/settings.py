@@ -188,5 +188,13 @@ if PRODUCTION:
 TRELLIS_RUNS_DIR = VAR_DIR / "runs"
 TRELLIS_ARCHIVE_DIR = VAR_DIR / "archive"
 TRELLIS_EXAMPLES_DIR = BASE_DIR / "examples"
+# Tasks people bring: uploaded zips are unpacked under TRELLIS_TASKS_DIR; a folder already on the
+# server may be registered only from under one of TRELLIS_TASK_ROOTS (os.pathsep-separated).
+TRELLIS_TASKS_DIR = VAR_DIR / "tasks"
+TRELLIS_TASK_ROOTS = [Path(p) for p in os.environ.get(
+    "TRELLIS_TASK_ROOTS", os.pathsep.join([str(TRELLIS_EXAMPLES_DIR), str(VAR_DIR / "task-folders")])).split(os.pathsep)
+    if p.strip()]
+TRELLIS_TASK_UPLOAD_MAX_BYTES = int(os.environ.get("TRELLIS_TASK_UPLOAD_MAX_BYTES", str(500 * 1024 * 1024)))
+TRELLIS_TASK_UPLOAD_MAX_FILES = int(os.environ.get("TRELLIS_TASK_UPLOAD_MAX_FILES", "5000"))
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).
 TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))

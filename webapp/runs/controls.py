@@ -83,7 +83,7 @@ def _publish(run: Run, lease: str) -> None:
     broadcast(run, live.status_message(RunStatus.QUEUED))
 
 
-def start_run(task: Task, user=None, **options) -> Run:
+def _new_run(task: Task, user=None, **options) -> Run:
     run = Run.objects.create(task=task, created_by=user, **options)
     folder = Path(settings.TRELLIS_RUNS_DIR) / f"studio-{run.pk:05d}-{task.name}-{run.search}"
     if folder.exists():
@@ -92,7 +92,28 @@ def start_run(task: Task, user=None, **options) -> Run:
         folder = folder.with_name(f"{folder.name}-{uuid.uuid4().hex[:8]}")
     run.run_dir = str(folder)
     run.save(update_fields=["run_dir"])
+    return run
+
+
+def start_run(task: Task, user=None, **options) -> Run:
+    run = _new_run(task, user, **options)
     _enqueue(run)
+    return run
+
+
+def run_here(task: Task, user=None, out=None, **options) -> Run:
+    """A run started from the command line (``manage.py evolve --project``): recorded as any
+    studio run is (its events, versions, decisions and result are on its page, live while the
+    studio is up), but executed in this process, not by a worker. A proposal its gate policy
+    leaves to a person suspends it as any run; the person's decision in the studio then sends
+    it to the studio's workers."""
+    from .tasks import execute_run
+
+    run = _new_run(task, user, **options)
+    lease = uuid.uuid4().hex
+    Run.objects.filter(pk=run.pk).update(lease=lease, status=RunStatus.QUEUED)
+    execute_run(run.pk, lease, out=out)  # a direct call: executed here, not queued
+    run.refresh_from_db()
     return run
 
 

@@ -19,9 +19,45 @@ def example_choices() -> list[tuple[str, str]]:
     return [(str(p), p.name) for p in sorted(root.iterdir()) if (p / "Problem.md").exists()]
 
 
+def task_choices(user=None) -> list:
+    """The bundled examples, then each task registered in a project ``user`` may start runs in
+    (an uploaded or registered folder), grouped by project."""
+    from . import access
+    from .models import Task
+
+    choices: list = [("Examples", example_choices())]
+    if user is not None and user.is_authenticated:
+        examples = {folder for folder, _ in choices[0][1]}
+        mine = [t for t in Task.objects.filter(project__in=access.visible_projects(user)).select_related("project")
+                .order_by("project__name", "name")
+                if t.folder not in examples and (access.role_of(user, t.project) or 0) >= access.REVIEW]
+        for project in dict.fromkeys(t.project.name for t in mine):
+            choices.append((project, [(t.folder, t.name) for t in mine if t.project.name == project]))
+    return choices
+
+
+class AddTaskForm(forms.Form):
+    project = forms.CharField(max_length=120, help_text="a project where you are a reviewer or owner, or a new name")
+    archive = forms.FileField(required=False, label="Task folder as a zip",
+                              help_text="Problem.md, the data files and evaluate.py, zipped (a zip of the folder "
+                                        "itself is fine)")
+    path = forms.CharField(required=False, max_length=1000, label="or a folder on the server",
+                           help_text="only under the folders the studio allows (TRELLIS_TASK_ROOTS)")
+
+    def clean(self):
+        data = super().clean()
+        if bool(data.get("archive")) == bool((data.get("path") or "").strip()):
+            raise forms.ValidationError("Upload a zip or name a folder on the server (one of the two).")
+        return data
+
+
 class NewRunForm(forms.Form):
     project = forms.CharField(max_length=120, initial="Demo project")
     task_folder = forms.ChoiceField(label="Task", choices=example_choices)
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["task_folder"].choices = task_choices(user)
     search = forms.ChoiceField(choices=Run.SEARCHES, initial=registry.DEFAULT)
     iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
     gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import logging
 import traceback
+from typing import TextIO
 
 from billiard.exceptions import WorkerLostError
 from celery import shared_task
@@ -22,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name="webapp.runs.tasks.execute_run")
-def execute_run(run_id: int, lease: str) -> str:
-    """Run (or resume) one evolving run. Returns its final status."""
+def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
+    """Run (or resume) one evolving run. Returns its final status. ``out`` (a direct call from
+    the command line, never through the queue) receives the search's progress lines."""
     claimed = Run.objects.filter(pk=run_id, lease=lease, status=RunStatus.QUEUED).update(
         status=RunStatus.RUNNING, heartbeat=timezone.now(), status_reason="")
     if not claimed:  # cancelled before it started, or superseded by a newer resume
@@ -38,7 +40,7 @@ def execute_run(run_id: int, lease: str) -> str:
     Run.objects.filter(pk=run_id).update(attempts=run.attempts + 1, started=run.started or timezone.now())
     broadcast(run, live.status_message(RunStatus.RUNNING))
     sink = RunEventSink(run, lease)
-    log_out = io.StringIO()
+    log_out = out or io.StringIO()
     try:
         from engine.evolve import evolve
         from engine.models import ModelSettings

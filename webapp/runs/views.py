@@ -8,22 +8,28 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from engine.errors import TaskSpecError
+from engine.preflight import PreflightError
 
 from . import access, controls, evidence, fragments, live, members
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
-from .forms import DecisionForm, NewRunForm
+from . import task_upload
+from .forms import AddTaskForm, DecisionForm, NewRunForm
+from .task_upload import TaskRejected
 from .models import Event, Membership, MutationStatus, Project, Role
 from .models_team import audit
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
@@ -40,7 +46,9 @@ def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResp
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    return _home(request, NewRunForm())
+    # ?task=<folder>: the task just added is the one the form offers first
+    initial = {"task_folder": request.GET["task"]} if request.GET.get("task") else {}
+    return _home(request, NewRunForm(initial=initial, user=request.user))
 
 
 class _ProjectTaken(Exception):
@@ -51,7 +59,7 @@ class _ProjectTaken(Exception):
 def new_run(request: HttpRequest) -> HttpResponse:
     """A run in an existing project needs its reviewer role; a new project name creates the
     project with this person as its owner."""
-    form = NewRunForm(request.POST)
+    form = NewRunForm(request.POST, user=request.user)
     if not form.is_valid():
         return _home(request, form, status=400)
     name = form.cleaned_data["project"]
@@ -63,11 +71,8 @@ def new_run(request: HttpRequest) -> HttpResponse:
         return _home(request, form, status=403)
     try:
         with transaction.atomic():
-            project, created = Project.objects.get_or_create(name=name)
-            if created:
-                Membership.objects.create(project=project, user=request.user, role=Role.OWNER)
-            elif (access.role_of(request.user, project) or 0) < access.REVIEW:
-                raise _ProjectTaken  # someone else created it since the check above
+            # raises _ProjectTaken when someone else created it since the check above
+            project, created = _project_to_write(request, name)
             task = controls.task_for_folder(project, form.cleaned_data["task_folder"])
             run = controls.start_run(task, request.user, **form.run_options())
             audit(project, request.user, "start", run=run, task=task.name, search=run.search,
@@ -82,6 +87,57 @@ def new_run(request: HttpRequest) -> HttpResponse:
         form.add_error(None, str(exc))
         return _home(request, form, status=503)
     return redirect("run", run_id=run.pk)
+
+
+def _project_to_write(request: HttpRequest, name: str) -> tuple[Project, bool]:
+    """The project named ``name`` if this person is one of its reviewers, or a new one they own.
+    Raises _ProjectTaken otherwise (project names are unique, so say no more than that)."""
+    project, created = Project.objects.get_or_create(name=name)
+    if created:
+        Membership.objects.create(project=project, user=request.user, role=Role.OWNER)
+    elif (access.role_of(request.user, project) or 0) < access.REVIEW:
+        raise _ProjectTaken
+    return project, created
+
+
+def add_task(request: HttpRequest) -> HttpResponse:
+    """A task folder a person brings: a zip uploaded or a server folder registered, validated by
+    the engine's task loader and preflight; every problem is listed on the page and nothing is
+    kept when there is one."""
+    form = AddTaskForm(request.POST or None, request.FILES or None)
+    problems: list[str] = []
+    warnings: list[str] = []
+    if request.method == "POST" and form.is_valid():
+        name, folder = form.cleaned_data["project"], None
+        try:
+            upload = form.cleaned_data.get("archive")
+            if upload is not None:
+                if upload.size > settings.TRELLIS_TASK_UPLOAD_MAX_BYTES:
+                    raise TaskRejected([f"{upload.name} is {upload.size:,} bytes; the studio takes at most "
+                                        f"{settings.TRELLIS_TASK_UPLOAD_MAX_BYTES:,}"])
+                folder = task_upload.unpack_zip(upload, upload.name)
+            else:
+                folder = task_upload.registered_path(form.cleaned_data["path"])
+            with transaction.atomic():
+                project, created = _project_to_write(request, name)
+                task = controls.task_for_folder(project, folder)
+                audit(project, request.user, "task", task=task.name, folder=str(folder),
+                      source="upload" if upload is not None else "path", new_project=created)
+            return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")
+        except TaskRejected as exc:
+            problems = exc.problems
+        except PreflightError as exc:
+            problems, warnings = exc.problems, exc.warnings
+        except TaskSpecError as exc:
+            problems = [str(exc)]
+        except _ProjectTaken:
+            form.add_error("project", f"Adding tasks to {name!r} needs its reviewer role; choose another name "
+                                      "to start your own project.")
+        if folder is not None and form.cleaned_data.get("archive") is not None:
+            task_upload.discard(folder)
+    status = 422 if problems or form.errors else 200
+    return render(request, "runs/add_task.html", {"form": form, "problems": problems, "warnings": warnings,
+                                                  "roots": task_upload.allowed_roots()}, status=status)
 
 
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:

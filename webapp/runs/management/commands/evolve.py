@@ -12,6 +12,7 @@ from engine.evolve import evolve
 from engine.task import load_task
 from engine.search.registry import DEFAULT, SEARCHES
 from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
+from webapp.runs.models import GatePolicy
 
 
 class Command(BaseCommand):
@@ -35,8 +36,18 @@ class Command(BaseCommand):
                                  "unless --no-archive)")
         add_executor_argument(parser)
         add_model_arguments(parser)
+        studio = parser.add_argument_group("studio", "record the run in the studio, where it is seen like any "
+                                                     "run started there (live while the studio is up)")
+        studio.add_argument("--project", help="the studio project to record the run in (created if new)")
+        studio.add_argument("--user", help="the person the run is started by; a new project is theirs "
+                                           "(without one, only the studio's administrators see a new project)")
+        studio.add_argument("--gate", choices=[c for c, _ in GatePolicy.choices], default=GatePolicy.AUTOMATIC,
+                            help="who decides each proposal (default automatic: nobody is at the command line; "
+                                 "manual suspends the run until a person decides in the studio)")
 
     def handle(self, *args, **o):
+        if o["project"]:
+            return self._in_studio(o)
         try:
             # the data is checked before the search spends a token on it
             check_task(load_task(o["task"]), self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
@@ -52,3 +63,43 @@ class Command(BaseCommand):
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+
+
+    def _in_studio(self, o: dict) -> None:
+        """The run recorded as a studio run of ``--project`` and executed here (controls.run_here)."""
+        from django.contrib.auth import get_user_model
+        from django.db import transaction
+
+        from engine.preflight import PreflightError
+        from webapp.runs import access, controls
+        from webapp.runs.models import Membership, Project, Role
+
+        if o.get("replay") or o.get("cassette") or o.get("cache"):
+            raise CommandError("--project records a live run: drop --replay, --cassette and --cache")
+        user = None
+        if o["user"]:
+            user = get_user_model().objects.filter(username=o["user"]).first()
+            if user is None:
+                raise CommandError(f"no studio user {o['user']!r} (python manage.py user add {o['user']} ...)")
+        try:
+            args = argparse.Namespace(**o, runs_dir=str(settings.TRELLIS_RUNS_DIR))
+            models = model_settings(args)
+            with transaction.atomic():
+                project, created = Project.objects.get_or_create(name=o["project"])
+                if created and user is not None:
+                    Membership.objects.create(project=project, user=user, role=Role.OWNER)
+                elif user is not None and (access.role_of(user, project) or 0) < access.REVIEW:
+                    raise CommandError(f"{user.get_username()} is not a reviewer of {project.name!r}")
+                task = controls.task_for_folder(project, o["task"])
+        except PreflightError as exc:
+            raise CommandError(str(exc)) from exc
+        except (TrellisError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(f"recording in the studio: project {project.name!r}, task {task.name}")
+        run = controls.run_here(task, user, out=self.stdout, search=o["search"], iterations=o["iterations"],
+                                seed=o["seed"], gate_policy=o["gate"], max_tokens=o["max_tokens"],
+                                model_settings=models.to_dict(),
+                                single_agent=not o["no_single_agent"], memory=o["memory"], executor=o["executor"])
+        self.stdout.write(f"run {run.pk}: {run.get_status_display()} · /runs/{run.pk}/")
+        if run.status == "failed":
+            raise CommandError(f"run {run.pk} failed: {run.status_reason[:2000]}")

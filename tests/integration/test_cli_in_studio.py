@@ -1,0 +1,44 @@
+"""A run started from the command line with --project is a studio run: its events, versions and
+result are on its page, and its project is the person's."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+
+from webapp.runs.models import Membership, Run, RunStatus
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_manage_evolve_with_a_project_records_the_run_where_the_studio_shows_it(light_task, demo_user):
+    out = io.StringIO()
+    call_command("evolve", str(light_task), "--project", "Bench", "--user", "ada", "--iterations", "1",
+                 "--no-single-agent", "--no-archive", stdout=out)
+    run = Run.objects.get(task__project__name="Bench")
+    said = out.getvalue()
+    assert "recording in the studio: project 'Bench'" in said and f"run {run.pk}: completed" in said
+    assert "iteration 1" in said or "iter" in said  # the search's own progress lines
+    assert run.status == RunStatus.COMPLETED and run.created_by == demo_user
+    assert run.result["final"]["official"]["ok"] and run.events.filter(kind="search_finished").exists()
+    assert run.versions.exists() and run.gate_policy == "automatic"
+    assert Membership.objects.get(project=run.task.project).user == demo_user
+    client = Client()
+    client.force_login(demo_user)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert "Completed" in page or "completed" in page
+    assert f"Run {run.pk}" in client.get("/").content.decode()
+
+
+def test_manage_evolve_names_a_missing_user_and_a_broken_task(light_task, tmp_path):
+    with pytest.raises(CommandError, match="no studio user 'nobody'"):
+        call_command("evolve", str(light_task), "--project", "Bench", "--user", "nobody", stdout=io.StringIO())
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "Problem.md").write_text("")
+    with pytest.raises(CommandError):
+        call_command("evolve", str(broken), "--project", "Bench", stdout=io.StringIO())
+    assert not Run.objects.exists()
