@@ -159,7 +159,13 @@ CELERY_TASK_ROUTES = {"webapp.runs.tasks.execute_run": {"queue": "runs"},
                       "webapp.runs.training.train": {"queue": "training"}}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
-AUTH_PASSWORD_VALIDATORS = []
+# Applied wherever a person chooses a password: invitations, resets, manage.py user.
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -184,6 +190,17 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = _flag("TRELLIS_HSTS_PRELOAD", default=True)
     CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("TRELLIS_CSRF_TRUSTED_ORIGINS", "").split(",")
                             if o.strip()]
+
+# Mail (invitations, password resets): printed on the console unless an SMTP server is given.
+EMAIL_BACKEND = os.environ.get("TRELLIS_EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend"
+                               if not os.environ.get("TRELLIS_EMAIL_HOST") else
+                               "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = os.environ.get("TRELLIS_EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("TRELLIS_EMAIL_PORT", "587"))
+EMAIL_HOST_USER = os.environ.get("TRELLIS_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("TRELLIS_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = _flag("TRELLIS_EMAIL_TLS", default=True)
+DEFAULT_FROM_EMAIL = os.environ.get("TRELLIS_EMAIL_FROM", "trellis@localhost")
 
 TRELLIS_RUNS_DIR = VAR_DIR / "runs"
 TRELLIS_ARCHIVE_DIR = VAR_DIR / "archive"

@@ -25,6 +25,11 @@ class AddMemberForm(forms.Form):
         return user
 
 
+class InviteForm(forms.Form):
+    email = forms.EmailField(required=False, help_text="mailed the link; blank: copy the link yourself")
+    role = forms.TypedChoiceField(choices=Role.choices, coerce=int, initial=Role.VIEWER)
+
+
 class ChangeRoleForm(forms.Form):
     member = forms.IntegerField()
     role = forms.TypedChoiceField(choices=Role.choices, coerce=int)

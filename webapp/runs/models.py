@@ -318,5 +318,5 @@ class Membership(models.Model):
 
 
 # Teams: annotations, queues, share links, the audit log (a module of their own, registered here).
-from .models_team import (Annotation, AnnotationQueue, AuditEntry, LabelSet, QueueItem, ShareLink,  # noqa: E402,F401
+from .models_team import (Annotation, AnnotationQueue, AuditEntry, Invitation, LabelSet, QueueItem, ShareLink,  # noqa: E402,F401
                           audit)

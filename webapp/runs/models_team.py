@@ -130,7 +130,7 @@ class AuditEntry(models.Model):
                ("note", "recorded evidence"), ("share_created", "created a share link"),
                ("share_revoked", "revoked a share link"), ("control", "controlled a run"),
                ("start", "started a run"), ("members", "changed members"), ("import", "imported annotations"),
-               ("task", "added a task"))
+               ("task", "added a task"), ("invite", "invited someone"), ("joined", "joined by invitation"))
 
     project = models.ForeignKey("runs.Project", on_delete=models.CASCADE, related_name="audit")
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
@@ -147,3 +147,33 @@ def audit(project, actor, action: str, run=None, **detail) -> AuditEntry:
     """Record one action; ``actor`` is a user or an already formatted name."""
     name = actor if isinstance(actor, str) else f"user:{actor.get_username()}"
     return AuditEntry.objects.create(project=project, run=run, actor=name, action=action, detail=detail)
+
+
+class Invitation(models.Model):
+    """An owner's invitation to join a project with a role: a link (mailed when an address is
+    given), good once, until it expires or is revoked. Only the token's hash is stored."""
+
+    project = models.ForeignKey("runs.Project", on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(blank=True)
+    role = models.PositiveSmallIntegerField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField()
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-created"]
+
+    @property
+    def state(self) -> str:
+        if self.revoked:
+            return "revoked"
+        if self.accepted_at:
+            return "accepted"
+        if self.expires <= timezone.now():
+            return "expired"
+        return "open"

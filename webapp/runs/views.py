@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 
-from . import access, controls, evidence, fragments, live, members
+from . import access, controls, evidence, fragments, invitations, live, members
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
@@ -395,11 +395,27 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
     """The project's members, for its owners: add an existing user, change a role, remove."""
     project, _ = access.project_for(request.user, project_id, access.MANAGE)
     add_form = members.AddMemberForm(request.POST if request.POST.get("action") == "add" else None)
+    invite_form = members.InviteForm(request.POST if request.POST.get("action") == "invite" else None)
     error, status = None, 200
     if request.method == "POST":
         action = request.POST.get("action")
         try:
-            if action == "add":
+            if action == "invite":
+                if invite_form.is_valid():
+                    email, role = invite_form.cleaned_data["email"], invite_form.cleaned_data["role"]
+                    row, link = invitations.invite(project, role, request.user, email,
+                                                   request.build_absolute_uri("/"))
+                    audit(project, request.user, "invite", email=email, role=Role(role).label)
+                    messages.success(request, f"Invitation as {Role(role).label}"
+                                              f"{' mailed to ' + email if email else ''}. Its link, shown once: {link}")
+                    return redirect("members", project_id=project.pk)
+                status = 400
+            elif action == "revoke-invite":
+                project.invitations.filter(pk=request.POST.get("invitation") or 0, accepted_at__isnull=True).update(
+                    revoked=True)
+                messages.success(request, "The invitation was revoked; its link no longer works.")
+                return redirect("members", project_id=project.pk)
+            elif action == "add":
                 if add_form.is_valid():
                     row = members.add_member(project, add_form.cleaned_data["username"], add_form.cleaned_data["role"])
                     audit(project, request.user, "members", change="add", member=row.user.get_username(),
@@ -428,7 +444,38 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
             error, status = str(exc), 409
     rows = project.memberships.select_related("user")
     return render(request, "runs/members.html", {"project": project, "members": rows, "add_form": add_form,
+                                                 "invite_form": invite_form, "invitations": project.invitations.all()[:50],
                                                  "roles": Role.choices, "error": error}, status=status)
+
+
+@login_not_required
+def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
+    """An invitation link: a new person creates their account here; someone signed in joins as
+    themselves. Either way they join the project with the invitation's role, once."""
+    from django.contrib.auth import login
+    from django.contrib.auth.forms import UserCreationForm
+
+    try:
+        row = invitations.find(token)
+    except invitations.InvitationInvalid as exc:
+        return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
+    form = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
+    if request.method == "POST" and (form is None or form.is_valid()):
+        user = request.user if form is None else form.save()
+        if form is not None and row.email:
+            user.email = row.email
+            user.save(update_fields=["email"])
+        try:
+            invitations.accept(token, user)
+        except invitations.InvitationInvalid as exc:
+            return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
+        if form is not None:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+        audit(row.project, user, "joined", role=Role(row.role).label)
+        messages.success(request, f"You joined {row.project.name}; your role: {Role(row.role).label}.")
+        return redirect("home")
+    return render(request, "runs/invite.html", {"invitation": row, "role": Role(row.role).label, "form": form},
+                  status=400 if form is not None and form.errors else 200)
 
 
 @login_not_required
