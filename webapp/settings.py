@@ -15,6 +15,7 @@ sets X-Forwarded-Proto), so that `manage.py check --deploy` is clean. The embedd
 var/secret_key (mode 0600) and keeps cookies usable over HTTP.
 """
 import os
+from datetime import timedelta
 import sys
 from pathlib import Path
 
@@ -52,6 +53,11 @@ if not SECRET_KEY:
                                    "machine; generate one with: python -c 'import secrets; "
                                    "print(secrets.token_urlsafe(50))'")
     SECRET_KEY = per_install_key(VAR_DIR / "secret_key")
+elif PRODUCTION and (len(SECRET_KEY) < 40 or len(set(SECRET_KEY)) < 10):
+    # Django's own check only warns; a short key is guessable, and it signs every session.
+    raise ImproperlyConfigured(f"TRELLIS_SECRET_KEY has {len(SECRET_KEY)} characters ({len(set(SECRET_KEY))} "
+                               "different); production needs at least 40, of at least 10 different characters. "
+                               "Generate one with: python -c 'import secrets; print(secrets.token_urlsafe(50))'")
 
 
 def _allowed_hosts() -> list[str]:
@@ -80,11 +86,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",  # sign-in throttling: the failed attempts it counts live in the database
     "webapp.runs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # static files from the ASGI server itself
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -93,7 +101,27 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out sign-in with the lockout page
 ]
+AUTHENTICATION_BACKENDS = ["webapp.auth_backends.ThrottledBackend", "django.contrib.auth.backends.ModelBackend"]
+# Sign-in throttling (django-axes): after TRELLIS_LOGIN_FAILURES wrong passwords from one address,
+# or for one account, sign-ins from there (or to it) are refused for TRELLIS_LOGIN_LOCKOUT_MINUTES.
+# `manage.py axes_reset` lifts every lockout at once.
+AXES_FAILURE_LIMIT = int(os.environ.get("TRELLIS_LOGIN_FAILURES", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("TRELLIS_LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("TRELLIS_PROXY_COUNT", "0")) or None
+AXES_VERBOSE = False
+# Content-Security-Policy (django-csp): scripts only from the studio itself, no inline script;
+# styles inline too, which plotly and cytoscape set on the elements they draw.
+CONTENT_SECURITY_POLICY = {"DIRECTIVES": {
+    "default-src": ["'self'"], "script-src": ["'self'"], "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:", "blob:"], "font-src": ["'self'", "data:"], "connect-src": ["'self'"],
+    "object-src": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
+}}
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"

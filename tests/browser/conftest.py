@@ -32,6 +32,8 @@ def page(request, studio, demo_user, monkeypatch):
         js_errors = []
         # the stack too: an error raised inside a library (cytoscape's renderer) names only a property
         pg.on("pageerror", lambda error: js_errors.append((pg.url, error.message, error.stack)))
+        # something the Content-Security-Policy blocked (an inline handler, eval, a foreign source)
+        pg.on("console", lambda m: "Content Security Policy" in m.text and js_errors.append((pg.url, m.text, "")))
         pg.goto("/login/")
         pg.get_by_label("Name").fill("ada")
         pg.get_by_label("Password").fill("lovelace-1843")

@@ -51,7 +51,7 @@ def test_replay_scrubs_back_compare_two_runs_and_open_the_report(page, light_tas
     _slide_to(page, 0)
     page.locator("#replay-speed").select_option("50")
     page.get_by_role("button", name="Play").click()
-    page.wait_for_function("Number(document.getElementById('replay').dataset.seq) > 3")
+    page.wait_for_function("() => Number(document.getElementById('replay').dataset.seq) > 3")
     page.get_by_role("button", name="Pause").click()
 
     # A tree run replays its nodes: before n2 was recorded, n1 was the champion.
