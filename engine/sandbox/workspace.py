@@ -21,7 +21,9 @@ BOOTSTRAP_SOURCE = Path(__file__).with_name("_bootstrap.py")
 BOOTSTRAP_NAME = ".trellis_bootstrap.py"
 PRIVATE_DIR = ".tmp"  # TMPDIR and caches: never reported as produced files
 MAX_REPORTED_FILES = 10_000
-DISK_CHECK_SECONDS = 0.5  # how often the working directory's size is measured
+# How often the working directory's size is measured: at 0.5 s a fast disk wrote 195 MB against a
+# 40 MB cap between two looks (CI). A poll only narrows that; issue 26 item 9 asks for the kernel cap.
+DISK_CHECK_SECONDS = 0.1
 # Each run gets a uid (and gid) of its own from this range, which no account uses: its
 # files are its own, and RLIMIT_NPROC counts its processes alone.
 SANDBOX_ID_BASE = 1_700_000_000
