@@ -297,19 +297,28 @@ def test_run_task_command_prints_the_problems_without_a_traceback(task_dir, monk
         assert "data/test_features.csv" in str(info.value) and "'id'" in str(info.value)
 
 
-def test_shipped_examples_pass_and_a_second_check_is_fast(examples, tmp_path):
-    for folder in sorted(p for p in examples.iterdir() if (p / "Data_config.json").is_file()):
+def test_shipped_examples_pass_and_a_second_check_does_not_run_evaluate_py_again(examples, tmp_path, monkeypatch):
+    import engine.preflight as module
+
+    folders = sorted(p for p in examples.iterdir() if (p / "Data_config.json").is_file())
+    for folder in folders:
         task = load_task(folder)
         facts = preflight(task, cache_dir=tmp_path / "cache")
         assert facts.evaluate_metric == task.metric.name, folder.name
         assert facts.n_train > 0 and facts.n_test > 0 and facts.features
-        started = time.perf_counter()
-        preflight(task, cache_dir=tmp_path / "cache")  # evaluate.py's answer is remembered
-        assert time.perf_counter() - started < 0.5, folder.name
+    # A second check, even in a fresh process (nothing in memory), reads evaluate.py's answer
+    # from the cache folder instead of starting it again.
+    monkeypatch.setattr(module, "_MEMO", {})
+    monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: pytest.fail("evaluate.py started again"))
+    for folder in folders:
+        task = load_task(folder)
+        assert preflight(task, cache_dir=tmp_path / "cache").evaluate_metric == task.metric.name, folder.name
 
 
-# --- under a second: nothing waits for evaluate.py once a problem is known --------------------------------
-SLOW = "import time\ntime.sleep(30)\n"  # an evaluate.py whose run would take half a minute
+# --- nothing waits for evaluate.py once a problem is known --------------------------------------------
+# evaluate.py here would take a minute; the checks must answer long before (the bound is loose
+# so that a loaded machine does not fail it: it tells "waited" from "did not wait", not a speed).
+SLOW = "import time\ntime.sleep(60)\n"
 
 
 def test_data_problems_are_reported_without_waiting_for_evaluate_py(task_dir):
@@ -318,9 +327,9 @@ def test_data_problems_are_reported_without_waiting_for_evaluate_py(task_dir):
     started = time.perf_counter()
     with pytest.raises(PreflightError) as info:
         preflight(load_task(task_dir))
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 20
     _one(info.value.problems, "data/test_features.csv", "'id'")
-    assert info.value.timings["evaluate"] < 1.0 and info.value.timings["data"] < 0.5
+    assert info.value.timings["evaluate"] < 20
 
 
 def test_a_metric_name_mismatch_in_evaluate_py_source_is_reported_without_its_run(task_dir):
@@ -328,7 +337,7 @@ def test_a_metric_name_mismatch_in_evaluate_py_source_is_reported_without_its_ru
     (task_dir / "evaluate.py").write_text(slow.replace('METRIC, HIGHER = "rmse"', 'METRIC, HIGHER = "mae"'))
     started = time.perf_counter()
     problems = _problems(task_dir)
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 20
     msg = _one(problems, "evaluate.py", "'mae'", "Evaluation.md")
     assert "read from its source" in msg and "rmse" in msg
     (task_dir / "evaluate.py").write_text(slow.replace('"rmse", False', '"rmse", True'))
