@@ -301,6 +301,7 @@ def test_shipped_examples_pass_and_a_second_check_does_not_run_evaluate_py_again
     import engine.preflight as module
 
     folders = sorted(p for p in examples.iterdir() if (p / "Data_config.json").is_file())
+    monkeypatch.setattr(module, "_MEMO", {})  # what an earlier test left in this process would skip the disk
     for folder in folders:
         task = load_task(folder)
         facts = preflight(task, cache_dir=tmp_path / "cache")
@@ -308,7 +309,7 @@ def test_shipped_examples_pass_and_a_second_check_does_not_run_evaluate_py_again
         assert facts.n_train > 0 and facts.n_test > 0 and facts.features
     # A second check, even in a fresh process (nothing in memory), reads evaluate.py's answer
     # from the cache folder instead of starting it again.
-    monkeypatch.setattr(module, "_MEMO", {})
+    module._MEMO.clear()
     monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: pytest.fail("evaluate.py started again"))
     for folder in folders:
         task = load_task(folder)
