@@ -36,9 +36,10 @@ import time
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
+from engine.sandbox.capped_folder import CappedFolder, inputs_too_big, unmount_orphans, workdir_prefix
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
                                    supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, collect_files, fresh_ids,
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, PRIVATE_DIR, DiskWatch, chown_tree, child_env, fresh_ids,
                                       populate, validate_request)
 
 from .image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
@@ -79,14 +80,22 @@ class DockerExecutor:
         self.output_cap_bytes = output_cap_bytes
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         remove_orphans(self.client)
+        unmount_orphans(self.root)
 
     # -- running ------------------------------------------------------------
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = validate_request(request)
-        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
+        workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=self.root))
+        folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
         try:
-            placed = populate(workdir, request, entrypoint, inputs)
+            folder.mount()  # on the host: the container's bind mount of the folder is the capped file system
+            try:
+                placed = populate(workdir, request, entrypoint, inputs)
+            except OSError as exc:
+                if (refused := inputs_too_big(exc, request.limits, workdir, self.name)) is None:
+                    raise
+                return refused
             if os.geteuid() == 0:
                 uid, gid = fresh_ids()
                 os.chmod(self.root, 0o711)  # the run's user must traverse, not list
@@ -94,9 +103,12 @@ class DockerExecutor:
             else:  # an engine in the docker group: its programs run as its own (non-root) uid
                 uid, gid = os.getuid(), os.getgid()
             result = self._execute(workdir, request, entrypoint, sorted(inputs), uid, gid)
-            result.files = collect_files(workdir, skip=placed)
+            if why := folder.full(result.stderr):
+                result.stderr += f"\nsandbox: {why}\n"
+            result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
             return result
         finally:
+            folder.release()
             if not self.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
 

@@ -33,9 +33,10 @@ from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
 from engine.sandbox import cgroups
+from engine.sandbox.capped_folder import CappedFolder, inputs_too_big, unmount_orphans, workdir_prefix
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer,
                                    strip_info_lines, supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, collect_files, fresh_ids,
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, PRIVATE_DIR, DiskWatch, chown_tree, child_env, fresh_ids,
                                       populate, validate_request)
 
 log = logging.getLogger(__name__)
@@ -260,6 +261,7 @@ class SubprocessExecutor:
         self.python = python or sys.executable
         self.output_cap_bytes = output_cap_bytes
         self.extra_read_paths = tuple(str(Path(p).resolve()) for p in extra_read_paths)
+        unmount_orphans(self.root)
 
     @property
     def drops_privileges(self) -> bool:
@@ -272,10 +274,17 @@ class SubprocessExecutor:
         entrypoint, inputs = validate_request(request)
         if not self.drops_privileges:
             _warn_shared_uid_once()
-        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=self.root))
+        workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=self.root))
         view_root = workdir.with_name(workdir.name + ".view")
+        folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
         try:
-            placed = populate(workdir, request, entrypoint, inputs)
+            folder.mount()
+            try:
+                placed = populate(workdir, request, entrypoint, inputs)
+            except OSError as exc:
+                if (refused := inputs_too_big(exc, request.limits, workdir, self.name)) is None:
+                    raise
+                return refused
             ids = None
             if self.drops_privileges:
                 ids = fresh_ids()
@@ -283,11 +292,14 @@ class SubprocessExecutor:
                 chown_tree(workdir, *ids)
                 view_root.mkdir(mode=0o700)
             result = self._execute(workdir, request, entrypoint, ids, view_root if ids else None)
-            result.files = collect_files(workdir, skip=placed)
+            if why := folder.full(result.stderr):
+                result.stderr += f"\nsandbox: {why}\n"
+            result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
             return result
         finally:
             if view_root.exists():
                 view_root.rmdir()  # only ever a mount point, in the child's namespace
+            folder.release()
             if not self.keep:
                 shutil.rmtree(workdir, ignore_errors=True)
 

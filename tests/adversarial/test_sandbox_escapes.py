@@ -274,7 +274,7 @@ def test_many_files_cannot_fill_the_disk(executor):
     """, max_disk_mb=40, max_file_mb=10)
     assert "wrote everything" not in result.stdout
     assert result.status != "ok"
-    assert "over the limit of 40 MB" in result.stderr
+    assert "limit of 40 MB" in result.stderr
     assert len(result.files) < 40
 
 
@@ -287,7 +287,7 @@ def test_millions_of_empty_files_are_stopped(executor):
         print("wrote everything")
     """, max_files=2000)
     assert "wrote everything" not in result.stdout
-    assert "over 2000 files" in result.stderr
+    assert "2000 files" in result.stderr
 
 
 def test_a_tree_champion_that_links_its_predictions_to_the_answer_key_has_nothing_to_score(executor):
