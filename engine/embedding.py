@@ -62,6 +62,9 @@ _LOAD_LOCK = threading.Lock()
 CACHE_SIZE = 256
 _CACHE: dict[tuple[str, str], tuple[float, ...]] = {}
 _CACHE_LOCK = threading.Lock()
+# A fast (Rust) tokenizer refuses to be used by two threads at once ("RuntimeError: Already
+# borrowed"), and the tree embeds from its children's threads; encoding is CPU-bound anyway.
+_ENCODE_LOCK = threading.Lock()
 
 
 def _load_model(device: str) -> Any:
@@ -117,9 +120,10 @@ class TaskEmbedder:
 
     def _compute(self, text: str) -> list[float]:
         model = _load_model(self.device)
-        windows = _windows(text, model.tokenizer, model.max_seq_length)
-        vectors = model.encode([w for w, _ in windows], normalize_embeddings=True,
-                               show_progress_bar=False, convert_to_numpy=True)
+        with _ENCODE_LOCK:
+            windows = _windows(text, model.tokenizer, model.max_seq_length)
+            vectors = model.encode([w for w, _ in windows], normalize_embeddings=True,
+                                   show_progress_bar=False, convert_to_numpy=True)
         dims = len(vectors[0])
         mean = [sum(float(v[i]) * n for v, (_, n) in zip(vectors, windows)) for i in range(dims)]
         return _normalized(mean)

@@ -32,6 +32,9 @@ def _start_worker_beat(sender=None, **_):
     from webapp.health import TRAINING_KEY, WorkerBeat
 
     global _beat
+    from webapp.disk import reserve
+
+    reserve().ensure()  # given back when a write fails for want of space (webapp/runs/tasks.py)
     name = getattr(sender, "hostname", None) or f"worker-{os.getpid()}"
     queues = set(app.amqp.queues.consume_from or ())
     if queues == {"training"}:

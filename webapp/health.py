@@ -75,7 +75,8 @@ def live_training_slots(now: float | None = None) -> int:
 
 def report() -> dict:
     """``{"database": "ok"|"error", "redis": "ok"|"error", "worker": "ok"|"none"|"unknown",
-    "workers": n, "training": "ok"|"none"|"unknown", "training_slots": n, "ok": bool}``; nothing
+    "workers": n, "training": "ok"|"none"|"unknown", "training_slots": n, "disk": "ok"|"full",
+    "disk_free_mb": n, "ok": bool}``; nothing
     in it is a secret (no URL, no path). Training workers are optional (without one, training jobs
     run in the runs' worker), so they say where jobs will train but never make the studio unwell."""
     db = database_ok()
@@ -87,10 +88,14 @@ def report() -> dict:
             slots = live_training_slots()
         except (redis.RedisError, OSError):
             rd = False
+    from webapp.disk import state
+
+    disk = state()
     return {"database": "ok" if db else "error", "redis": "ok" if rd else "error",
             "worker": ("ok" if workers else "none") if rd else "unknown", "workers": workers,
             "training": ("ok" if slots else "none") if rd else "unknown", "training_slots": slots,
-            "ok": db and rd and workers > 0}
+            "disk": "full" if disk.full else "ok", "disk_free_mb": disk.free_mb,
+            "ok": db and rd and workers > 0 and not disk.full}
 
 
 class WorkerBeat:

@@ -135,6 +135,7 @@ TEMPLATES = [{
         "django.template.context_processors.request",
         "django.contrib.auth.context_processors.auth",
         "django.contrib.messages.context_processors.messages",
+        "webapp.disk.context",
     ]},
 }]
 WSGI_APPLICATION = "webapp.wsgi.application"
@@ -241,5 +242,10 @@ TRELLIS_TASK_ROOTS = [Path(p) for p in os.environ.get(
     if p.strip()]
 TRELLIS_TASK_UPLOAD_MAX_BYTES = int(os.environ.get("TRELLIS_TASK_UPLOAD_MAX_BYTES", str(500 * 1024 * 1024)))
 TRELLIS_TASK_UPLOAD_MAX_FILES = int(os.environ.get("TRELLIS_TASK_UPLOAD_MAX_FILES", "5000"))
+# Below this much free space on the data disk, runs do not start and every page and /healthz say
+# "disk full"; a worker holds a reserve file of TRELLIS_DISK_RESERVE_MB and gives it back when a
+# write fails for want of space, so the run's state can still be recorded.
+TRELLIS_MIN_FREE_MB = int(os.environ.get("TRELLIS_MIN_FREE_MB", "500"))
+TRELLIS_DISK_RESERVE_MB = int(os.environ.get("TRELLIS_DISK_RESERVE_MB", "64"))
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).
 TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))

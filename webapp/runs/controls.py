@@ -31,6 +31,20 @@ class ControlError(Exception):
     http_status = 409
 
 
+class DiskFull(ControlError):
+    """The data disk is below its floor of free space: nothing is started or queued."""
+
+    http_status = 507
+
+
+def refuse_when_disk_full() -> None:
+    from webapp.disk import state
+
+    current = state()
+    if current.full:
+        raise DiskFull(current.message())
+
+
 class QueueUnavailable(ControlError):
     """The task queue (Redis) did not take the run: it is left interrupted, and resumable."""
 
@@ -96,6 +110,7 @@ def _new_run(task: Task, user=None, **options) -> Run:
 
 
 def start_run(task: Task, user=None, **options) -> Run:
+    refuse_when_disk_full()
     run = _new_run(task, user, **options)
     _enqueue(run)
     return run
@@ -109,6 +124,7 @@ def run_here(task: Task, user=None, out=None, **options) -> Run:
     it to the studio's workers."""
     from .tasks import execute_run
 
+    refuse_when_disk_full()
     run = _new_run(task, user, **options)
     lease = uuid.uuid4().hex
     Run.objects.filter(pk=run.pk).update(lease=lease, status=RunStatus.QUEUED)
@@ -214,6 +230,7 @@ def after_decision(run: Run) -> bool:
 def resume_run(run: Run) -> None:
     if not run.can_resume:
         raise ControlError(f"this run is {run.get_status_display()}; only a paused, failed or interrupted run resumes")
+    refuse_when_disk_full()
     _enqueue(run)
 
 

@@ -13,7 +13,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.budget import Budget
+from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
+from webapp import disk
 
 from . import live
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
@@ -26,6 +28,13 @@ log = logging.getLogger(__name__)
 def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
     """Run (or resume) one evolving run. Returns its final status. ``out`` (a direct call from
     the command line, never through the queue) receives the search's progress lines."""
+    space = disk.state()
+    if space.full:  # not started: it would fail at its first write, with nobody told why
+        if Run.objects.filter(pk=run_id, lease=lease, status=RunStatus.QUEUED).update(
+                status=RunStatus.PAUSED, status_reason=space.message()):
+            broadcast(Run.objects.get(pk=run_id), live.status_message(RunStatus.PAUSED, space.message()))
+            return RunStatus.PAUSED
+        return "skipped"
     claimed = Run.objects.filter(pk=run_id, lease=lease, status=RunStatus.QUEUED).update(
         status=RunStatus.RUNNING, heartbeat=timezone.now(), status_reason="")
     if not claimed:  # cancelled before it started, or superseded by a newer resume
@@ -69,18 +78,42 @@ def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
         log.warning("run %s failed: %s", run_id, exc)  # the engine's words, no traceback
         status, reason, extra = RunStatus.FAILED, str(exc), {}
     except Exception as exc:  # noqa: BLE001 - any failure is recorded on the run, which stays resumable
-        log.exception("run %s failed", run_id)
-        status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-4000:]}"
-        extra = {}
-    settled = Run.objects.filter(pk=run_id, lease=lease).update(
-        status=status, status_reason=reason, finished=timezone.now() if status in
-        {RunStatus.COMPLETED, RunStatus.CANCELLED} else None, **extra)
+        if caused_by_full_disk(exc):
+            log.error("run %s paused: the disk is full (%s)", run_id, exc)
+            disk.reserve().release()  # room for the writes below
+            status, reason, extra = RunStatus.PAUSED, _disk_full_reason(exc), {}
+        else:
+            log.exception("run %s failed", run_id)
+            status, reason = RunStatus.FAILED, f"{type(exc).__name__}: {exc}\n\n{traceback.format_exc()[-4000:]}"
+            extra = {}
+    settled, status, reason = _settle(run_id, lease, status=status, status_reason=reason, finished=timezone.now()
+                                      if status in {RunStatus.COMPLETED, RunStatus.CANCELLED} else None, **extra)
     if settled and status in {RunStatus.COMPLETED, RunStatus.CANCELLED}:  # nothing waits for a person any more
         close_moot(run_id, f"the run was {status} before a decision on it")
         Run.objects.get(pk=run_id).versions.filter(adopted=False, outcome="").update(
             outcome=f"refused: the run was {status} before it could adopt it")
     broadcast(run, live.status_message(status, reason))
     return status
+
+
+def _disk_full_reason(exc: BaseException) -> str:
+    space = disk.state()
+    return (f"Disk full: a write failed for want of space ({exc}); the run is paused at its last checkpoint. "
+            f"{space.free_mb} MB are free where Trellis keeps its data ({space.path}); free some space, then "
+            "resume it.")
+
+
+def _settle(run_id: int, lease: str, **fields) -> tuple[int, str, str]:
+    """Record how the run ended; when that write itself finds the disk full, give back the reserve
+    and say so instead (a run left "running" on a full disk is what nobody could understand)."""
+    try:
+        return Run.objects.filter(pk=run_id, lease=lease).update(**fields), fields["status"], fields["status_reason"]
+    except Exception as exc:  # noqa: BLE001 - only a full disk is handled here
+        if not caused_by_full_disk(exc) or not disk.reserve().release():
+            raise
+        fields.update(status=RunStatus.PAUSED, status_reason=_disk_full_reason(exc), finished=None)
+        fields.pop("result", None)
+        return Run.objects.filter(pk=run_id, lease=lease).update(**fields), fields["status"], fields["status_reason"]
 
 
 @task_failure.connect(sender=execute_run)

@@ -86,6 +86,9 @@ def new_run(request: HttpRequest) -> HttpResponse:
     except controls.QueueUnavailable as exc:  # Redis down: say so; the run is kept, resumable
         form.add_error(None, str(exc))
         return _home(request, form, status=503)
+    except controls.DiskFull as exc:  # nothing was created
+        form.add_error(None, str(exc))
+        return _home(request, form, status=507)
     return redirect("run", run_id=run.pk)
 
 

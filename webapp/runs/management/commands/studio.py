@@ -133,7 +133,8 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             supervisor.check()
             health = report()
-            if not health["ok"]:  # asked here first: each 503 from the web server is logged as an error
+            disk_only = health["disk"] == "full" and health["ok"] is False and _well_but_for_disk(health)
+            if not health["ok"] and not disk_only:  # asked here first: each 503 is logged as an error
                 state = str(health)
                 time.sleep(0.3)
                 continue
@@ -142,6 +143,11 @@ class Command(BaseCommand):
                     return
             except urllib.error.HTTPError as exc:  # 503: answering, but a part is not up yet
                 state = exc.read().decode(errors="replace")[:300]
+                if disk_only:  # the studio is up; it says on every page why runs do not start
+                    from webapp.disk import state as disk_state
+
+                    self.stderr.write(self.style.WARNING(disk_state().message()))
+                    return
             except OSError:
                 pass
             time.sleep(0.3)
@@ -213,3 +219,7 @@ def training_worker(env: dict, processes: int | None = None) -> Child | None:
     return Child("training", [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "training",
                               "-c", str(processes), "--loglevel", "WARNING", "-n", "trellis-training@%h"],
                  env, settings.BASE_DIR)
+
+
+def _well_but_for_disk(health: dict) -> bool:
+    return health["database"] == "ok" and health["redis"] == "ok" and health["workers"] > 0
