@@ -1,7 +1,9 @@
-"""Scoring with the task's own evaluate.py, run as a separate process.
+"""Scoring with the task's own evaluate.py.
 
-evaluate.py is the task author's code and holds the held-out targets; it runs beside the
-task folder, never inside an agent's sandbox, and agents never see its answer key.
+evaluate.py is the task author's code and holds the held-out targets. It runs in a sandbox of its
+own (engine/evaluator_sandbox.py: the agents' sandbox and the task's limits, on a copy of the task
+folder), never in an agent's, and agents never see its answer key: the held-out folder is copied
+into its sandbox only when it scores officially.
 
 Its contract (README, 'Task folders'): ``python evaluate.py PREDICTIONS.csv [--truth TRUTH.csv]``
 prints one JSON line ``{"metric", "value", "higher_is_better", "n"}`` and exits 0, or says why
@@ -12,33 +14,36 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .evaluator_sandbox import EVALUATE, INPUT_DIR, run_evaluate_py, run_task_code, task_inputs
 from .task import Task
 
 FOLD_SCORER = Path(__file__).with_name("fold_scorer.py")
+SCORER = "trellis_fold_scorer.py"  # its name in the sandbox, beside evaluate.py
 
 
 def evaluate_predictions(task: Task, predictions: bytes, timeout_s: float = 300.0) -> dict:
     """Score a predictions file against the held-out targets."""
     with tempfile.TemporaryDirectory(prefix="trellis-eval-") as tmp:
-        path = Path(tmp) / task.resources.predictions_file
+        name = Path(task.resources.predictions_file).name
+        path = Path(tmp) / name
         path.write_bytes(predictions)
-        try:
-            proc = subprocess.run([sys.executable, str(task.evaluator), str(path)], cwd=task.folder,
-                                  capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"evaluate.py did not finish within {timeout_s:.0f} s"}
-    return read_result(task, proc.returncode, proc.stdout, proc.stderr)
+        rel = f"{INPUT_DIR}/{name}"
+        run = run_evaluate_py(task, {rel: path}, [rel], timeout_s, with_answers=True)
+    if run.problem:
+        return {"ok": False, "error": run.problem}
+    return read_result(task, run.exit_code, run.stdout, run.stderr)
 
 
 def read_result(task: Task, returncode: int, stdout: str, stderr: str) -> dict:
     """What one evaluate.py call says, by its contract."""
     if returncode != 0:
+        if stderr.rstrip().endswith("MemoryError"):  # the sandbox's address-space cap, met in Python
+            return {"ok": False, "error": f"evaluate.py reached the task's memory limit of "
+                                          f"{task.resources.limits.memory_mb} MB (limits.memory_mb in Data_config.json)"}
         return {"ok": False, "error": f"evaluate.py rejected the predictions: {stderr.strip()[-500:]}"}
     lines = [ln for ln in stdout.splitlines() if ln.strip().startswith("{")]
     try:
@@ -74,21 +79,33 @@ def evaluate_folds(task: Task, jobs: list[FoldJob], timeout_s: float = 300.0) ->
     in one process (fold_scorer.py): one import of numpy and pandas instead of one per fold."""
     if not jobs:
         return []
+    official = any(job.truth is None for job in jobs)
     with tempfile.TemporaryDirectory(prefix="trellis-folds-") as tmp:
-        jobs_path, results_path = Path(tmp) / "jobs.json", Path(tmp) / "results.json"
-        jobs_path.write_text(json.dumps([{"predictions": str(j.predictions),
-                                          "truth": None if j.truth is None else str(j.truth)} for j in jobs]))
-        try:
-            proc = subprocess.run([sys.executable, str(FOLD_SCORER), str(task.evaluator), str(jobs_path),
-                                   str(results_path)], cwd=task.folder, capture_output=True, text=True,
-                                  timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return [{"ok": False, "error": f"evaluate.py did not score the validation folds within {timeout_s:.0f} s"}]
-        try:
-            results = json.loads(results_path.read_text())
-        except (OSError, ValueError):
-            return [{"ok": False, "error": f"evaluate.py could not score the validation folds: "
-                                           f"{proc.stderr.strip()[-500:]}"}]
+        inputs = task_inputs(task, with_answers=official)
+        specs = []
+        for i, job in enumerate(jobs):
+            predictions = f"{INPUT_DIR}/{i:04d}/p/{job.predictions.name}"
+            inputs[predictions] = job.predictions
+            truth = None
+            if job.truth is not None:
+                truth = f"{INPUT_DIR}/{i:04d}/t/{job.truth.name}"
+                inputs[truth] = job.truth
+            specs.append({"predictions": predictions, "truth": truth})
+        jobs_path = Path(tmp) / "jobs.json"
+        jobs_path.write_text(json.dumps(specs))
+        inputs[f"{INPUT_DIR}/jobs.json"] = jobs_path
+        run = run_task_code(task, SCORER, FOLD_SCORER.read_text(encoding="utf-8"),
+                            [EVALUATE, f"{INPUT_DIR}/jobs.json", "results.json"], inputs, timeout_s,
+                            outputs=("results.json",))
+    if run.problem:
+        what = "score the validation folds" if not official else "score the predictions"
+        problem = run.problem.replace("did not finish within", f"did not {what} within")
+        return [{"ok": False, "error": problem}]
+    try:
+        results = json.loads(run.outputs["results.json"])
+    except (KeyError, ValueError):
+        return [{"ok": False, "error": f"evaluate.py could not score the validation folds: "
+                                       f"{run.stderr.strip()[-500:]}"}]
     return [read_result(task, r.get("exit", 1), r.get("stdout", ""), r.get("stderr", "")) for r in results]
 
 

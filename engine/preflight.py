@@ -23,14 +23,15 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from .errors import TaskSpecError
+from .evaluator_sandbox import INPUT_DIR, EvaluatorRun, run_evaluate_py
 from .task import Task
 from .validation import EXTRAPOLATION_SHARE
 from . import python_ast
@@ -124,7 +125,7 @@ class TaskFacts:
 
 def preflight(task: Task, timeout_s: float = 30.0, cache_dir: Path | None = None) -> TaskFacts:
     """Check the task's data and evaluate.py; return the facts, or raise PreflightError with
-    every problem found. Reads each data file once; evaluate.py runs in a subprocess while the
+    every problem found. Reads each data file once; evaluate.py runs in its sandbox while the
     data is checked here.
 
     Starting Python and pandas for evaluate.py is most of the time (about 0.6 s); what it printed
@@ -546,7 +547,9 @@ class _EvaluateRun:
         self.cache_dir = Path(cache_dir) if cache_dir else None
         self.key: str | None = None
         self.cached: dict | None = None
-        self.proc: subprocess.Popen | None = None
+        self.thread: threading.Thread | None = None
+        self.stop = threading.Event()
+        self.run: EvaluatorRun | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
         self.with_truth = False
         self.warning: str | None = None
@@ -584,15 +587,22 @@ class _EvaluateRun:
         self.tmp = tempfile.TemporaryDirectory(prefix="trellis-preflight-")
         folder = Path(self.tmp.name)
         _write_csv(folder / "predictions.csv", predictions)
-        argv = [sys.executable, str(self.task.evaluator), str(folder / "predictions.csv")]
+        files, args = {f"{INPUT_DIR}/predictions.csv": folder / "predictions.csv"}, [f"{INPUT_DIR}/predictions.csv"]
         if self.with_truth:
             _write_csv(folder / "truth.csv", truth)
-            argv += ["--truth", str(folder / "truth.csv")]
+            files[f"{INPUT_DIR}/truth.csv"] = folder / "truth.csv"
+            args += ["--truth", f"{INPUT_DIR}/truth.csv"]
+        # In its sandbox, on a thread: the data checks go on meanwhile, and can stop it.
+        self.started_at = time.perf_counter()
+        self.thread = threading.Thread(target=self._evaluate, args=(files, args), daemon=True,
+                                       name="trellis-preflight-evaluate")
+        self.thread.start()
+
+    def _evaluate(self, files: dict[str, Path], args: list[str]) -> None:
         try:
-            self.started_at = time.perf_counter()
-            self.proc = subprocess.Popen(argv, cwd=self.task.folder, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
-        except OSError as exc:
+            self.run = run_evaluate_py(self.task, files, args, self.timeout_s, with_answers=not self.with_truth,
+                                       stop=self.stop)
+        except Exception as exc:  # noqa: BLE001 - a sandbox that cannot start is said, not raised in a thread
             self.warning = f"evaluate.py could not be started ({exc})"
 
     def _key(self, predictions: list, truth: list) -> str:
@@ -637,25 +647,24 @@ class _EvaluateRun:
         going is stopped, and the outcome names no metric (nothing is remembered)."""
         if self.cached is not None:
             return {**self.cached, "warning": self.warning}
-        if self.proc is None:
+        if self.thread is None:
             return {"metric": None, "warning": self.warning} if self.warning else None
         try:
-            if not wait and self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.communicate()
+            if not wait and self.thread.is_alive():
+                self.stop.set()
+                self.thread.join()
                 return {"metric": None, "warning": self.warning}
-            try:
-                stdout, stderr = self.proc.communicate(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.communicate()
-                return {"metric": None, "warning": self.warning,
-                        "problem": f"evaluate.py did not finish within {self.timeout_s:.0f} s {self.how}"}
+            self.thread.join()  # its sandbox holds the wall clock (timeout_s)
         finally:
             self.seconds = time.perf_counter() - (self.started_at or time.perf_counter())
             if self.tmp is not None:
                 self.tmp.cleanup()
-        outcome = self._read(self.proc.returncode, stdout, stderr)
+        run = self.run
+        if run is None:
+            return {"metric": None, "warning": self.warning}
+        if run.problem:
+            return {"metric": None, "warning": self.warning, "problem": f"{run.problem} {self.how}"}
+        outcome = self._read(run.exit_code, run.stdout, run.stderr)
         self._store(outcome)
         return {**outcome, "warning": self.warning}
 

@@ -30,4 +30,6 @@ def test_a_symlink_into_heldout_given_as_truth_is_refused_too(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(40)], [[x + 0.5, x % 4] for x in range(0, 38, 2)],
                        evaluate=sneaky)
     scored, _ = validate_program(load_task(folder), "OFFSET = 1\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"))
-    assert not scored["ok"] and "held-out answer key" in scored["error"]
+    # the answer key is not in evaluate.py's sandbox while it scores a fold: the link leads nowhere
+    assert not scored["ok"]
+    assert "held-out answer key" in scored["error"] or "No such file" in scored["error"]

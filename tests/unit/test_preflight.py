@@ -310,7 +310,7 @@ def test_shipped_examples_pass_and_a_second_check_does_not_run_evaluate_py_again
     # A second check, even in a fresh process (nothing in memory), reads evaluate.py's answer
     # from the cache folder instead of starting it again.
     module._MEMO.clear()
-    monkeypatch.setattr(module.subprocess, "Popen", lambda *a, **k: pytest.fail("evaluate.py started again"))
+    monkeypatch.setattr(module, "run_evaluate_py", lambda *a, **k: pytest.fail("evaluate.py started again"))
     for folder in folders:
         task = load_task(folder)
         assert preflight(task, cache_dir=tmp_path / "cache").evaluate_metric == task.metric.name, folder.name
