@@ -249,3 +249,8 @@ TRELLIS_MIN_FREE_MB = int(os.environ.get("TRELLIS_MIN_FREE_MB", "500"))
 TRELLIS_DISK_RESERVE_MB = int(os.environ.get("TRELLIS_DISK_RESERVE_MB", "64"))
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).
 TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))
+# Annotation import (issue 26 item 15): a file of more bytes or rows is refused, nothing written,
+# as is an import that would take a project past TRELLIS_ANNOTATION_PROJECT_MAX_ROWS annotations.
+TRELLIS_ANNOTATION_IMPORT_MAX_BYTES = int(os.environ.get("TRELLIS_ANNOTATION_IMPORT_MAX_BYTES", str(20 * 1024 * 1024)))
+TRELLIS_ANNOTATION_IMPORT_MAX_ROWS = int(os.environ.get("TRELLIS_ANNOTATION_IMPORT_MAX_ROWS", "10000"))
+TRELLIS_ANNOTATION_PROJECT_MAX_ROWS = int(os.environ.get("TRELLIS_ANNOTATION_PROJECT_MAX_ROWS", "200000"))

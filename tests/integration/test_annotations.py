@@ -189,10 +189,11 @@ def test_export_and_import_round_trip_all_or_nothing(studio):
               labels=["hallucinated value", "good repair"], passed="pass")
     jsonl = c["vera"].get(f"/projects/{project.pk}/annotations/export?format=jsonl")
     assert jsonl.status_code == 200 and "attachment" in jsonl["Content-Disposition"]
-    rows = [json.loads(line) for line in jsonl.content.decode().splitlines()]
+    jsonl_body = b"".join(jsonl.streaming_content)  # streamed (issue 26 item 15)
+    rows = [json.loads(line) for line in jsonl_body.decode().splitlines()]
     assert [(r["target_ref"], r["labels"], r["passed"], r["item_kind"], r["agent"]) for r in rows] == [
         ("2", ["wrong data path"], False, "check", "coder"), ("6", ["hallucinated value", "good repair"], True, "check", "coder")]
-    csv_body = c["vera"].get(f"/projects/{project.pk}/annotations/export?format=csv").content.decode()
+    csv_body = b"".join(c["vera"].get(f"/projects/{project.pk}/annotations/export?format=csv").streaming_content).decode()
     csv_rows = list(csv.DictReader(io.StringIO(csv_body)))
     assert csv_rows[1]["labels"] == "hallucinated value|good repair" and csv_rows[0]["passed"] == "fail"
     assert c["otto"].get(f"/projects/{project.pk}/annotations/export").status_code == 404
@@ -200,7 +201,7 @@ def test_export_and_import_round_trip_all_or_nothing(studio):
     # back in: the JSONL (a reviewer's import keeps each row's author) and the CSV (an annotator's
     # import is all in her own name: she cannot put words in a colleague's)
     imp = f"/projects/{project.pk}/annotations/import"
-    r = c["rita"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl.content)})
+    r = c["rita"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl_body)})
     assert r.status_code == 302
     r = c["anna"].post(imp, {"file": SimpleUploadedFile("labels.csv", csv_body.encode())})
     assert r.status_code == 302
@@ -224,7 +225,7 @@ def test_export_and_import_round_trip_all_or_nothing(studio):
     assert r.status_code == 400 and "Nothing imported from bad.jsonl" in body
     assert "line 2, column target_ref" in body and "line 3, column labels" in body
     assert Annotation.objects.count() == n
-    assert c["vera"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl.content)}).status_code == 403
+    assert c["vera"].post(imp, {"file": SimpleUploadedFile("labels.jsonl", jsonl_body)}).status_code == 403
 
 
 def test_the_cli_exports_and_imports(studio, tmp_path):
@@ -275,6 +276,6 @@ def test_three_annotators_get_fleiss_kappa(studio):
     expected = fleiss_kappa([[marks[w][i] for w in marks] for i in range(3)])
     assert "Fleiss" in page and f"{expected:.3f}" in page
     # export of just this queue carries each row's queue and position
-    rows = [json.loads(x) for x in c["anna"].get(
-        f"/projects/{project.pk}/annotations/export?format=jsonl&queue={queue.pk}").content.decode().splitlines()]
+    rows = [json.loads(x) for x in b"".join(c["anna"].get(
+        f"/projects/{project.pk}/annotations/export?format=jsonl&queue={queue.pk}").streaming_content).decode().splitlines()]
     assert len(rows) == 9 and {(r["queue"], r["position"]) for r in rows} == {("All checks", p) for p in (1, 2, 3)}

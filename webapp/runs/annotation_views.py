@@ -6,9 +6,13 @@ Access as everywhere (webapp/runs/access.py): viewers read, annotators annotate,
 manage label sets and queues and read the audit log; outsiders get 404."""
 from __future__ import annotations
 
+from typing import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
 from django.contrib import messages
+from django.core.handlers.asgi import ASGIRequest
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
@@ -17,6 +21,8 @@ from . import access
 from . import annotations as ann
 from .bridge import broadcast
 from .models_team import Annotation, AnnotationQueue, AuditEntry, LabelSet, QueueItem, ScoreKind
+
+SHOWN_PROBLEMS = 200  # of a refused import's bad rows, listed on the page (all are counted)
 
 
 def _queue_for(user, queue_id: int, min_role) -> tuple[AnnotationQueue, object]:
@@ -128,7 +134,8 @@ def queues(request: HttpRequest, project_id: int) -> HttpResponse:
     runs = project.tasks.prefetch_related("runs")
     return render(request, "runs/queues.html", {
         "project": project, "queues": rows, "label_sets": project.label_sets.all(), "can": access.abilities(role),
-        "tasks": runs, "error": error, "posted": request.POST if post else None}, status=status)
+        "tasks": runs, "error": error, "posted": request.POST if post else None,
+        "import_limits": ann.import_limits()}, status=status)
 
 
 def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
@@ -197,8 +204,22 @@ def queue_save(request: HttpRequest, queue_id: int, position: int) -> JsonRespon
                          else reverse("annotation_queue", args=[queue.pk])}, status=201)
 
 
+async def _async_pieces(pieces: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """``pieces`` for an ASGI server, one piece at a time: each is made in the request's own
+    thread (thread-sensitive, where its database connection is), so the export streams there too.
+    (Given a plain iterator, Django's ASGI handler would first make all of it into a list.)"""
+    step = sync_to_async(next, thread_sensitive=True)
+    try:
+        while (piece := await step(pieces, None)) is not None:
+            yield piece
+    finally:
+        await sync_to_async(pieces.close, thread_sensitive=True)()
+
+
 def export(request: HttpRequest, project_id: int) -> HttpResponse:
-    """The project's annotations (or one queue's) as a dataset: ``?format=jsonl`` or ``csv``."""
+    """The project's annotations (or one queue's) as a dataset: ``?format=jsonl`` or ``csv``,
+    streamed as it is read from the database (ann.export_stream: a chunk of annotations and their
+    items at a time), so neither the time to the first byte nor the memory grows with the project."""
     project, _ = access.project_for(request.user, project_id, access.VIEW)
     fmt = request.GET.get("format", "jsonl")
     if fmt not in ("jsonl", "csv"):
@@ -211,16 +232,20 @@ def export(request: HttpRequest, project_id: int) -> HttpResponse:
         if queue is None:
             raise Http404("no such queue in this project")
         rows, name = rows.filter(queue_item__queue=queue), f"{name}-queue-{queue.pk}"
-    data = ann.export_rows(rows)
-    body, ctype = (ann.to_csv(data), "text/csv") if fmt == "csv" else (ann.to_jsonl(data), "application/x-ndjson")
-    response = HttpResponse(body, content_type=f"{ctype}; charset=utf-8")
+    pieces = ann.export_stream(rows, fmt)
+    ctype = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    response = StreamingHttpResponse(_async_pieces(pieces) if isinstance(request, ASGIRequest) else pieces,
+                                     content_type=f"{ctype}; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{name}.{fmt}"'
+    response["X-Accel-Buffering"] = "no"  # a proxy in front passes it on as it comes
     return response
 
 
 @require_POST
 def import_labels(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Labels from a JSONL or CSV file, matched by run + target; all rows or none."""
+    """Labels from a JSONL or CSV file, matched by run + target; all rows or none. The file is read
+    line by line as it is checked (never whole into memory); one over the byte cap is refused
+    before any of it is read, and one over the row caps as soon as the row that crosses is read."""
     project, role = access.project_for(request.user, project_id, access.ANNOTATE)
     upload = request.FILES.get("file")
     if upload is None:
@@ -228,19 +253,18 @@ def import_labels(request: HttpRequest, project_id: int) -> HttpResponse:
         return redirect("annotation_queues", project_id=project.pk)
     ls_id = request.POST.get("label_set", "")
     default = LabelSet.objects.filter(project=project, pk=ls_id).first() if ls_id.isdigit() else None
+    limits = ann.import_limits()
     try:
-        text = upload.read().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        failure = ann.ImportFailed(upload.name, ["the file is not UTF-8 text"])
-    else:
-        try:
-            made = ann.import_rows(project, request.user, upload.name, text, default, keep_authors=role >= access.REVIEW)
-        except ann.ImportFailed as exc:
-            failure = exc
-        else:
-            messages.success(request, f"imported {len(made)} annotation(s) from {upload.name}")
-            return redirect("annotation_queues", project_id=project.pk)
-    return render(request, "runs/annotation_import.html", {"project": project, "failure": failure}, status=400)
+        if upload.size is None or upload.size > limits["max_bytes"]:
+            raise ann.too_big(upload.name, upload.size or 0, limits["max_bytes"])
+        made = ann.import_rows(project, request.user, upload.name, upload.file, default,
+                               keep_authors=role >= access.REVIEW, limits=limits)
+    except ann.ImportFailed as exc:
+        return render(request, "runs/annotation_import.html", {"project": project, "failure": exc, "limits": limits,
+                                                               "shown": exc.problems[:SHOWN_PROBLEMS]},
+                      status=exc.http_status)
+    messages.success(request, f"imported {len(made)} annotation(s) from {upload.name}")
+    return redirect("annotation_queues", project_id=project.pk)
 
 
 def audit_log(request: HttpRequest, project_id: int) -> HttpResponse:

@@ -12,8 +12,10 @@ import io
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from itertools import islice
+from typing import Any, BinaryIO, Iterable, Iterator
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
@@ -75,15 +77,22 @@ def save_label_set(project: Project, user, name: str, labels: list[str], score_k
 
 # --- targets --------------------------------------------------------------------------------
 
+def _ref_number(ref: str) -> int | None:
+    """The number an event, mutation or version ref names; None when it names none (a number of
+    more than 18 digits names nothing the database holds)."""
+    return int(ref) if ref.isascii() and ref.isdigit() and len(ref) <= 18 else None
+
+
 def target_exists(run: Run, kind: str, ref: str) -> bool:
     """Whether ``ref`` names something of that kind in this run. Artifacts and evidence records
     live in the run's folder, so only their key's shape is checked."""
+    number = _ref_number(ref)
     if kind == "event":
-        return ref.isdigit() and Event.objects.filter(run=run, seq=int(ref)).exists()
+        return number is not None and Event.objects.filter(run=run, seq=number).exists()
     if kind == "mutation":
-        return ref.isdigit() and Mutation.objects.filter(run=run, pk=int(ref)).exists()
+        return number is not None and Mutation.objects.filter(run=run, pk=number).exists()
     if kind == "version":
-        return ref.isdigit() and WorkflowVersion.objects.filter(run=run, number=int(ref)).exists()
+        return number is not None and WorkflowVersion.objects.filter(run=run, number=number).exists()
     if kind == "artifact":
         return re.fullmatch(r"[0-9a-f]{64}", ref) is not None
     if kind == "evidence":
@@ -91,26 +100,104 @@ def target_exists(run: Run, kind: str, ref: str) -> bool:
     return False
 
 
+def _describe_event(e: Event) -> dict[str, Any]:
+    from .templatetags.studio import event_summary
+    return {"title": f"event #{e.seq} · {e.kind}", "kind": e.kind, "agent": e.agent,
+            "iteration": e.iteration, "summary": event_summary(e), "payload": e.payload}
+
+
+def _describe_mutation(m: Mutation) -> dict[str, Any]:
+    return {"title": f"mutation {m.pk} · iteration {m.iteration} · {m.kind} on {m.target}",
+            "kind": m.kind, "agent": m.target, "iteration": m.iteration, "summary": m.rationale,
+            "payload": {"status": m.status, "rule_accepts": m.rule_accepts, "evidence": m.evidence}}
+
+
+def _describe_version(v: WorkflowVersion) -> dict[str, Any]:
+    return {"title": f"version {v.number} by {v.author}", "kind": "version", "agent": v.author,
+            "iteration": v.iteration, "summary": v.note, "payload": {"hash": v.hash}}
+
+
+def _describe_other(kind: str, ref: str) -> dict[str, Any]:
+    return {"title": f"{kind} {ref}", "kind": kind, "agent": "", "iteration": None, "summary": "", "payload": {}}
+
+
 def describe_target(run: Run, kind: str, ref: str) -> dict[str, Any]:
     """What an annotator (and an exported row) sees of the item: a title and a few facts."""
-    if kind == "event":
-        e = Event.objects.filter(run=run, seq=int(ref)).first() if ref.isdigit() else None
+    number = _ref_number(ref)
+    if kind == "event" and number is not None:
+        e = Event.objects.filter(run=run, seq=number).first()
         if e:
-            from .templatetags.studio import event_summary
-            return {"title": f"event #{e.seq} · {e.kind}", "kind": e.kind, "agent": e.agent,
-                    "iteration": e.iteration, "summary": event_summary(e), "payload": e.payload}
-    elif kind == "mutation":
-        m = Mutation.objects.filter(run=run, pk=int(ref)).first() if ref.isdigit() else None
+            return _describe_event(e)
+    elif kind == "mutation" and number is not None:
+        m = Mutation.objects.filter(run=run, pk=number).first()
         if m:
-            return {"title": f"mutation {m.pk} · iteration {m.iteration} · {m.kind} on {m.target}",
-                    "kind": m.kind, "agent": m.target, "iteration": m.iteration, "summary": m.rationale,
-                    "payload": {"status": m.status, "rule_accepts": m.rule_accepts, "evidence": m.evidence}}
-    elif kind == "version":
-        v = WorkflowVersion.objects.filter(run=run, number=int(ref)).first() if ref.isdigit() else None
+            return _describe_mutation(m)
+    elif kind == "version" and number is not None:
+        v = WorkflowVersion.objects.filter(run=run, number=number).first()
         if v:
-            return {"title": f"version {v.number} by {v.author}", "kind": "version", "agent": v.author,
-                    "iteration": v.iteration, "summary": v.note, "payload": {"hash": v.hash}}
-    return {"title": f"{kind} {ref}", "kind": kind, "agent": "", "iteration": None, "summary": "", "payload": {}}
+            return _describe_version(v)
+    return _describe_other(kind, ref)
+
+
+# Looking many targets up at once: one query per run and kind (and per IN_BATCH of them), not one
+# per target. Only the columns a description reads (a mutation's candidate workflow is large).
+IN_BATCH = 900  # SQLite's oldest limit on a statement's parameters is 999
+_LOOKUP = {
+    "event": (Event, "seq", ("run_id", "seq", "kind", "agent", "iteration", "payload"), _describe_event),
+    "mutation": (Mutation, "pk", ("run_id", "iteration", "kind", "target", "rationale", "status", "rule_accepts",
+                                  "evidence"), _describe_mutation),
+    "version": (WorkflowVersion, "number", ("run_id", "number", "author", "iteration", "note", "hash"), _describe_version),
+}
+
+
+def _found(kind: str, run_id: int, numbers: set[int]) -> Iterable:
+    model, field, columns, _ = _LOOKUP[kind]
+    ordered = sorted(numbers)
+    for i in range(0, len(ordered), IN_BATCH):
+        yield from model.objects.filter(run_id=run_id, **{f"{field}__in": ordered[i:i + IN_BATCH]}).only(*columns).order_by()
+
+
+def _wanted(keys: Iterable[tuple[int, str, str]]) -> dict[tuple[str, int], set[int]]:
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for run_id, kind, ref in keys:
+        number = _ref_number(ref)
+        if kind in _LOOKUP and number is not None:
+            wanted.setdefault((kind, run_id), set()).add(number)
+    return wanted
+
+
+def existing_targets(keys: Iterable[tuple[int, str, str]]) -> set[tuple[int, str, str]]:
+    """Those of (run id, kind, ref) that ``target_exists`` would say exist, looked up together."""
+    keys = set(keys)
+    found: set[tuple[int, str, int]] = set()
+    for (kind, run_id), numbers in _wanted(keys).items():
+        field = _LOOKUP[kind][1]
+        found.update((run_id, kind, getattr(row, field)) for row in _found(kind, run_id, numbers))
+    out = set()
+    for run_id, kind, ref in keys:
+        if kind in _LOOKUP:
+            number = _ref_number(ref)
+            if number is not None and (run_id, kind, number) in found:
+                out.add((run_id, kind, ref))
+        elif (kind == "artifact" and re.fullmatch(r"[0-9a-f]{64}", ref)) or (kind == "evidence" and ref.isdigit()):
+            out.add((run_id, kind, ref))
+    return out
+
+
+def describe_targets(keys: Iterable[tuple[int, str, str]]) -> dict[tuple[int, str, str], dict[str, Any]]:
+    """``describe_target`` of each (run id, kind, ref), looked up together."""
+    keys = set(keys)
+    by_number: dict[tuple[int, str, int], dict[str, Any]] = {}
+    for (kind, run_id), numbers in _wanted(keys).items():
+        _, field, _, describe = _LOOKUP[kind]
+        for row in _found(kind, run_id, numbers):
+            by_number[(run_id, kind, getattr(row, field))] = describe(row)
+    out = {}
+    for run_id, kind, ref in keys:
+        number = _ref_number(ref)
+        found = by_number.get((run_id, kind, number)) if number is not None else None
+        out[(run_id, kind, ref)] = found or _describe_other(kind, ref)
+    return out
 
 
 # --- annotations ----------------------------------------------------------------------------
@@ -359,120 +446,254 @@ COLUMNS = ["annotation", "run", "target_kind", "target_ref", "item_kind", "agent
            "queue", "position", "label_set", "labels", "score", "passed", "comment", "reply_to", "skipped",
            "author", "created", "source"]
 LABEL_SEP = "|"
+EXPORT_CHUNK = 900         # annotations read (and their items looked up) at a time: one IN_BATCH
+STREAM_PIECE = 64 * 1024   # characters of JSONL/CSV handed to the web server at a time
+
+
+def iter_export_rows(annotations: QuerySet[Annotation], chunk_size: int = EXPORT_CHUNK) -> Iterator[dict[str, Any]]:
+    """One row per annotation with what it was about (the item's kind, agent, iteration, summary),
+    read ``chunk_size`` annotations at a time: a few queries per chunk (the annotations with their
+    author, label set and queue; the items of each run), never one per row, and never the whole
+    project in memory."""
+    rows = annotations.select_related("author", "label_set", "queue_item__queue").order_by("run_id", "pk")
+    source = rows.iterator(chunk_size=chunk_size)
+    while batch := list(islice(source, chunk_size)):
+        described = describe_targets((a.run_id, a.target_kind, a.target_ref) for a in batch)
+        for a in batch:
+            d = described[(a.run_id, a.target_kind, a.target_ref)]
+            yield {"annotation": a.pk, "run": a.run_id, "target_kind": a.target_kind, "target_ref": a.target_ref,
+                   "item_kind": d["kind"], "agent": d["agent"], "iteration": d["iteration"],
+                   "summary": (d["summary"] or "")[:500],
+                   "queue": a.queue_item.queue.name if a.queue_item else "",
+                   "position": a.queue_item.position if a.queue_item else None,
+                   "label_set": a.label_set.name if a.label_set else "", "labels": list(a.labels),
+                   "score": a.score, "passed": a.passed, "comment": a.comment, "reply_to": a.parent_id,
+                   "skipped": a.skipped, "author": a.author.get_username() if a.author else "",
+                   "created": a.created.isoformat(), "source": a.source}
 
 
 def export_rows(annotations: QuerySet[Annotation]) -> list[dict[str, Any]]:
-    """One row per annotation with what it was about (the item's kind, agent, iteration, summary)."""
-    rows, described = [], {}
-    for a in annotations.select_related("author", "label_set", "queue_item__queue", "run").order_by("run_id", "pk"):
-        key = (a.run_id, a.target_kind, a.target_ref)
-        if key not in described:
-            described[key] = describe_target(a.run, a.target_kind, a.target_ref)
-        d = described[key]
-        rows.append({"annotation": a.pk, "run": a.run_id, "target_kind": a.target_kind, "target_ref": a.target_ref,
-                     "item_kind": d["kind"], "agent": d["agent"], "iteration": d["iteration"],
-                     "summary": (d["summary"] or "")[:500],
-                     "queue": a.queue_item.queue.name if a.queue_item else "",
-                     "position": a.queue_item.position if a.queue_item else None,
-                     "label_set": a.label_set.name if a.label_set else "", "labels": list(a.labels),
-                     "score": a.score, "passed": a.passed, "comment": a.comment, "reply_to": a.parent_id,
-                     "skipped": a.skipped, "author": a.author.get_username() if a.author else "",
-                     "created": a.created.isoformat(), "source": a.source})
-    return rows
+    """``iter_export_rows`` as a list (for a few rows; a project's export is streamed)."""
+    return list(iter_export_rows(annotations))
 
 
-def to_jsonl(rows: list[dict]) -> str:
-    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+def _csv_row(r: dict) -> dict:
+    return {**r, "labels": LABEL_SEP.join(r["labels"]),
+            "passed": "" if r["passed"] is None else ("pass" if r["passed"] else "fail"),
+            "score": "" if r["score"] is None else r["score"],
+            "position": "" if r["position"] is None else r["position"],
+            "reply_to": r["reply_to"] or "", "iteration": "" if r["iteration"] is None else r["iteration"]}
 
 
-def to_csv(rows: list[dict]) -> str:
+def jsonl_pieces(rows: Iterable[dict]) -> Iterator[str]:
+    """JSON lines, in pieces of about STREAM_PIECE characters."""
+    piece: list[str] = []
+    size = 0
+    for r in rows:
+        line = json.dumps(r, ensure_ascii=False) + "\n"
+        piece.append(line)
+        size += len(line)
+        if size >= STREAM_PIECE:
+            yield "".join(piece)
+            piece, size = [], 0
+    if piece:
+        yield "".join(piece)
+
+
+def csv_pieces(rows: Iterable[dict]) -> Iterator[str]:
+    """A header, then CSV rows, in pieces of about STREAM_PIECE characters."""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=COLUMNS)
     writer.writeheader()
     for r in rows:
-        writer.writerow({**r, "labels": LABEL_SEP.join(r["labels"]),
-                         "passed": "" if r["passed"] is None else ("pass" if r["passed"] else "fail"),
-                         "score": "" if r["score"] is None else r["score"],
-                         "position": "" if r["position"] is None else r["position"],
-                         "reply_to": r["reply_to"] or "", "iteration": "" if r["iteration"] is None else r["iteration"]})
-    return out.getvalue()
+        writer.writerow(_csv_row(r))
+        if out.tell() >= STREAM_PIECE:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()
+
+
+def to_jsonl(rows: Iterable[dict]) -> str:
+    return "".join(jsonl_pieces(rows))
+
+
+def to_csv(rows: Iterable[dict]) -> str:
+    return "".join(csv_pieces(rows))
+
+
+def export_stream(annotations: QuerySet[Annotation], fmt: str) -> Iterator[bytes]:
+    """The export as UTF-8 bytes, piece by piece, for a streamed response: ``jsonl`` or ``csv``."""
+    pieces = csv_pieces if fmt == "csv" else jsonl_pieces
+    for piece in pieces(iter_export_rows(annotations)):
+        yield piece.encode("utf-8")
+
+
+def import_limits() -> dict[str, int]:
+    """The caps on an import (webapp/settings.py): bytes and rows of one file, annotations of a project."""
+    return {"max_bytes": settings.TRELLIS_ANNOTATION_IMPORT_MAX_BYTES,
+            "max_rows": settings.TRELLIS_ANNOTATION_IMPORT_MAX_ROWS,
+            "project_max_rows": settings.TRELLIS_ANNOTATION_PROJECT_MAX_ROWS}
 
 
 class ImportFailed(ValueError):
-    """Rows that cannot be imported, each named by line and column; nothing was written."""
+    """Rows that cannot be imported, each named by line and column, or a file over a limit (then
+    ``over_limit``); nothing was written. ``http_status`` for the views."""
 
-    def __init__(self, filename: str, problems: list[str]):
-        self.filename, self.problems = filename, problems
-        super().__init__(f"{filename}: {len(problems)} bad row(s), nothing imported:\n" + "\n".join(problems[:50]))
+    def __init__(self, filename: str, problems: list[str], http_status: int = 400, over_limit: bool = False):
+        self.filename, self.problems, self.http_status, self.over_limit = filename, problems, http_status, over_limit
+        super().__init__(f"{filename}: {len(problems)} bad row(s), nothing imported:\n" + "\n".join(problems[:50])
+                         if not over_limit else f"{filename}: nothing imported: " + "; ".join(problems))
 
 
-def read_rows(filename: str, text: str) -> list[tuple[int, dict]]:
-    """(line number, row) from JSONL or CSV, chosen by the file name (``.csv`` or else JSONL)."""
+def too_big(filename: str, size: int, max_bytes: int) -> ImportFailed:
+    return ImportFailed(filename, [f"{filename} is {size:,} bytes; an import takes at most {max_bytes:,} bytes "
+                                   "(TRELLIS_ANNOTATION_IMPORT_MAX_BYTES): split it into smaller files"],
+                        413, over_limit=True)
+
+
+def _text_lines(filename: str, source: str | BinaryIO, max_bytes: int | None) -> Iterator[str]:
+    """Lines of text, each with its line ending (LF, CRLF or CR), from a str or from a
+    binary file (an upload's), which is read a few KiB at a time and decoded as UTF-8 (a BOM
+    dropped) as it goes: never read whole."""
+    if isinstance(source, str):
+        text = io.StringIO(source, newline="")
+    else:
+        if source.seekable():
+            source.seek(0)
+        text = io.TextIOWrapper(source, encoding="utf-8-sig", newline="")
+    n, seen = 0, 0
+    try:
+        while True:
+            try:
+                line = text.readline()
+            except UnicodeDecodeError:
+                raise ImportFailed(filename, [f"line {n + 1}: not UTF-8 text"]) from None
+            if not line:
+                return
+            n += 1
+            seen += len(line)  # characters: never more than the bytes they came from
+            if max_bytes is not None and seen > max_bytes:
+                raise too_big(filename, seen, max_bytes)
+            yield line
+    finally:
+        if isinstance(text, io.TextIOWrapper):
+            text.detach()  # the upload is Django's to close
+
+
+def read_rows(filename: str, source: str | BinaryIO, max_bytes: int | None = None) -> Iterator[tuple[int, dict | str]]:
+    """(line number, row) from JSONL or CSV, chosen by the file name (``.csv`` or else JSONL), as
+    the file is read; a line that is no row gives (line number, what is wrong with it)."""
+    lines = _text_lines(filename, source, max_bytes)
     if filename.lower().endswith(".csv"):
-        reader = csv.DictReader(io.StringIO(text))
-        missing = [c for c in ("run", "target_kind", "target_ref") if c not in (reader.fieldnames or [])]
+        reader = csv.DictReader(lines)
+        try:
+            fieldnames = reader.fieldnames or []
+        except csv.Error as exc:
+            raise ImportFailed(filename, [f"line 1: not CSV ({exc})"]) from None
+        missing = [c for c in ("run", "target_kind", "target_ref") if c not in fieldnames]
         if missing:
             raise ImportFailed(filename, [f"line 1: missing column(s) {', '.join(missing)}"])
-        rows = []
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:
+                yield reader.line_num, f"not CSV ({exc})"
+                return  # the reader cannot go on past a broken field
             labels = (row.get("labels") or "").strip()
-            rows.append((reader.line_num, {**row, "labels": [x for x in labels.split(LABEL_SEP) if x.strip()]}))
-        return rows
-    rows, problems = [], []
-    for n, line in enumerate(text.splitlines(), start=1):
+            yield reader.line_num, {**row, "labels": [x for x in labels.split(LABEL_SEP) if x.strip()]}
+    for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            problems.append(f"line {n}: not JSON ({exc.msg})")
+            yield n, f"not JSON ({exc.msg})"
             continue
-        if not isinstance(row, dict):
-            problems.append(f"line {n}: not a JSON object")
-            continue
-        rows.append((n, row))
-    if problems:
-        raise ImportFailed(filename, problems)
-    return rows
+        yield n, row if isinstance(row, dict) else "not a JSON object"
 
 
-def import_rows(project: Project, user, filename: str, text: str, default_label_set: LabelSet | None = None,
-                keep_authors: bool = False) -> list[Annotation]:
+IMPORTED = ("label_set", "labels", "score", "passed", "comment", "author")  # besides run and target
+
+
+def project_annotations(project: Project) -> int:
+    return Annotation.objects.filter(run__task__project=project).count()
+
+
+def _project_full(filename: str, project: Project, held: int, cap: int, why: str) -> ImportFailed:
+    return ImportFailed(filename, [f"{why}: {project.name} holds {held:,} annotation(s) and may hold at most {cap:,} "
+                                   "(TRELLIS_ANNOTATION_PROJECT_MAX_ROWS)"], 409, over_limit=True)
+
+
+def import_rows(project: Project, user, filename: str, source: str | BinaryIO,
+                default_label_set: LabelSet | None = None, keep_authors: bool = False,
+                limits: dict[str, int] | None = None) -> list[Annotation]:
     """Labels from another tool (or an export), matched to the project's runs by run + target.
-    Every row is checked first; any bad row is reported and nothing is written. A row's
-    ``author`` is kept (when such a user exists) only with ``keep_authors`` (reviewers and the
-    CLI): otherwise an annotator could put words in a colleague's name; the importer is the
-    author of the rest."""
-    rows = read_rows(filename, text)
-    users = get_user_model().objects
+    ``source`` is the file's text or the file (binary: an upload's ``.file``), read as a stream. Every row is checked first; any bad row is reported and nothing is written. Refused,
+    writing nothing, as soon as the file is over ``limits`` (``import_limits()``): its bytes, its
+    rows (the row that crossed it is named) or the project's annotations. A row's ``author`` is
+    kept (when such a user exists) only with ``keep_authors`` (reviewers and the CLI): otherwise an
+    annotator could put words in a colleague's name; the importer is the author of the rest."""
+    limits = limits or import_limits()
+    max_rows, cap = limits["max_rows"], limits["project_max_rows"]
+    held = project_annotations(project)
+    if held >= cap:
+        raise _project_full(filename, project, held, cap, "nothing more can be imported")
     label_sets = {ls.name: ls for ls in project.label_sets.all()}
     runs = {r.pk: r for r in Run.objects.filter(task__project=project).select_related("task")}
-    problems: list[str] = []
-    planned: list[dict] = []
-    for line, row in rows:
-        def bad(column: str, why: str) -> None:
-            problems.append(f"line {line}, column {column}: {why}")
-
+    problems: list[tuple[int, str]] = []   # (line, what is wrong): each bad row once, reported in line order
+    checked: list[tuple[int, Run, str, str, dict]] = []    # rows whose run and target kind are right
+    count = 0
+    for line, row in read_rows(filename, source, limits["max_bytes"]):
+        count += 1
+        if count > max_rows:
+            raise ImportFailed(filename, [f"line {line}: row {count:,} is over the limit of {max_rows:,} rows per import "
+                                          "(TRELLIS_ANNOTATION_IMPORT_MAX_ROWS): split the file"], 413, over_limit=True)
+        if held + count > cap:
+            raise _project_full(filename, project, held, cap,
+                                f"line {line}: row {count:,} would be the project's annotation {held + count:,}")
+        if isinstance(row, str):
+            problems.append((line, f"line {line}: {row}"))
+            continue
         run_id = str(row.get("run", "")).strip()
-        run = runs.get(int(run_id)) if run_id.isdigit() else None
+        run = runs.get(int(run_id)) if run_id.isascii() and run_id.isdigit() and len(run_id) <= 18 else None
         if run is None:
-            bad("run", f"{project.name} has no run {run_id!r}")
+            problems.append((line, f"line {line}, column run: {project.name} has no run {run_id[:40]!r}"))
             continue
         kind, ref = str(row.get("target_kind", "")).strip(), str(row.get("target_ref", "")).strip()
         if kind not in KINDS:
-            bad("target_kind", f"{kind!r} is not one of {', '.join(KINDS)}")
+            problems.append((line, f"line {line}, column target_kind: {kind[:40]!r} is not one of {', '.join(KINDS)}"))
             continue
-        if not target_exists(run, kind, ref):
-            bad("target_ref", f"run {run.pk} has no {kind} {ref!r}")
+        # only what the second pass reads (an export's row carries twenty columns, its summary among them)
+        checked.append((line, run, kind, ref, {k: row.get(k) for k in IMPORTED if row.get(k) is not None}))
+    if not checked and not problems:
+        raise ImportFailed(filename, ["no rows"])
+
+    # The targets of every row, looked up together; then each row's labels, score and comment.
+    exist = existing_targets((run.pk, kind, ref) for _, run, kind, ref, _ in checked)
+    users = get_user_model().objects
+    authors: dict[str, Any] = {}
+    planned: list[dict] = []
+    for line, run, kind, ref, row in checked:
+        def bad(column: str, why: str) -> None:
+            problems.append((line, f"line {line}, column {column}: {why}"))
+
+        if (run.pk, kind, ref) not in exist:
+            bad("target_ref", f"run {run.pk} has no {kind} {ref[:40]!r}")
             continue
         ls_name = str(row.get("label_set") or "").strip()
         label_set = label_sets.get(ls_name) if ls_name else default_label_set
         if ls_name and label_set is None:
-            bad("label_set", f"{project.name} has no label set {ls_name!r}")
+            bad("label_set", f"{project.name} has no label set {ls_name[:80]!r}")
             continue
         labels = row.get("labels") or []
         if isinstance(labels, str):
             labels = [x for x in labels.split(LABEL_SEP) if x.strip()]
+        if not isinstance(labels, list):
+            bad("labels", "labels are a list (or separated by |)")
+            continue
         try:
             labels, score, passed = checked_values(label_set, labels, row.get("score"), row.get("passed"))
         except AnnotationRefused as exc:
@@ -483,17 +704,23 @@ def import_rows(project: Project, user, filename: str, text: str, default_label_
         if not (labels or score is not None or passed is not None or comment):
             bad("labels", "no label, score, pass/fail or comment")
             continue
-        author_name = str(row.get("author") or "").strip()
-        author = users.filter(username=author_name).first() if author_name and keep_authors else None
+        author_name = str(row.get("author") or "").strip() if keep_authors else ""
+        if author_name and author_name not in authors:
+            authors[author_name] = users.filter(username=author_name).first()
         planned.append(dict(run=run, target_kind=kind, target_ref=ref, label_set=label_set, labels=labels,
-                            score=score, passed=passed, comment=comment[:MAX_COMMENT], author=author or user))
+                            score=score, passed=passed, comment=comment[:MAX_COMMENT],
+                            author=authors.get(author_name) or user))
     if problems:
-        raise ImportFailed(filename, problems)
-    if not planned:
-        raise ImportFailed(filename, ["no rows"])
-    source = f"import:{filename}"[:120]
+        raise ImportFailed(filename, [why for _, why in sorted(problems, key=lambda p: p[0])])
+    source_name = f"import:{filename}"[:120]
     with transaction.atomic():
-        made = [Annotation.objects.create(**p, source=source) for p in planned]
+        # Held again where the write is (one import at a time per project on PostgreSQL; SQLite's
+        # IMMEDIATE transactions hold every writer): two imports at once cannot pass the cap together.
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        held = project_annotations(project)
+        if held + len(planned) > cap:
+            raise _project_full(filename, project, held, cap, f"its {len(planned):,} row(s) would make {held + len(planned):,}")
+        made = Annotation.objects.bulk_create([Annotation(**p, source=source_name) for p in planned], batch_size=500)
         audit(project, user, "import", file=filename, rows=len(made),
               runs=", ".join(str(r) for r in sorted({p["run"].pk for p in planned})))
     return made
