@@ -108,7 +108,8 @@ def test_input_files_are_copied_and_readable(executor, tmp_path):
     assert result.status == "ok", result.stderr
     assert "total 42" in result.stdout
     assert set(result.files) == {"summary.txt"}  # the copied input is not "produced"
-    assert (result.workdir / "data" / "train.csv").read_text() == source.read_text()
+    # the copy is gone once the program ends (only its outputs are kept); the original is untouched
+    assert not (result.workdir / "data").exists() and source.read_text() == "x\n1\n2\n39\n"
 
 
 @pytest.mark.parametrize("relpath", ["../evil.txt", "/etc/evil.txt", "data/../../evil.txt",
