@@ -181,9 +181,9 @@ class Studio:
 
     def stop(self) -> None:
         self.unsupervise()
-        for child in (*self.webs, self.worker, self.training):
-            if child:
-                child.stop(15)
+        from webapp.supervisor import stop_children
+
+        stop_children([c for c in (*self.webs, self.worker, self.training) if c], 15, say=lambda text: None)
         if self.listener:
             self.listener.close()
         if self.redis:

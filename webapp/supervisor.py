@@ -87,6 +87,48 @@ class Child:
             pass
 
 
+def stop_children(children: list[Child], timeout_s: float = 10.0, say: Callable[[str], None] = print,
+                  grace: dict[str, float] | None = None, why: dict[str, str] | None = None) -> None:
+    """Stop every child together (SIGTERM to all at once, then SIGKILL to the groups of those
+    still up at their deadline), saying what is waited on. One at a time, each child's wait added
+    to the next: stopping a studio with a run in flight took 18-19 s, silently.
+    ``grace``: a shorter wait for some (the worker, when a run it executes cannot finish anyway);
+    ``why``: what a name is busy with, said while it is waited on."""
+    grace, why = grace or {}, why or {}
+    started = time.monotonic()
+    going = [c for c in children if c.alive()]
+    for child in going:
+        try:
+            child.proc.terminate()
+        except ProcessLookupError:
+            pass
+    deadline = {c.name: started + min(timeout_s, grace.get(c.name, timeout_s)) for c in going}
+    said = 0.0
+    while True:
+        now = time.monotonic()
+        pending = [c for c in going if c.proc.poll() is None]
+        for child in pending:
+            if now >= deadline[child.name]:
+                say(f"{child.name} did not stop in {deadline[child.name] - started:.0f} s: killed")
+                child.kill_group(signal.SIGKILL)
+        pending = [c for c in pending if now < deadline[c.name]]
+        if not pending:
+            break
+        if now - said >= 2.0:
+            say("stopping: waiting for " + ", ".join(
+                f"{c.name} ({why[c.name]})" if c.name in why else c.name for c in pending)
+                + f", at most {max(deadline[c.name] for c in pending) - now:.0f} s more")
+            said = now
+        time.sleep(0.1)
+    for child in children:  # whatever each group left (pool processes, programs), and reap
+        child.kill_group(signal.SIGKILL)
+        if child.proc is not None:
+            try:
+                child.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                say(f"{child.name} (pid {child.proc.pid}) did not exit after SIGKILL")
+
+
 class Supervisor:
     def __init__(self, children: list[Child], redis: EmbeddedRedis | None = None,
                  on_restart: Callable[[str], None] = lambda name: None, say: Callable[[str], None] = print):

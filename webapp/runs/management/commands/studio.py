@@ -20,8 +20,8 @@ from django.core.management.base import BaseCommand, CommandError
 from engine.search import registry
 from webapp import embedded_redis
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Membership, Project, Role, Run
-from webapp.supervisor import Child, GaveUp, Supervisor
+from webapp.runs.models import GatePolicy, Membership, Project, Role, Run, RunStatus
+from webapp.supervisor import Child, GaveUp, Supervisor, stop_children
 
 
 class Command(BaseCommand):
@@ -92,12 +92,25 @@ class Command(BaseCommand):
             self.stdout.write("Ctrl-C stops everything.\n")
             self._supervise(supervisor)
         finally:
-            for child in children:
-                child.stop(10)
+            stop_children(children, 10, say=self.stdout.write, **self._stopping_note())
             if listener:
                 listener.close()
             if redis:
                 redis.stop()
+
+    def _stopping_note(self) -> dict:
+        """A run the worker is executing cannot finish in a warm shutdown's wait: it resumes from its
+        last checkpoint at the next start, so the worker is given 3 s, not 10, and that is said."""
+        try:
+            running = list(Run.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True)[:10])
+        except Exception:  # noqa: BLE001 - a database that is gone says nothing here
+            return {}
+        if not running:
+            return {}
+        runs = ", ".join(map(str, running))
+        self.stdout.write(f"run(s) {runs} in flight: stopped now, each resumes from its last checkpoint "
+                          "when the studio starts again")
+        return {"grace": {"worker": 3.0}, "why": {"worker": f"executing run(s) {runs}"}}
 
     def _after_restart(self, part: str) -> None:
         resumed = controls.after_restart(part)
