@@ -114,10 +114,11 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
     choice = None
     if executor is None and executor_kind is not None:
-        from .sandbox.select import make_executor
+        from .sandbox.select import executor_for_run
 
-        # an executor asked for that cannot run here (no Docker daemon) fails now, with the fix
-        choice = make_executor(executor_kind, run_dir / "sandboxes")
+        # an executor asked for that cannot run here (no Docker daemon) fails now, with the fix;
+        # a resumed run keeps the one it started with
+        choice = executor_for_run(executor_kind, run_dir / "sandboxes", ((resume or {}).get("start") or {}).get("executor"))
         executor = choice.executor
     # A resumed search writes its own trace file: sequence numbers never restart inside one.
     attempt, trace_path = claim_attempt(run_dir, "search")
@@ -148,7 +149,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         # one keeps those of its tools this search discovered
         initial_wf = allocate(initial_wf, tools.registry) if start_info.get("path") == "de_novo" else \
             available_only(initial_wf, tools.registry)
-    start_state = {"workflow": initial_wf.to_dict(), "info": start_info}
+    start_state = {"workflow": initial_wf.to_dict(), "info": start_info, "executor": choice.kind if choice else None}
 
     def checkpoint(state: dict) -> None:
         if on_checkpoint:

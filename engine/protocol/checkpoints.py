@@ -46,6 +46,7 @@ class StartState(Strict):
 
     workflow: dict
     info: dict
+    executor: str | None = None     # the sandbox the run started with: a resume keeps it (docker, subprocess)
 
 
 class Checkpoint(Strict):

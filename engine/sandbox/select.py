@@ -9,7 +9,7 @@ before any model call.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import TrellisError
@@ -63,6 +63,17 @@ def make_executor(kind: str | None, root: str | Path, **options) -> ExecutorChoi
             return ExecutorChoice(_subprocess(root, **options), "subprocess", asked,
                                   f"{exc}; using the subprocess sandbox")
     return ExecutorChoice(_subprocess(root, **options), "subprocess", asked, "asked for")
+
+
+def executor_for_run(kind: str | None, root: str | Path, started_with: str | None = None, **options) -> ExecutorChoice:
+    """make_executor for a run: ``auto`` is decided once, at the run's start; a resumed run
+    (``started_with``: the kind its first attempt chose) keeps it, so Docker coming up (or going)
+    between two attempts never moves a run's programs to another sandbox mid-run. A kind a person
+    asked for by name is always what runs."""
+    if started_with in ("docker", "subprocess") and check_kind(kind) == "auto":
+        choice = make_executor(started_with, root, **options)
+        return replace(choice, asked="auto", reason=f"kept from the run's start: {choice.reason}")
+    return make_executor(kind, root, **options)
 
 
 def _docker_reason(asked: str) -> str:

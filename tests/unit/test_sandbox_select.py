@@ -156,3 +156,18 @@ def test_the_run_page_says_which_sandbox_the_run_got_and_why(examples):
                          payload={"executor": "docker", "executor_reason": why})
     header = fragments.header(run, None)
     assert "sandbox: docker (auto)" in header and f'title="{why}"' in header
+
+
+def test_a_resumed_run_keeps_the_sandbox_it_started_with(tmp_path, no_daemon, monkeypatch):
+    """Issue 26 item 7: auto switched a run from subprocess to docker between two attempts. The
+    first attempt's choice is kept; only a kind a person names replaces it."""
+    from engine.sandbox.select import executor_for_run
+
+    monkeypatch.setenv("TRELLIS_EXECUTOR", "docker")  # auto would now ask for Docker (and find none)
+    kept = executor_for_run("auto", tmp_path / "sandboxes", started_with="subprocess")
+    assert kept.kind == "subprocess" and "kept from the run's start" in kept.describe()
+    with pytest.raises(ExecutorUnavailable):
+        executor_for_run("docker", tmp_path / "sandboxes", started_with="subprocess")  # a person's choice wins
+    assert executor_for_run("subprocess", tmp_path / "sandboxes", started_with="docker").kind == "subprocess"
+    with pytest.raises(ExecutorUnavailable):
+        executor_for_run("auto", tmp_path / "sandboxes")  # a first attempt decides afresh
