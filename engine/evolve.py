@@ -40,6 +40,9 @@ from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
 from .evidence.memory import EVIDENCE_FILE, SharedMemory
 
 
+FINAL_PREDICTIONS = "final-predictions.csv"  # the final workflow's delivered predictions, in run_dir
+
+
 @dataclass
 class EvolveResult:
     task: str
@@ -211,10 +214,13 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             baselines["single_agent"] = solo["official"]
             tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
         final_official = final_d["official"]
+        delivered = _delivered(final)
+        if delivered is not None:  # for people, after the final commitment: the held-out plots
+            (run_dir / FINAL_PREDICTIONS).write_bytes(delivered)
         # Is the final team's lead over each baseline beyond the test set's noise? Only against
         # evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
         gaps = {} if official is not None else official_gaps(
-            task, _delivered(final), final_official, baseline_files(trivial, baselines, solo), seed=seed)
+            task, delivered, final_official, baseline_files(trivial, baselines, solo), seed=seed)
         failed = "" if final_official.get("ok") else \
             f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
         # the ends' programs were scored just now: the hindsight does not run them again

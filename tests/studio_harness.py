@@ -184,6 +184,12 @@ class Studio:
         from webapp.supervisor import stop_children
 
         stop_children([c for c in (*self.webs, self.worker, self.training) if c], 15, say=lambda text: None)
+        from engine.sandbox.capped_folder import unmount_orphans
+
+        import tempfile
+
+        for root in (self.var_dir, Path(tempfile.gettempdir())):  # the killed worker's programs' folders
+            unmount_orphans(root, anywhere_below=True)
         if self.listener:
             self.listener.close()
         if self.redis:

@@ -227,9 +227,10 @@ def _take(source: Path, target: Path, move: bool) -> str | None:
         return digest.hexdigest()
 
 
-def unmount_orphans(root: Path) -> int:
-    """Unmount working directories under ``root`` left mounted by a process that is gone (a
-    worker killed mid-run); the number unmounted."""
+def unmount_orphans(root: Path, anywhere_below: bool = False) -> int:
+    """Unmount working directories under ``root`` (directly in it, or ``anywhere_below``) left
+    mounted by a process that is gone (a worker killed mid-run); the number unmounted. A folder
+    whose owner still runs is never touched."""
     root = Path(root).resolve()
     count = 0
     try:
@@ -238,12 +239,11 @@ def unmount_orphans(root: Path) -> int:
     except OSError:
         return 0
     for point in points:
-        point = point.replace("\\040", " ")
-        path = Path(point)
-        if path.parent != root or not path.name.startswith("run-"):
+        path = Path(point.replace("\\040", " "))
+        below = path.is_relative_to(root) if anywhere_below else path.parent == root
+        if not below or not path.name.startswith("run-") or path.name.count("-") < 2:
             continue
-        tag = path.name.split("-")[1] if path.name.count("-") >= 2 else ""
-        if _owner_alive(tag):
+        if _owner_alive(path.name.split("-")[1]):
             continue
         folder = CappedFolder(path, 1, 16)
         folder.kind = "orphan"

@@ -74,9 +74,68 @@
         ],
         layout: { name: "preset", fit: true, padding: 28 },
       });
+      separateLabels(cy);
       listHandoffs(data.elements);
+      agentButtons(data.elements);
     }
     for (const [id, state] of Object.entries(data.states)) setState(id, state);
+  }
+
+  // Labels of edges that cross or run side by side can still land on each other (or on a node):
+  // each label that overlaps one placed before it is moved along its edge's normal, by steps of
+  // its own height, up or down, to the first free place.
+  function separateLabels(cy) {
+    const labelBox = (e) => e.boundingBox({ includeNodes: false, includeEdges: false, includeLabels: true,
+                                            includeMainLabels: true, includeSourceLabels: false, includeTargetLabels: false,
+                                            includeOverlays: false, includeUnderlays: false });
+    const overlaps = (a, b) => a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2;
+    const taken = cy.nodes().map((n) => n.boundingBox({ includeLabels: false, includeOverlays: false }));
+    cy.edges().filter((e) => e.data("label")).forEach((e) => {
+      const base = Number(e.style("text-margin-y").replace("px", "")) || 0;
+      let box = labelBox(e);
+      const step = (box.y2 - box.y1) + 3;
+      for (let k = 1; k <= 12 && taken.some((t) => overlaps(box, t)); k++) {
+        e.style("text-margin-y", base + (k % 2 ? 1 : -1) * Math.ceil(k / 2) * step);
+        box = labelBox(e);
+      }
+      taken.push(box);
+    });
+  }
+
+  // What an agent last did: its inputs, prompt, answer, code and output (agent_detail.py). A click
+  // on the graph is mapped to the node under it here, from the page's own click event: cytoscape's
+  // tap never fired on this page's graph (its mousedown handler did not run), while the DOM's click does.
+  const detail = document.getElementById("agent-detail");
+  const dagBox = document.getElementById("dag");
+  if (dagBox) dagBox.addEventListener("click", (e) => {
+    if (!cy) return;
+    const rect = dagBox.getBoundingClientRect(), zoom = cy.zoom(), pan = cy.pan();
+    const x = (e.clientX - rect.left - pan.x) / zoom, y = (e.clientY - rect.top - pan.y) / zoom;
+    const hit = cy.nodes().filter((n) => { const b = n.boundingBox({ includeLabels: false }); return b.x1 <= x && x <= b.x2 && b.y1 <= y && y <= b.y2; });
+    if (hit.length) showAgent(hit[0].id());
+  });
+  function showAgent(agent) {
+    if (!detail) return;
+    htmx.ajax("GET", detail.dataset.url.replace("AGENT", encodeURIComponent(agent)), { target: "#agent-detail", swap: "innerHTML" });
+  }
+  function agentButtons(elements) {
+    const box = document.getElementById("agent-buttons");
+    if (!box) return;
+    box.replaceChildren(...elements.filter((e) => !e.data.source).map((e) => {
+      const b = document.createElement("button");
+      b.type = "button"; b.className = "link"; b.textContent = e.data.id;
+      b.addEventListener("click", () => showAgent(e.data.id));
+      return b;
+    }));
+  }
+
+  // Fork: the chosen version's form, loaded when the section opens or the version changes.
+  const forkBox = document.getElementById("fork");
+  if (forkBox) {
+    const pick = document.getElementById("fork-version");
+    const load = () => htmx.ajax("GET", pick.selectedOptions[0].dataset.url, { target: "#fork-slot", swap: "innerHTML" });
+    forkBox.addEventListener("toggle", () => { if (forkBox.open) load(); });
+    pick.addEventListener("change", load);
   }
 
   // The contracts in full, as text: readable where the graph's labels are cut short.

@@ -132,3 +132,15 @@ def test_a_mount_left_by_a_killed_worker_is_removed_by_the_next_executor(tmp_pat
         assert str(live) in _mounts_under(root)
     finally:
         running.release()
+
+
+def test_the_studio_sweeps_mounts_its_killed_worker_left_anywhere_under_its_runs(tmp_path):
+    from engine.sandbox.capped_folder import unmount_orphans
+
+    nested = tmp_path / "runs" / "studio-00001-task-mimosa" / "sandboxes" / "run-999999999x1-xyz"
+    nested.mkdir(parents=True)
+    folder = CappedFolder(nested, 10 * MB, 100)
+    assert folder.mount()
+    assert unmount_orphans(tmp_path / "runs") == 0  # not directly in that folder
+    assert unmount_orphans(tmp_path / "runs", anywhere_below=True) == 1
+    assert str(nested) not in _mounts_under(tmp_path)

@@ -52,6 +52,13 @@ def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_sear
     nodes = [c for c in result.hindsight["candidates"] if c["label"].startswith("node ")]
     assert len(nodes) >= 2 and all(c["official"] is not None for c in nodes)
     assert f["value"] in [c["official"] for c in nodes]
+    # what the held-out plots draw (issue 26 item 7): the predictions that were scored, kept
+    from engine.evaluation import evaluate_predictions
+    from engine.evolve import FINAL_PREDICTIONS
+    from engine.task import load_task
+
+    kept = (result.run_dir / FINAL_PREDICTIONS).read_bytes()
+    assert evaluate_predictions(load_task(examples / "discontinuous-1d"), kept)["value"] == f["value"]
 
 
 def test_evolve_scimars_prints_each_editor_and_the_decision(tmp_path, light_task):

@@ -167,8 +167,26 @@ def test_two_runs_side_by_side(light_task, client):
     assert client.get("/compare?runs=1,x").status_code == 400
 
 
+def _final_predictions(run: Run, task_folder) -> None:
+    """What engine/evolve.py writes after the final commitment: the final workflow's predictions."""
+    from pathlib import Path
+
+    from engine.evolve import FINAL_PREDICTIONS
+
+    truth = (Path(task_folder) / "heldout" / "test_targets.csv").read_text().splitlines()[1:]
+    rows = [line.split(",") for line in truth]
+    folder = Path(run.run_dir or Path(task_folder).parent / f"run-{run.pk}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / FINAL_PREDICTIONS).write_text("id,y\n" + "".join(f"{i},{float(y) * 0.9 + 0.01}\n" for i, y in rows))
+    Run.objects.filter(pk=run.pk).update(run_dir=str(folder))
+    run.refresh_from_db()
+
+
 def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(light_task, client, demo_user, tmp_path):
     run, _ = record_run(light_task, "Report")
+    _final_predictions(run, light_task)
+    long_reason = "word " * 200 + "tail"
+    run.mutations.update(reason=long_reason)
     Annotation.objects.create(run=run, target_kind="mutation", target_ref=str(run.mutations.get().pk),
                               labels=["good idea"], comment="units were the problem", author=demo_user)
     response = client.get(f"/runs/{run.pk}/report.html")
@@ -183,14 +201,29 @@ def test_report_is_one_self_contained_file_with_metric_workflow_and_decisions(li
     assert '<svg class="workflow"' in html
     for agent in run.current_version.data["agents"]:
         assert agent["id"] in html
-    assert "units matter here" in html and "user:ada" in html   # the decision and who made it
+    assert "user:ada" in html   # who decided
+    assert re.search(r"(word ){10,}word…", html) and "wor…" not in html and "tail" not in html.split('<section id="decisions">')[1]
     assert "units were the problem" in html                     # the annotation
     assert "the final workflow&#x27;s program" in html or "the final workflow's program" in html
     assert "beats trivial baseline" in html
     assert "Spearman ρ -1.00 (n=2)" in html and "no predictions.csv" in html   # the hindsight
 
+    # issue 26 item 7: the task's markdown rendered (no raw "##"), reasons cut at a word, the
+    # held-out plots drawn from the final predictions
+    assert "<h2>" in html.split('<section id="task">')[1].split("</section>")[0]
+    assert "## " not in html.split('<section id="task">')[1].split("</section>")[0]
+    assert '<section id="predictions">' in html and 'aria-label="Prediction vs truth (held out)"' in html
+    assert 'aria-label="Residuals (prediction − truth)"' in html
+
     pdf = client.get(f"/runs/{run.pk}/report.pdf")
     assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    import io
+
+    from pypdf import PdfReader
+
+    pages = PdfReader(io.BytesIO(pdf.content)).pages
+    blank = [k + 1 for k, page in enumerate(pages) if not page.extract_text().strip()]
+    assert not blank, f"blank page(s) {blank} of {len(pages)}"
 
     out = tmp_path / "r.html"
     call_command("report", str(run.pk), "--out", str(out), "--pdf")
@@ -231,3 +264,6 @@ def test_a_tree_run_replays_its_nodes_and_reports_the_champions_code(light_task,
     assert all("tree" not in n and "report" not in n for n in nodes), "the event's own fields, not the tree of now"
     html = client.get(f"/runs/{run.pk}/report.html").content.decode()
     assert "Program: champion n2" in html and "# champion program" in html and "worse program" not in html
+    # issue 26 item 7: the report draws the tree, the champion marked
+    tree = re.search(r'<svg class="tree".*?</svg>', html, re.S).group(0)
+    assert all(f">{n}" in tree for n in ("n1", "n2 ★", "n3")) and tree.count("<line") == 2

@@ -107,6 +107,9 @@ class Run(models.Model):
     budget_left = models.JSONField(default=dict)
     result = models.JSONField(null=True, blank=True)   # initial/final official metrics, once committed
     run_dir = models.CharField(max_length=500, blank=True)
+    # A fork (webapp/runs/forking.py): the run and the version of its workflow this one started from
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    forked_version = models.PositiveIntegerField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

@@ -22,7 +22,9 @@ from engine.search import registry
 from .bundles import bundle_contents
 from .compare import summary as run_summary
 from .models import Annotation, MutationStatus, Run
+from .predictions_plot import prediction_plot_data
 from .presenters import layered_positions, score_series, short
+from .report_parts import cut_at_word, markdown_html, scatter_svg, tree_svg
 
 NODE_W, NODE_H = 150, 46
 COLORS = {"waiting": "#c9cfd8", "running": "#e0a526", "done": "#2f8f5b", "failed": "#c8423b", "skipped": "#9aa3ad"}
@@ -211,19 +213,42 @@ def evidence_summary(run: Run) -> dict:
 def decisions(run: Run) -> list[dict]:
     rows = []
     for m in run.mutations.order_by("iteration", "created"):
-        rows.append({"iteration": m.iteration, "kind": m.kind, "target": m.target, "rationale": m.rationale[:400],
-                     "status": m.get_status_display(), "by": m.decided_by or "–", "reason": m.reason[:400],
+        rows.append({"iteration": m.iteration, "kind": m.kind, "target": m.target,
+                     "rationale": cut_at_word(m.rationale, 400), "status": m.get_status_display(),
+                     "by": m.decided_by or "–", "reason": cut_at_word(m.reason, 400),
                      "when": m.decided_at, "person": m.status in PEOPLE or m.decided_by.startswith("user:"),
                      "J": (m.evidence or {}).get("J", (m.proposal.get("evidence") or {}).get("J"))})
     return rows
 
 
-def _problem(run: Run) -> str:
-    path = Path(run.task.folder) / "Problem.md"
+def _task_markdown(run: Run, name: str) -> str:
+    """A markdown file of the task folder as HTML (raw HTML in it is shown as text)."""
+    path = Path(run.task.folder) / name
     try:
-        return path.read_text(encoding="utf-8", errors="replace")[:4000]
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+    return markdown_html(cut_at_word(text, 20_000))
+
+
+def _prediction_figures(run: Run) -> dict:
+    data = prediction_plot_data(run)
+    if data.get("kind") != "values":
+        return {"missing": data.get("missing") or ("a classification: see the confusion counts on the run page"
+                                                    if data.get("kind") == "classes" else "")}
+    truth = [p["truth"] for p in data["points"]]
+    predicted = [p["prediction"] for p in data["points"]]
+    feature = data["features"][0] if len(data["features"]) == 1 else None
+    xs = truth
+    if feature:
+        try:
+            xs = [float(p["x"][0]) for p in data["points"]]
+        except (ValueError, IndexError, TypeError):
+            feature, xs = None, truth
+    return {"n": data["n"], "shown": data["shown"], "unmatched": data["unmatched"],
+            "pvt": scatter_svg(truth, predicted, "Prediction vs truth (held out)", "truth", "prediction", diagonal=True),
+            "residuals": scatter_svg(xs, [p["residual"] for p in data["points"]], "Residuals (prediction − truth)",
+                                     feature or "truth", "residual", zero_line=True)}
 
 
 def report_context(run: Run) -> dict:
@@ -238,7 +263,14 @@ def report_context(run: Run) -> dict:
                                  "color": "#1d5fa8"}], f"Validation {run.task.metric_name} per probe",
                                run.task.metric_name or "validation")
     annotations = list(Annotation.objects.filter(run=run).select_related("author", "label_set").order_by("created"))
-    return {"run": run, "task": run.task, "summary": run_summary(run), "problem": _problem(run),
+    tree = ""
+    if registry.search_class(run.search).evolves != "workflow":
+        from .tree_view import tree_state
+
+        tree = tree_svg(tree_state(run), run.task.metric_name or "score")
+    return {"run": run, "task": run.task, "summary": run_summary(run), "problem": _task_markdown(run, "Problem.md"),
+            "evaluation": _task_markdown(run, "Evaluation.md"), "tree_svg": tree,
+            "predictions": _prediction_figures(run),
             "version": version, "workflow_svg": workflow_svg(version.data) if version else "",
             "j_chart": j_chart, "val_chart": val_chart, "program": final_program(run),
             "evidence": evidence_summary(run), "annotations": annotations, "decisions": decisions(run),

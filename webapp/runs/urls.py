@@ -2,7 +2,7 @@ from django.urls import path
 
 from . import compare, replay_views, report  # noqa: I001 - issue 13 part C: replay, compare, report
 
-from . import annotation_views, live_views, share_views, views
+from . import agent_detail, annotation_views, live_views, predictions_plot, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -14,6 +14,10 @@ urlpatterns = [
     path("runs/<int:run_id>/scores.json", views.scores_json, name="scores_json"),
     path("runs/<int:run_id>/events.json", live_views.missed_events, name="missed_events"),
     path("runs/<int:run_id>/tree.json", views.tree_json, name="tree_json"),
+    path("runs/<int:run_id>/agents/<str:agent>", agent_detail.agent_detail, name="agent_detail"),
+    path("runs/<int:run_id>/predictions.json", predictions_plot.prediction_plot_json, name="predictions_json"),
+    path("runs/<int:run_id>/versions/<int:number>/fork", views.fork, name="fork_run"),
+    path("tasks/<int:task_id>/runs", views.task_runs, name="task_runs"),
     path("runs/<int:run_id>/evidence.json", views.evidence_json, name="evidence_json"),
     path("runs/<int:run_id>/training.json", views.training_json, name="training_json"),
     path("runs/<int:run_id>/training/<str:job>/<str:action>", views.training_control, name="training_control"),

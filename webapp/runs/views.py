@@ -23,26 +23,69 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 
-from . import access, controls, evidence, fragments, invitations, live, members
+from . import access, controls, evidence, forking, fragments, invitations, live, members
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
 from . import task_upload
 from .forms import AddTaskForm, DecisionForm, NewRunForm
 from .task_upload import TaskRejected
-from .models import Event, Membership, MutationStatus, Project, Role
+from .models import Event, Membership, MutationStatus, Project, Role, Task, WorkflowVersion
+from .runs_table import runs_page
 from .models_team import audit
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
 
 
 def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResponse:
-    """Only the projects the person is a member of, each with what their role lets them do."""
-    projects = list(access.visible_projects(request.user).prefetch_related("tasks__runs").order_by("name"))
+    """Only the projects the person is a member of, each with what their role lets them do, and
+    each task's newest runs, a page at a time (runs_table.py)."""
+    projects = list(access.visible_projects(request.user).prefetch_related("tasks").order_by("name"))
     roles = dict(Membership.objects.filter(user=request.user).values_list("project_id", "role"))
     for project in projects:
         project.role = Role.OWNER if request.user.is_superuser else Role(roles[project.pk])
         project.can = access.abilities(project.role)
+        for task in project.tasks.all():
+            task.page = runs_page(task, 1)
     return render(request, "runs/home.html", {"projects": projects, "form": form}, status=status)
+
+
+@require_GET
+def task_runs(request: HttpRequest, task_id: int) -> HttpResponse:
+    """One page of a task's runs table (the pager's target)."""
+    task = get_object_or_404(Task, pk=task_id, project__in=access.visible_projects(request.user))
+    return render(request, "runs/_runs_table.html", {"task": task, "page": runs_page(task, request.GET.get("page"))})
+
+
+def fork(request: HttpRequest, run_id: int, number: int) -> HttpResponse:
+    """GET: the fork form for version ``number`` (its workflow, ready to edit); POST: start the fork."""
+    run, _ = access.run_for(request.user, run_id, access.REVIEW)
+    version = get_object_or_404(WorkflowVersion, run=run, number=number)
+    context = {"run": run, "version": version, "problems": [],
+               "workflow_text": forking.editable_text(version), "iterations": forking.iterations_left(run, version)}
+    if request.method != "POST":
+        return render(request, "runs/_fork_form.html", context)
+    context["workflow_text"] = request.POST.get("workflow", "")
+    iterations = request.POST.get("iterations", "")
+    context["iterations"] = iterations
+    try:
+        workflow = forking.parse_workflow(context["workflow_text"])
+        count = int(iterations) if iterations.strip() else None
+        if count is not None and not 1 <= count <= 50:
+            raise forking.ForkError(["iterations must be between 1 and 50"])
+        new = forking.fork_run(run, version, workflow, request.user, count)
+    except ValueError as exc:  # ForkError, or iterations that are not a number
+        context["problems"] = getattr(exc, "problems", None) or [f"iterations must be a whole number, not {iterations!r}"]
+        return render(request, "runs/_fork_form.html", context, status=422)
+    except controls.ControlError as exc:  # the disk is full, the queue is down
+        context["problems"] = [str(exc)]
+        return render(request, "runs/_fork_form.html", context, status=exc.http_status)
+    audit(run.task.project, request.user, "fork", run=new, from_run=run.pk, from_version=number)
+    url = reverse("run", args=[new.pk])
+    if request.headers.get("HX-Request"):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
 
 
 def home(request: HttpRequest) -> HttpResponse:

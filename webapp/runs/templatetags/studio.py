@@ -52,3 +52,11 @@ def event_summary(event) -> str:
         return f"{p.get('tool', '')} · ok · {took}" if p.get("ok") else \
             f"{p.get('tool', '')} · ERROR · {took} · {str(p.get('error', ''))[:100]}"
     return ""
+
+
+@register.filter
+def cut_words(value, limit: int) -> str:
+    """At most ``limit`` characters, cut at a word (truncatechars cuts mid-word)."""
+    from webapp.runs.report_parts import cut_at_word
+
+    return cut_at_word(str(value or ""), int(limit))

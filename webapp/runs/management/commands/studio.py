@@ -72,6 +72,7 @@ class Command(BaseCommand):
         # Another broker may have other workers: then a restart of ours resumes nothing by itself.
         supervisor = Supervisor(children, redis, on_restart=self._after_restart if embedded else lambda name: None,
                                 say=lambda text: self.stderr.write(text))
+        _unmount_left_sandboxes()  # a studio killed outright last time
         try:
             for child in children:
                 child.start()
@@ -93,6 +94,7 @@ class Command(BaseCommand):
             self._supervise(supervisor)
         finally:
             stop_children(children, 10, say=self.stdout.write, **self._stopping_note())
+            _unmount_left_sandboxes()  # the programs killed with the worker left their folders mounted
             if listener:
                 listener.close()
             if redis:
@@ -236,3 +238,12 @@ def training_worker(env: dict, processes: int | None = None) -> Child | None:
 
 def _well_but_for_disk(health: dict) -> bool:
     return health["database"] == "ok" and health["redis"] == "ok" and health["workers"] > 0
+
+
+def _unmount_left_sandboxes() -> None:
+    import tempfile
+
+    from engine.sandbox.capped_folder import unmount_orphans
+
+    for root in (settings.TRELLIS_RUNS_DIR, tempfile.gettempdir()):
+        unmount_orphans(Path(root), anywhere_below=True)

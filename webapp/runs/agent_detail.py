@@ -1,0 +1,105 @@
+"""What one agent of the workflow last did, for the panel a click on its node opens: the inputs
+it was handed (and the contracts they met), the prompt it sent and the answer it got, the code it
+ran and what that printed. Each part is the latest event of its kind for that agent, read from
+the run's events (indexed by agent and kind), with a link to the event in the trace."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from . import access
+from .models import Event, Run
+
+PREVIEW_CHARS = 4000
+
+
+@dataclass
+class Part:
+    title: str
+    seq: int
+    iteration: int
+    text: str = ""
+    chars: int = 0
+    code: bool = False
+    facts: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _latest(run: Run, agent: str, kind: str, **payload) -> Event | None:
+    qs = run.events.filter(agent=agent, kind=kind)
+    if payload:
+        qs = run.events.filter(kind=kind, **{f"payload__{k}": v for k, v in payload.items()})
+    return qs.order_by("-seq").first()
+
+
+def _cut(text: str) -> str:
+    if len(text) <= PREVIEW_CHARS:
+        return text
+    cut = text[:PREVIEW_CHARS]
+    space = cut.rfind(" ", PREVIEW_CHARS - 200)  # at a word, never mid-word
+    return (cut[:space] if space > 0 else cut) + " …"
+
+
+def _prompt(messages: list) -> str:
+    parts = []
+    for message in messages or []:
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, list):  # content parts: the text ones
+                content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            parts.append(f"[{message.get('role', '?')}]\n{content or ''}")
+    return "\n\n".join(parts)
+
+
+def agent_parts(run: Run, agent: str) -> list[Part]:
+    parts: list[Part] = []
+    started = _latest(run, agent, "agent_started")
+    if started is not None:
+        p = started.payload
+        parts.append(Part("Inputs", started.seq, started.iteration,
+                          facts=[("roles", ", ".join(p.get("roles", []))),
+                                 ("inputs", ", ".join(p.get("inputs", [])) or "the task only")]
+                          + ([("sent back by", p["retry_of"])] if p.get("retry_of") else [])))
+        handoff = _latest(run, agent, "handoff", target=agent)
+        if handoff is not None:
+            h = handoff.payload
+            preview = h.get("value_preview")
+            text = preview if isinstance(preview, str) else ("" if preview is None else str(preview))
+            parts.append(Part(f"Handed over by {h.get('source', '?')}: {h.get('artifact', '')}", handoff.seq,
+                              handoff.iteration, _cut(text), len(text),
+                              facts=[("contract", str(h.get("contract", ""))),
+                                     ("met", "yes" if h.get("ok") else "no: " + "; ".join(h.get("errors", [])))]))
+    call = _latest(run, agent, "model_call")
+    if call is not None:
+        p = call.payload
+        prompt = _prompt(p.get("messages", []))
+        parts.append(Part("Prompt", call.seq, call.iteration, _cut(prompt), len(prompt),
+                          facts=[("model", str(p.get("model", ""))), ("purpose", str(p.get("purpose", ""))),
+                                 ("tokens", f"{p.get('prompt_tokens', 0):,} in, {p.get('completion_tokens', 0):,} out")]))
+        answer = str(p.get("response", ""))
+        parts.append(Part("Answer", call.seq, call.iteration, _cut(answer), len(answer),
+                          facts=[("finish", str(p.get("finish_reason") or "stop"))]))
+    tool = _latest(run, agent, "tool_call")
+    if tool is not None:
+        code = str(tool.payload.get("code", ""))
+        parts.append(Part("Code", tool.seq, tool.iteration, _cut(code), len(code), code=True,
+                          facts=[("purpose", str(tool.payload.get("purpose", ""))),
+                                 ("sandbox", str(tool.payload.get("executor", "")))]))
+    execution = _latest(run, agent, "code_execution")
+    if execution is not None:
+        p = execution.payload
+        output = (p.get("stdout_tail") or "") + (("\n--- stderr ---\n" + p["stderr_tail"]) if p.get("stderr_tail") else "")
+        parts.append(Part("Output", execution.seq, execution.iteration, _cut(output), len(output), code=True,
+                          facts=[("status", str(p.get("status", ""))), ("exit code", str(p.get("exit_code", ""))),
+                                 ("files", ", ".join(sorted(p.get("files", {}))) or "none"),
+                                 ("took", f"{float(p.get('duration_s') or 0):.1f} s")]))
+    return parts
+
+
+def agent_detail(request: HttpRequest, run_id: int, agent: str) -> HttpResponse:
+    run, _ = access.run_for(request.user, run_id)
+    if len(agent) > 120:
+        raise Http404("no such agent")
+    parts = agent_parts(run, agent)
+    return render(request, "runs/_agent_detail.html", {"run": run, "agent": agent, "parts": parts})
