@@ -43,6 +43,20 @@ def test_a_finished_run_shows_each_agent_its_predictions_and_forks_from_a_versio
         expect(detail.locator("h4").filter(has_text=part).first).to_be_visible()
     expect(detail.locator("pre.code").first).to_contain_text("predictions")
     page.shot("agent-detail", full_page=True)
+    # no edge label sits on another label or on a node (the graph's own boxes, as drawn)
+    overlaps = page.evaluate("""() => { const cy = document.getElementById('dag')._cyreg.cy;
+        const only = { includeNodes: false, includeEdges: false, includeLabels: true, includeMainLabels: true,
+                       includeSourceLabels: false, includeTargetLabels: false, includeOverlays: false, includeUnderlays: false };
+        const labels = cy.edges().filter((e) => e.data('label')).map((e) => [e.id(), e.boundingBox(only)]);
+        const nodes = cy.nodes().map((n) => [n.id(), n.boundingBox({ includeLabels: false, includeOverlays: false })]);
+        const hit = (a, b) => a.x1 < b.x2 && b.x1 < a.x2 && a.y1 < b.y2 && b.y1 < a.y2;
+        const out = [];
+        labels.forEach(([id, box], i) => {
+          labels.slice(i + 1).forEach(([other, b]) => { if (hit(box, b)) out.push(id + ' / ' + other); });
+          nodes.forEach(([node, b]) => { if (hit(box, b)) out.push(id + ' on ' + node); });
+        });
+        return out; }""")
+    assert overlaps == [], overlaps
 
     # the held-out comparison, drawn
     card = page.locator("#predictions-card")
