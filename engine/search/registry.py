@@ -3,13 +3,14 @@ studio's form read."""
 from __future__ import annotations
 
 from .base import Search, SearchContext
+from .fixed_team import FixedTeamSearch
 from .memory_fixed import MemoryFixedSearch
 from .mimosa import MimosaSearch
 from .scimars import ScimarsSearch
 from .tree import TreeSearch
 
 REGISTRY: dict[str, type[Search]] = {cls.name: cls for cls in (MimosaSearch, ScimarsSearch, TreeSearch,
-                                                           MemoryFixedSearch)}
+                                                           MemoryFixedSearch, FixedTeamSearch)}
 # Searches that need the shared evidence graph whatever the caller asks.
 NEEDS_MEMORY = frozenset({MemoryFixedSearch.name})
 # Searches that may share one (SciMARS + Memory); the others run each probe with its own graph.

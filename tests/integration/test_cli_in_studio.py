@@ -42,3 +42,18 @@ def test_manage_evolve_names_a_missing_user_and_a_broken_task(light_task, tmp_pa
     with pytest.raises(CommandError):
         call_command("evolve", str(broken), "--project", "Bench", stdout=io.StringIO())
     assert not Run.objects.exists()
+
+
+def test_manage_run_task_with_a_project_records_one_run_of_the_team_in_the_studio(light_task, demo_user):
+    """Issue 26 item 5: run_task's runs appear in the studio too, as the team as it is (no search)."""
+    out = io.StringIO()
+    call_command("run_task", str(light_task), "--project", "Once", "--user", "ada", "--no-single-agent",
+                 stdout=out)
+    run = Run.objects.get(task__project__name="Once")
+    assert f"run {run.pk}: completed" in out.getvalue()
+    assert run.search == "fixed" and run.iterations == 0 and run.get_search_display() == "The team as it is (no search)"
+    assert run.result["final"]["official"]["ok"] and run.created_by == demo_user
+    assert run.versions.count() == 1  # the team, never changed
+    assert run.events.filter(kind="run_started").count() == 1  # one run of it
+    with pytest.raises(CommandError, match="drop --workflow"):
+        call_command("run_task", str(light_task), "--project", "Once", "--workflow", "single", stdout=io.StringIO())
