@@ -27,7 +27,12 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from engine.sandbox import ExecutionRequest, ExecutionResult
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +273,35 @@ def _warn_unenforced_once(why: str) -> None:
 
 def is_enospc(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: PurePosixPath, inputs: dict[PurePosixPath, Path],
+                         executor: str, keep: bool, execute: Callable[[Path], ExecutionResult]) -> ExecutionResult:
+    """One program's working directory from birth to what is kept, as both executors live it: made
+    under ``root`` (its name says its owner), mounted at the cap, laid out (inputs over the cap
+    refused with the reason), ``execute(workdir)`` run, the cap's refusal said, the outputs kept and
+    hashed, the file system released (and the folder removed unless ``keep``)."""
+    from engine.sandbox.workspace import PRIVATE_DIR, populate
+
+    workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=root))
+    folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
+    try:
+        folder.mount()  # on the host: Docker's bind mount of the folder is the capped file system too
+        try:
+            placed = populate(workdir, request, entrypoint, inputs)
+        except OSError as exc:
+            if (refused := inputs_too_big(exc, request.limits, workdir, executor)) is None:
+                raise
+            return refused
+        result = execute(workdir)
+        if why := folder.full(result.stderr):
+            result.stderr += f"\nsandbox: {why}\n"
+        result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
+        return result
+    finally:
+        folder.release()
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def inputs_too_big(exc: OSError, limits, workdir: Path, executor: str):

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import tempfile
@@ -36,11 +35,11 @@ import time
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
-from engine.sandbox.capped_folder import CappedFolder, inputs_too_big, unmount_orphans, workdir_prefix
+from engine.sandbox.capped_folder import run_in_capped_folder, unmount_orphans
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
                                    supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, PRIVATE_DIR, DiskWatch, chown_tree, child_env, fresh_ids,
-                                      populate, validate_request)
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, fresh_ids,
+                                      validate_request)
 
 from .image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
 
@@ -86,31 +85,17 @@ class DockerExecutor:
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = validate_request(request)
-        workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=self.root))
-        folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
-        try:
-            folder.mount()  # on the host: the container's bind mount of the folder is the capped file system
-            try:
-                placed = populate(workdir, request, entrypoint, inputs)
-            except OSError as exc:
-                if (refused := inputs_too_big(exc, request.limits, workdir, self.name)) is None:
-                    raise
-                return refused
+
+        def execute(workdir: Path) -> ExecutionResult:
             if os.geteuid() == 0:
                 uid, gid = fresh_ids()
                 os.chmod(self.root, 0o711)  # the run's user must traverse, not list
                 chown_tree(workdir, uid, gid)
             else:  # an engine in the docker group: its programs run as its own (non-root) uid
                 uid, gid = os.getuid(), os.getgid()
-            result = self._execute(workdir, request, entrypoint, sorted(inputs), uid, gid)
-            if why := folder.full(result.stderr):
-                result.stderr += f"\nsandbox: {why}\n"
-            result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
-            return result
-        finally:
-            folder.release()
-            if not self.keep:
-                shutil.rmtree(workdir, ignore_errors=True)
+            return self._execute(workdir, request, entrypoint, sorted(inputs), uid, gid)
+
+        return run_in_capped_folder(self.root, request, entrypoint, inputs, self.name, self.keep, execute)
 
     def _container_config(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
                           inputs: list[PurePosixPath], uid: int, gid: int) -> dict:

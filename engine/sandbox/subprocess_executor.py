@@ -22,7 +22,6 @@ import logging
 import os
 import resource
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,11 +32,11 @@ from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
 from engine.sandbox import cgroups
-from engine.sandbox.capped_folder import CappedFolder, inputs_too_big, unmount_orphans, workdir_prefix
+from engine.sandbox.capped_folder import run_in_capped_folder, unmount_orphans
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer,
                                    strip_info_lines, supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, PRIVATE_DIR, DiskWatch, chown_tree, child_env, fresh_ids,
-                                      populate, validate_request)
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, fresh_ids,
+                                      validate_request)
 
 log = logging.getLogger(__name__)
 
@@ -274,34 +273,21 @@ class SubprocessExecutor:
         entrypoint, inputs = validate_request(request)
         if not self.drops_privileges:
             _warn_shared_uid_once()
-        workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=self.root))
-        view_root = workdir.with_name(workdir.name + ".view")
-        folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
-        try:
-            folder.mount()
+
+        def execute(workdir: Path) -> ExecutionResult:
+            if not self.drops_privileges:
+                return self._execute(workdir, request, entrypoint, None, None)
+            ids = fresh_ids()
+            os.chmod(self.root, 0o711)  # the run's user must traverse, not list
+            chown_tree(workdir, *ids)
+            view_root = workdir.with_name(workdir.name + ".view")
+            view_root.mkdir(mode=0o700)
             try:
-                placed = populate(workdir, request, entrypoint, inputs)
-            except OSError as exc:
-                if (refused := inputs_too_big(exc, request.limits, workdir, self.name)) is None:
-                    raise
-                return refused
-            ids = None
-            if self.drops_privileges:
-                ids = fresh_ids()
-                os.chmod(self.root, 0o711)  # the run's user must traverse, not list
-                chown_tree(workdir, *ids)
-                view_root.mkdir(mode=0o700)
-            result = self._execute(workdir, request, entrypoint, ids, view_root if ids else None)
-            if why := folder.full(result.stderr):
-                result.stderr += f"\nsandbox: {why}\n"
-            result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
-            return result
-        finally:
-            if view_root.exists():
+                return self._execute(workdir, request, entrypoint, ids, view_root)
+            finally:
                 view_root.rmdir()  # only ever a mount point, in the child's namespace
-            folder.release()
-            if not self.keep:
-                shutil.rmtree(workdir, ignore_errors=True)
+
+        return run_in_capped_folder(self.root, request, entrypoint, inputs, self.name, self.keep, execute)
 
     def _command(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
                  ids: tuple[int, int] | None, view_root: Path | None) -> list[str]:

@@ -11,6 +11,7 @@ from django.shortcuts import render
 
 from . import access
 from .models import Event, Run
+from .report_parts import cut_at_word
 
 PREVIEW_CHARS = 4000
 
@@ -31,14 +32,6 @@ def _latest(run: Run, agent: str, kind: str, **payload) -> Event | None:
     if payload:
         qs = run.events.filter(kind=kind, **{f"payload__{k}": v for k, v in payload.items()})
     return qs.order_by("-seq").first()
-
-
-def _cut(text: str) -> str:
-    if len(text) <= PREVIEW_CHARS:
-        return text
-    cut = text[:PREVIEW_CHARS]
-    space = cut.rfind(" ", PREVIEW_CHARS - 200)  # at a word, never mid-word
-    return (cut[:space] if space > 0 else cut) + " …"
 
 
 def _prompt(messages: list) -> str:
@@ -67,30 +60,30 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
             preview = h.get("value_preview")
             text = preview if isinstance(preview, str) else ("" if preview is None else str(preview))
             parts.append(Part(f"Handed over by {h.get('source', '?')}: {h.get('artifact', '')}", handoff.seq,
-                              handoff.iteration, _cut(text), len(text),
+                              handoff.iteration, cut_at_word(text, PREVIEW_CHARS), len(text),
                               facts=[("contract", str(h.get("contract", ""))),
                                      ("met", "yes" if h.get("ok") else "no: " + "; ".join(h.get("errors", [])))]))
     call = _latest(run, agent, "model_call")
     if call is not None:
         p = call.payload
         prompt = _prompt(p.get("messages", []))
-        parts.append(Part("Prompt", call.seq, call.iteration, _cut(prompt), len(prompt),
+        parts.append(Part("Prompt", call.seq, call.iteration, cut_at_word(prompt, PREVIEW_CHARS), len(prompt),
                           facts=[("model", str(p.get("model", ""))), ("purpose", str(p.get("purpose", ""))),
                                  ("tokens", f"{p.get('prompt_tokens', 0):,} in, {p.get('completion_tokens', 0):,} out")]))
         answer = str(p.get("response", ""))
-        parts.append(Part("Answer", call.seq, call.iteration, _cut(answer), len(answer),
+        parts.append(Part("Answer", call.seq, call.iteration, cut_at_word(answer, PREVIEW_CHARS), len(answer),
                           facts=[("finish", str(p.get("finish_reason") or "stop"))]))
     tool = _latest(run, agent, "tool_call")
     if tool is not None:
         code = str(tool.payload.get("code", ""))
-        parts.append(Part("Code", tool.seq, tool.iteration, _cut(code), len(code), code=True,
+        parts.append(Part("Code", tool.seq, tool.iteration, cut_at_word(code, PREVIEW_CHARS), len(code), code=True,
                           facts=[("purpose", str(tool.payload.get("purpose", ""))),
                                  ("sandbox", str(tool.payload.get("executor", "")))]))
     execution = _latest(run, agent, "code_execution")
     if execution is not None:
         p = execution.payload
         output = (p.get("stdout_tail") or "") + (("\n--- stderr ---\n" + p["stderr_tail"]) if p.get("stderr_tail") else "")
-        parts.append(Part("Output", execution.seq, execution.iteration, _cut(output), len(output), code=True,
+        parts.append(Part("Output", execution.seq, execution.iteration, cut_at_word(output, PREVIEW_CHARS), len(output), code=True,
                           facts=[("status", str(p.get("status", ""))), ("exit code", str(p.get("exit_code", ""))),
                                  ("files", ", ".join(sorted(p.get("files", {}))) or "none"),
                                  ("took", f"{float(p.get('duration_s') or 0):.1f} s")]))

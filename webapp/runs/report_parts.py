@@ -19,8 +19,9 @@ def markdown_html(text: str) -> str:
 
 
 def cut_at_word(text: str | None, limit: int) -> str:
-    """``text`` at most ``limit`` characters, cut at the last space before it (with an ellipsis)."""
-    text = (text or "").strip()
+    """``text`` at most ``limit`` characters, cut at the last space before it (with an ellipsis).
+    Leading whitespace is kept: a program's first line keeps its indentation."""
+    text = (text or "").rstrip()
     if len(text) <= limit:
         return text
     cut = text[:limit]
