@@ -457,7 +457,8 @@ class ReuseReceipt(Payload):
     kind: ClassVar[str] = "reuse_receipt"
     workflow_hash: str
     reused_run_id: str | None
-    program_sha256: str
+    # None on a rerun of a probe that delivered no program: nothing was there to verify
+    program_sha256: str | None = None
     label: str
     verified: bool
     predictions_sha256: str | None = None
