@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .budget import Budget
 from .errors import ModelUnavailable
+from .assessment.kind import CLASSIFICATION, task_kind
 from .evaluation import evaluate_many
 from .task import Task
 
@@ -39,12 +40,8 @@ def _number(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _is_classification(task: Task, targets: list[str]) -> bool:
-    kind = getattr(task.resources, "kind", None)
-    if kind:
-        return kind == "classification"
-    contract = task.resources.prediction_columns.get(task.resources.target or "", "float")
-    return contract in {"int", "str", "bool"} and len(set(targets)) <= 20
+def _is_classification(task: Task) -> bool:
+    return task_kind(task).kind == CLASSIFICATION
 
 
 def _label(text: str, contract: str) -> str:
@@ -56,6 +53,12 @@ def _label(text: str, contract: str) -> str:
 
 
 def trivial_predictions(task: Task) -> dict[str, bytes]:
+    """Each trivial baseline's answer to the official test (the task's answer kind's)."""
+    from .assessment import assessment_for
+    return assessment_for(task).trivial_predictions()
+
+
+def row_trivial_predictions(task: Task) -> dict[str, bytes]:
     """Each baseline's predictions for the task's test rows, as a contract-following CSV."""
     r = task.resources
     _, train = _rows(task.folder / r.files["train"])
@@ -69,7 +72,7 @@ def predict(task: Task, train: list[dict[str, str]], test: list[dict[str, str]])
     r = task.resources
     target, id_column = r.target or "", r.id_column or "id"
     targets = [row[target] for row in train]
-    classification = _is_classification(task, targets)
+    classification = _is_classification(task)
     contract = r.prediction_columns.get(target, "float")
     if classification:
         constant = _label(Counter(targets).most_common(1)[0][0], contract)

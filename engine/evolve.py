@@ -30,7 +30,6 @@ from .tools.config import load_config
 from .tools.discovery import discover
 from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
-from .validation import plan_validation
 from .workflow import Workflow
 from .control import Control, NoControl
 from .sandbox import Executor
@@ -168,7 +167,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         out.write(line + "\n")
     if choice is not None:
         out.write(choice.describe() + "\n")
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     tracer.emit(ValidationPlanned(plan=plan.to_dict(), description=plan.describe()))
     out.write(f"validation: {plan.describe()}\n")
     similarity = start_info.get("similarity")

@@ -9,7 +9,6 @@ import csv
 from pathlib import Path
 
 from .artifacts import ArtifactStore
-from .evaluation import evaluate_predictions
 from .task import Task
 
 
@@ -30,8 +29,8 @@ def saved_predictions(run_dir: Path, predictions_sha256: str | None) -> bytes | 
 
 
 def official_for_predictions(task: Task, predictions: bytes) -> dict:
-    """evaluate.py's held-out score of a predictions file's bytes."""
-    return {**evaluate_predictions(task, predictions), "evaluator": "evaluate.py (official, held out)"}
+    """evaluate.py's held-out score of a predictions file's bytes (the task's answer kind's)."""
+    return task.assessment().official(predictions)
 
 
 MAX_TRUTH_BYTES = 64 * 1024 * 1024

@@ -32,6 +32,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from .assessment.kind import decide_kind
 from .checks import Check
 from .metrics import METRICS
 from .task import Task
@@ -194,24 +195,8 @@ class TaskData:
 
 
 def infer_kind(declared: str | None, metric: str, contract_type: str | None, target: pd.Series) -> str:
-    """The task's kind: declared, else from the metric's name, the prediction contract's type,
-    then the training target (non-numeric, or a few whole-number values: classes)."""
-    if declared in ("regression", "classification"):
-        return declared
-    name = canonical_metric(metric)[0]
-    if name in CLASSIFICATION_METRICS:
-        return "classification"
-    if name in REGRESSION_METRICS:
-        return "regression"
-    if contract_type in ("str", "bool"):
-        return "classification"
-    if contract_type == "float":
-        return "regression"
-    numeric = pd.to_numeric(target, errors="coerce")
-    if numeric.isna().any():
-        return "classification"
-    whole = bool(np.all(np.mod(numeric.to_numpy(dtype=float), 1) == 0))
-    return "classification" if whole and numeric.nunique() <= 20 else "regression"
+    """The task's kind, decided where every part of Trellis decides it (engine/assessment/kind.py)."""
+    return decide_kind(declared, metric, contract_type, target.astype(str).tolist()).kind
 
 
 def task_data(task: Task) -> TaskData | None:

@@ -36,20 +36,8 @@ from .task import Task
 from .validation import EXTRAPOLATION_SHARE
 from . import python_ast
 
-# Metric names that say what kind of task this is (lower-cased; '-' read as '_').
-CLASSIFICATION_METRICS = frozenset({
-    "accuracy", "balanced_accuracy", "top_k_accuracy", "error_rate", "misclassification_rate",
-    "f1", "f1_score", "f1_macro", "f1_micro", "f1_weighted", "macro_f1", "micro_f1", "weighted_f1",
-    "precision", "recall", "sensitivity", "specificity", "roc_auc", "auc", "auroc", "pr_auc",
-    "average_precision", "log_loss", "logloss", "cross_entropy", "mcc", "matthews_corrcoef",
-    "cohen_kappa", "kappa", "jaccard", "hamming_loss", "brier", "brier_score"})
-REGRESSION_METRICS = frozenset({
-    "rmse", "mse", "mae", "r2", "r_squared", "relative_l2", "rel_l2", "l2", "mape", "smape",
-    "medae", "median_absolute_error", "max_error", "explained_variance", "msle", "rmsle", "nrmse",
-    "nse", "pearson", "spearman", "crps", "pinball", "huber", "relative_error"})
-# An integer target with at most this many distinct values reads as class labels when nothing
-# else says what the task is.
-MAX_INFERRED_CLASSES = 20
+from .assessment.kind import (CLASSIFICATION_METRICS, MAX_INFERRED_CLASSES, REGRESSION_METRICS,  # noqa: E402
+                              decide_kind)
 TRUTH_ROWS = 50          # rows of the training file in the tiny truth evaluate.py scores
 SHOWN = 8                # names or line numbers quoted in one message
 
@@ -383,23 +371,11 @@ class _Checker:
 
     # --- the label ---------------------------------------------------------------------------------
     def _kind(self, y: "_Column") -> tuple[str, str]:
-        if self.r.kind:
-            return self.r.kind, "declared in Data_config.json 'kind'"
-        metric = _metric_key(self.task.metric.name)
-        if metric in CLASSIFICATION_METRICS:
-            return "classification", f"the metric '{self.task.metric.name}' scores class labels"
-        if metric in REGRESSION_METRICS:
-            return "regression", f"the metric '{self.task.metric.name}' scores numbers"
-        contract = self.r.prediction_columns.get(self.r.target or "")
-        if contract in ("str", "bool"):
-            return "classification", f"the predictions contract gives '{self.r.target}' as {contract}"
-        if not y.numeric:
-            return "classification", f"the target '{self.r.target}' holds text"
-        distinct = len(set(y.finite_numbers()))
-        if contract != "float" and y.whole and distinct <= MAX_INFERRED_CLASSES:
-            return "classification", (f"the target '{self.r.target}' holds {distinct} distinct whole numbers"
-                                      + (" and the contract says int" if contract == "int" else ""))
-        return "regression", f"the target '{self.r.target}' holds numbers"
+        """Decided where every part of Trellis decides it (engine/assessment/kind.py)."""
+        decision = decide_kind(self.r.kind, self.task.metric.name, self.r.prediction_columns.get(self.r.target or ""),
+                               [v for i, v in enumerate(y.raw) if i not in y.missing_set],
+                               self.r.target or "the target")
+        return decision.kind, decision.reason
 
     def _check_labels(self, kind: str, y: "_Column", train_path: str) -> list | None:
         metric = _metric_key(self.task.metric.name)

@@ -15,7 +15,6 @@ from .budget import Budget
 from .checks import Check, placeholder_check
 from .contracts import check_value, parse_type
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
-from .evaluation import evaluate_predictions
 from .evidence.memory import EVIDENCE_FILE, MemoryScope, TeamMemory
 from .gateway import ModelGateway, refuse_unpriced_cost_budget
 from .models import ModelSettings, settings
@@ -380,17 +379,16 @@ def _evaluate(ctx: RunContext, delivered: str | None, outputs: dict[str, dict], 
         return {"ok": False, "error": "no agent delivered predictions"}, 0.0
     ref = outputs[delivered]["predictions"]
     started = time.perf_counter()
+    assessment = ctx.task.assessment()
     if config.scoring == "validation":
-        from .validation import validate_program
-
         if final_code is None:
             metric = {"ok": False, "error": f"{delivered!r} delivered predictions without the code that made them"}
         else:
             with labelled("in-loop validation"):
-                metric, _ = validate_program(ctx.task, final_code, ctx.executor, seed=config.seed)
+                metric, _ = assessment.validate(final_code, ctx.executor, seed=config.seed)
         evaluator = "in-loop validation split"
     else:
-        metric = evaluate_predictions(ctx.task, ctx.store.read(ref["sha256"]) or b"")
+        metric = assessment.score(ctx.store.read(ref["sha256"]) or b"")
         evaluator = "evaluate.py"
     seconds = time.perf_counter() - started
     event = ctx.tracer.emit(Evaluation(predictions_sha256=ref["sha256"], evaluator=evaluator, **metric), delivered)

@@ -84,6 +84,15 @@ class Constraints:
 
 
 @dataclass(frozen=True)
+class AnswerSpec:
+    """What a program delivers (Data_config.json ``answer``): its kind (engine/assessment:
+    ``rows``, one prediction per test row, when not declared) and that kind's own options."""
+
+    kind: str = "rows"
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Resources:
     """What the program may read (copied into its sandbox) and what it must write."""
 
@@ -98,6 +107,7 @@ class Resources:
     validation: ValidationPolicy | None = None  # None: not declared (Trellis chooses)
     constraints: Constraints | None = None  # None: none declared
     features_declared: bool = True  # False: `features` was read from the test file's header
+    answer: AnswerSpec = field(default_factory=AnswerSpec)
 
     def prediction_contract(self) -> str:
         cols = ", ".join(f"{c}:{t}" for c, t in self.prediction_columns.items())
@@ -139,16 +149,24 @@ class Task:
             lines.append(f"- feature columns: {', '.join(f'`{f}`' for f in r.features)}")
         if r.id_column:
             lines.append(f"- id column: `{r.id_column}`")
-        if r.kind:
-            lines.append(f"- task kind: {r.kind}")
+        assessment = self.assessment()
+        if r.target:
+            decided = assessment.kind()
+            lines.append(f"- task kind: {decided.kind}" + ("" if r.kind else f" ({decided.reason})"))
         if r.constraints:
             lines.append(f"- known constraints: {r.constraints.describe(r.target)}")
         if r.validation:
             lines.append(f"- in-loop validation: {r.validation.describe()}")
         lines.append(f"- write predictions to `{r.predictions_file}` with contract `{r.prediction_contract()}`")
+        lines += [f"- {line}" for line in assessment.deliverable()]
         lines += ["", "## Evaluation", f"metric `{self.metric.name}`, "
                   f"{'higher' if self.metric.higher_is_better else 'lower'} is better", self.evaluation]
         return "\n".join(lines)
+
+    def assessment(self):
+        """What this task delivers and how it is judged (engine/assessment, by its answer kind)."""
+        from .assessment import assessment_for
+        return assessment_for(self)
 
     def fingerprint(self) -> str:
         h = hashlib.sha256()
@@ -232,7 +250,7 @@ def _parse_data_config(folder: Path) -> Resources:
     if not isinstance(raw, dict):
         raise TaskSpecError("Data_config.json", "must be a JSON object")
     known = {"files", "target", "id_column", "features", "kind", "validation", "constraints",
-             "predictions", "limits", "description"}
+             "predictions", "limits", "description", "answer"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise TaskSpecError("Data_config.json", f"unknown key(s) {', '.join(unknown)}; known keys are {', '.join(sorted(known))}")
@@ -276,8 +294,34 @@ def _parse_data_config(folder: Path) -> Resources:
         features=tuple(features), predictions_file=preds.get("file", "predictions.csv"),
         prediction_columns=dict(columns), limits=limits, kind=_parse_kind(raw.get("kind")),
         validation=_parse_validation(raw.get("validation")), constraints=_parse_constraints(raw.get("constraints")),
-        features_declared="features" in raw,
+        features_declared="features" in raw, answer=_parse_answer(folder, raw.get("answer"), files),
     )
+
+
+def _parse_answer(folder: Path, raw: object, files: dict[str, str]) -> AnswerSpec:
+    if raw is None:
+        return AnswerSpec()
+    from .assessment import ANSWER_KINDS
+
+    if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str):
+        raise TaskSpecError("Data_config.json", "'answer' must be an object with a 'kind' "
+                            f"({', '.join(ANSWER_KINDS)}) and that kind's options")
+    options = {k: v for k, v in raw.items() if k != "kind"}
+    kind = ANSWER_KINDS.get(raw["kind"])
+    if kind is None:
+        raise TaskSpecError("Data_config.json", f"answer.kind {raw['kind']!r} is not one of {', '.join(ANSWER_KINDS)}")
+    columns = {}
+    for role, rel in files.items():
+        if str(rel).endswith(".csv"):
+            try:
+                with (folder / rel).open(encoding="utf-8", newline="") as fh:
+                    columns[role] = [c.strip() for c in next(csv.reader(fh), [])]
+            except (OSError, UnicodeDecodeError, csv.Error):
+                continue
+    problems = kind.check_options(options, columns)
+    if problems:
+        raise TaskSpecError("Data_config.json", "; ".join(problems))
+    return AnswerSpec(raw["kind"], options)
 
 
 def _header_features(folder: Path, files: dict[str, str], id_column: str | None, target: str | None) -> list[str]:

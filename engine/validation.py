@@ -40,7 +40,7 @@ MIN_FIT_SHARE = 0.3  # a fold never fits on less than this share of the training
 class SplitPlan:
     """How in-loop validation splits the training rows, and why."""
 
-    split: str                   # kfold | holdout_range | group | time
+    split: str                   # kfold | holdout_range | group | time | series (an answer kind's own)
     folds: int
     column: str | None = None    # the input a range, group or time split is made on
     side: str | None = None      # holdout_range: "upper" or "lower" end of the column
@@ -57,6 +57,9 @@ class SplitPlan:
                    f"{self.fraction:.0%} of `{self.column}`, fit on the rest ({self.folds} bands)")
         elif self.split == "group":
             how = f"group split on `{self.column}`: whole groups held out ({self.folds} folds)"
+        elif self.split == "series":
+            how = (f"series split on `{self.column}`: each series' last steps before a cut validate, every "
+                   f"series' history before it fits ({self.folds} cuts)")
         elif self.split == "time":
             how = f"time split on `{self.column}`: fit on the past, validate on what follows ({self.folds} folds)"
         else:
@@ -89,7 +92,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), rows
 
 
-def _data(task: Task) -> _Data:
+def read_data(task: Task) -> _Data:
     r = task.resources
     if not (r.target and r.id_column and "train" in r.files and "test_features" in r.files):
         raise ValueError("in-loop validation needs Data_config.json with train, test_features, target and id_column")
@@ -117,9 +120,15 @@ def validation_columns(task: Task, data: _Data) -> list[str]:
 
 # --- planning the split ------------------------------------------------------------------------
 def plan_validation(task: Task) -> SplitPlan:
-    """The split the task declares, or the one its data calls for."""
+    """The split that asks the question the task's official split asks (its answer kind's)."""
+    from .assessment import assessment_for
+    return assessment_for(task).plan()
+
+
+def row_plan(task: Task) -> SplitPlan:
+    """One prediction per row: the split the task declares, or the one its data calls for."""
     declared = getattr(task.resources, "validation", None)
-    data = _data(task)
+    data = read_data(task)
     if declared:
         return _declared_plan(task, declared, data)
     beyond = _extrapolation(task, data)
@@ -187,7 +196,13 @@ def _extrapolation(task: Task, data: _Data) -> SplitPlan | None:
 
 # --- folds -------------------------------------------------------------------------------------
 def fold_rows(task: Task, plan: SplitPlan, data: _Data, seed: int) -> list[tuple[list[int], list[int]]]:
-    """(fit row indices, validation row indices) for each fold of ``plan``."""
+    """(fit row indices, validation row indices) for each fold of ``plan`` (its answer kind's)."""
+    from .assessment import assessment_for
+    return assessment_for(task).folds(plan, data, seed)
+
+
+def row_folds(task: Task, plan: SplitPlan, data: _Data, seed: int) -> list[tuple[list[int], list[int]]]:
+    """(fit row indices, validation row indices) for each fold of a per-row ``plan``."""
     n = len(data.rows)
     if plan.split == "holdout_range":
         return _range_folds(data, plan, n)
@@ -203,27 +218,51 @@ def _order_by(data: _Data, column: str) -> list[int]:
     return sorted(range(len(values)), key=lambda i: (values[i], i))
 
 
+def _tie_free(values: list[float], order: list[int], cut: int) -> int:
+    """The cut nearest ``cut`` in ``order`` (sorted by ``values``) that does not part rows with
+    the same value: rows measured at one time, or at one value of a range, sit on one side (a
+    fold that fits on half of them and validates on the other half leaks the answer)."""
+    n = len(order)
+    if cut <= 0 or cut >= n:
+        return cut
+
+    def clean(p: int) -> bool:
+        return 0 < p < n and values[order[p - 1]] != values[order[p]]
+
+    for step in range(n):
+        for p in (cut - step, cut + step):
+            if clean(p):
+                return p
+    return cut
+
+
 def _range_folds(data: _Data, plan: SplitPlan, n: int) -> list[tuple[list[int], list[int]]]:
     """Band k (k = 0 is the very edge) validates; everything on the inner side of it fits.
     Later bands fit on less data, as extrapolating from further inside does."""
     order = _order_by(data, plan.column or "")
+    values = _numbers(data.rows, plan.column or "") or [float(i) for i in range(n)]
     if plan.side == "lower":
         order.reverse()
     band = max(1, round(plan.fraction * n))
     folds = []
+    end = n
     for k in range(max(1, plan.folds)):
         start = n - (k + 1) * band
         if start < max(2, MIN_FIT_SHARE * n) and folds:
             break
-        start = max(start, 1)
-        folds.append((sorted(order[:start]), sorted(order[start:start + band])))
+        start = _tie_free(values, order, max(start, 1))
+        if start <= 0 or start >= end:
+            break
+        folds.append((sorted(order[:start]), sorted(order[start:end])))
+        end = start
     return folds
 
 
 def _time_folds(data: _Data, plan: SplitPlan, n: int) -> list[tuple[list[int], list[int]]]:
     order = _order_by(data, plan.column or "")
+    values = _numbers(data.rows, plan.column or "") or [float(i) for i in range(n)]
     blocks = max(2, plan.folds + 1)
-    edges = [round(i * n / blocks) for i in range(blocks + 1)]
+    edges = [0, *(_tie_free(values, order, round(i * n / blocks)) for i in range(1, blocks)), n]
     return [(sorted(order[:edges[k + 1]]), sorted(order[edges[k + 1]:edges[k + 2]]))
             for k in range(blocks - 1) if edges[k + 2] > edges[k + 1] and edges[k + 1] > 0]
 
@@ -282,13 +321,13 @@ def validation_rows(task: Task, seed: int = 0,
     k-th): the truth a fold's predictions are compared with, for the plots made after a search
     (engine/bundle/)."""
     plan = plan or plan_validation(task)
-    data = _data(task)
+    data = read_data(task)
     return [[(i, data.rows[i]) for i in val_idx] for _, val_idx in fold_rows(task, plan, data, seed)]
 
 
 def input_columns(task: Task) -> list[str]:
     """The inputs a program is given for each row (the test file's columns, id and target aside)."""
-    return validation_columns(task, _data(task))
+    return validation_columns(task, read_data(task))
 
 
 def plan_from_dict(d: dict) -> SplitPlan:
@@ -300,14 +339,20 @@ def plan_from_dict(d: dict) -> SplitPlan:
 # --- one fold's files --------------------------------------------------------------------------
 def make_split(task: Task, workdir: Path, seed: int = 0, fold: int = 0, plan: SplitPlan | None = None) -> ValidationSplit:
     """The files of fold ``fold`` of ``plan`` (default: the task's plan)."""
-    plan = plan or plan_validation(task)
-    data = _data(task)
-    folds = fold_rows(task, plan, data, seed)
+    from .assessment import assessment_for
+    assessment = assessment_for(task)
+    plan = plan or assessment.plan()
+    data = read_data(task)
+    folds = assessment.folds(plan, data, seed)
     fit_idx, val_idx = folds[fold % len(folds)]
-    return _write_split(task, data, workdir, fit_idx, val_idx)
+    return assessment.write_fold(data, workdir, fit_idx, val_idx)
 
 
-def _write_split(task: Task, data: _Data, workdir: Path, fit_idx: list[int], val_idx: list[int]) -> ValidationSplit:
+def write_rows_fold(task: Task, data: _Data, workdir: Path, fit_idx: list[int], val_idx: list[int],
+                    truth_columns: list[str] | None = None) -> ValidationSplit:
+    """A fold's files: the fit rows as the training file, the validation rows' inputs (numbered
+    0..n-1) as the test features file, and the truth with ``truth_columns`` (id, target, and
+    whatever else the metric needs: a series column, a time)."""
     r = task.resources
     columns = validation_columns(task, data)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -322,10 +367,15 @@ def _write_split(task: Task, data: _Data, workdir: Path, fit_idx: list[int], val
         w.writerow([r.id_column, *columns])
         for k, i in enumerate(val_idx):
             w.writerow([k, *(data.rows[i][c] for c in columns)])
+    extra = [c for c in (truth_columns or []) if c not in (r.id_column, r.target)]
+    missing = [c for c in extra if c not in data.header]
+    if missing:
+        raise ValueError(f"the fold truth needs column(s) {', '.join(missing)}, which {r.files['train']} lacks")
     with truth_path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow([r.id_column, r.target])
-        w.writerows(targets.items())
+        w.writerow([r.id_column, r.target, *extra])
+        for k, i in enumerate(val_idx):
+            w.writerow([k, data.rows[i][r.target], *(data.rows[i][c] for c in extra)])
     return ValidationSplit({r.files["train"]: fit_path, r.files["test_features"]: val_path}, truth_path, targets,
                            len(fit_idx), len(val_idx))
 
@@ -367,60 +417,39 @@ def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes
 
 def validate_program(task: Task, code: str, executor: Executor, seed: int = 0,
                      plan: SplitPlan | None = None) -> tuple[dict, ExecutionResult]:
-    """Run ``code`` on every fold of the task's split and score each with the task's metric.
+    """Run ``code`` on every fold of the task's split and score each with the task's metric
+    (engine/assessment: its answer kind cuts the folds and writes their files).
 
     Every fold's program runs first; then all folds are scored at once (one evaluate.py
     process, see evaluation.evaluate_folds). A failing fold stops the validation with its
     reason. The per-fold values are kept (``split_values``) so that two programs validated
     with the same seed and plan can be compared fold by fold (paired noise)."""
-    plan = plan or plan_validation(task)
-    data = _data(task)
-    folds = fold_rows(task, plan, data, seed)
-    last: ExecutionResult | None = None
-    with tempfile.TemporaryDirectory(prefix="trellis-val-") as tmp:
-        splits: list[ValidationSplit] = []
-        predictions: list[Path] = []
-        for k, (fit_idx, val_idx) in enumerate(folds):
-            split = _write_split(task, data, Path(tmp) / f"fold{k}", fit_idx, val_idx)
-            last = executor.run(ExecutionRequest(code=code, input_files=split.files, limits=task.resources.limits))
-            produced, problem = _read_predictions(task, last)
-            if problem:
-                return {"ok": False, "error": f"{problem} (validation fold {k + 1} of {len(folds)})",
-                        "validation": plan.to_dict()}, last
-            path = Path(tmp) / f"fold{k}" / "predictions.csv"
-            path.write_bytes(produced)
-            splits.append(split)
-            predictions.append(path)
-        # The trivial baselines on the very same folds, scored in the same batch: what a score
-        # means on this task (a judge calibrates output quality against them).
-        trivial: dict[str, list[Path]] = {}
-        for k, (fit_idx, val_idx) in enumerate(folds):
-            for name, data_ in _baselines_for_fold(task, data, fit_idx, val_idx).items():
-                path = Path(tmp) / f"fold{k}" / f"baseline-{name}.csv"
-                path.write_bytes(data_)
-                trivial.setdefault(name, []).append(path)
-        names = sorted(trivial)
-        scores = _score_folds(task, splits * (1 + len(names)), predictions + [p for n in names for p in trivial[n]])
-    assert last is not None
-    own, rest = scores[:len(folds)], scores[len(folds):]
+    from .assessment import assessment_for
+    return assessment_for(task).validate(code, executor, seed=seed, plan=plan)
+
+
+def summarize_folds(task: Task, plan: SplitPlan, scores: list[dict], n_folds: int, names: list[str]) -> dict:
+    """One validation result from the program's fold scores (the first ``n_folds``) and each
+    baseline's (``n_folds`` each, in ``names`` order)."""
+    own, rest = scores[:n_folds], scores[n_folds:]
     failed = next((s for s in own if not s.get("ok")), None)
     if failed:
-        return {**failed, "validation": plan.to_dict()}, last
+        return {**failed, "validation": plan.to_dict()}
     values = [float(s["value"]) for s in own]
     first = own[0]
     baselines = {}
     for i, name in enumerate(names):
-        mine = rest[i * len(folds):(i + 1) * len(folds)]
+        mine = rest[i * n_folds:(i + 1) * n_folds]
         if mine and all(s.get("ok") for s in mine):
             baselines[name] = round(sum(float(s["value"]) for s in mine) / len(mine), 6)
     return {"ok": True, "metric": first.get("metric", task.metric.name), "value": sum(values) / len(values),
             "higher_is_better": bool(first.get("higher_is_better", task.metric.higher_is_better)),
             "n": sum(int(s.get("n") or 0) for s in own), "split": "validation", "splits": len(values),
             "split_values": [round(v, 6) for v in values], "scorer": first.get("scorer", "evaluate.py"),
-            "baselines": baselines, "validation": plan.to_dict()}, last
+            "baselines": baselines, "validation": plan.to_dict()}
 
 
-def _baselines_for_fold(task: Task, data: _Data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
+def row_fold_baselines(task: Task, data: _Data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
     """engine/baselines.py's predictors fitted on a fold's fit rows, predicting its validation
     rows (numbered as the program's validation file numbers them)."""
     from .baselines import predict
@@ -434,7 +463,8 @@ def _baselines_for_fold(task: Task, data: _Data, fit_idx: list[int], val_idx: li
         return {}
 
 
-def _read_predictions(task: Task, result: ExecutionResult) -> tuple[bytes, str]:
+def read_answer(task: Task, result: ExecutionResult) -> tuple[bytes, str]:
+    """The answer file a fold's program wrote, or why there is none."""
     if not result.ok:
         return b"", f"program {result.status} on the validation split"
     try:
@@ -445,7 +475,8 @@ def _read_predictions(task: Task, result: ExecutionResult) -> tuple[bytes, str]:
         return b"", f"predictions refused: {exc}"
 
 
-def _score_folds(task: Task, splits: list[ValidationSplit], predictions: list[Path]) -> list[dict]:
+def score_folds(task: Task, splits: list[ValidationSplit], predictions: list[Path]) -> list[dict]:
+    """Each answer scored against its fold's truth: by evaluate.py --truth, all in one process."""
     if supports_truth(task):
         scored = evaluate_folds(task, [FoldJob(p, s.truth) for p, s in zip(predictions, splits)])
         return [{**s, "scorer": "evaluate.py"} if s.get("ok") else

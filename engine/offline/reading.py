@@ -15,19 +15,8 @@ from dataclasses import dataclass, field
 
 from ..prompt_format import INSTRUCTIONS, LESSONS, PROCEDURE, inputs, section, task_sections
 
-REGRESSION, CLASSIFICATION = "regression", "classification"
+from ..assessment.kind import CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS, metric_kind  # noqa: F401
 
-# Metric names say what kind of answer is scored; checked as whole names first, then by part.
-CLASSIFICATION_METRICS = frozenset({
-    "accuracy", "balanced_accuracy", "top_k_accuracy", "f1", "f1_macro", "f1_micro", "f1_weighted",
-    "precision", "recall", "roc_auc", "auc", "log_loss", "logloss", "cross_entropy", "mcc",
-    "matthews_corrcoef", "cohen_kappa", "kappa", "error_rate", "hamming_loss", "jaccard", "brier",
-})
-REGRESSION_METRICS = frozenset({
-    "rmse", "mse", "mae", "r2", "relative_l2", "rel_l2", "l2", "mape", "smape", "rmsle", "msle",
-    "max_error", "median_absolute_error", "nrmse", "explained_variance", "pearson", "spearman",
-    "nse", "crps", "pinball", "quantile_loss", "relative_error",
-})
 
 # Cues in the task's prose. Each is a regex on lower-cased text; a cue preceded closely by a
 # negation ("no", "not", "without", ...) in the same sentence does not count.
@@ -216,16 +205,6 @@ def _metric(evaluation: str) -> tuple[str, bool | None]:
         return m.group(1).lower(), m.group(2) == "higher"
     m = re.search(r"^\s*name:\s*([A-Za-z0-9_\-]+)", evaluation, re.M)
     return (m.group(1).lower(), None) if m else ("", None)
-
-
-def metric_kind(metric: str) -> str | None:
-    if not metric:
-        return None
-    if metric in CLASSIFICATION_METRICS or any(p in metric for p in ("accuracy", "f1", "auc", "kappa")):
-        return CLASSIFICATION
-    if metric in REGRESSION_METRICS or re.search(r"(^|_)(r2|rmse|mse|mae|l2|mape)($|_)", metric):
-        return REGRESSION
-    return None
 
 
 def contract_types(resources: str) -> dict[str, str]:

@@ -74,7 +74,7 @@ def _socket(path):
 def test_predictions_that_are_a_socket_or_a_fifo_are_a_failed_program_not_a_crash(tmp_path, kind):
     from engine.official import official_for_code
     from engine.task import load_task
-    from engine.validation import _read_predictions
+    from engine.validation import read_answer
 
     held = []
     make = (lambda p: held.append(_socket(p))) if kind == "socket" else os.mkfifo
@@ -83,7 +83,7 @@ def test_predictions_that_are_a_socket_or_a_fifo_are_a_failed_program_not_a_cras
     scored = official_for_code(task, "print(1)", executor)
     assert scored["ok"] is False and ("a socket" if kind == "socket" else "a FIFO") in scored["error"]
     (tmp_path / "work" / "predictions.csv").unlink()
-    data, problem = _read_predictions(task, executor.run(None))
+    data, problem = read_answer(task, executor.run(None))
     assert data == b"" and "predictions refused" in problem
     for s in held:
         s.close()

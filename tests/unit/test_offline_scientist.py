@@ -350,8 +350,12 @@ def test_the_analyzer_reports_a_sampling_gap_as_a_gap_and_a_jump_as_a_jump(tmp_p
 
 
 def with_resources(messages: list[dict], *lines: str) -> list[dict]:
-    """The prompt with lines added to the task's Resources, as a Data_config declaring them writes."""
-    system = messages[0]["content"].replace("- write predictions to", "\n".join(lines) + "\n- write predictions to", 1)
+    """The prompt with lines added to the task's Resources, as a Data_config declaring them writes
+    (a declared kind replaces the line that says which kind Trellis decided)."""
+    system = messages[0]["content"]
+    if any(line.startswith("- task kind:") for line in lines):
+        system = re.sub(r"^- task kind: .*\n", "", system, flags=re.M)
+    system = system.replace("- write predictions to", "\n".join(lines) + "\n- write predictions to", 1)
     return [{**messages[0], "content": system}, *messages[1:]]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.task import load_task
-from engine.validation import _data, fold_rows, make_split, plan_validation, validate_program
+from engine.validation import read_data, fold_rows, make_split, plan_validation, validate_program
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 
 # A real program in the real sandbox, standard library only (it starts in a fraction of a second).
@@ -63,7 +63,7 @@ def make_task(root: Path, train: list[list], test: list[list], header=("x", "sit
 
 
 def _values(task, rows, column):
-    data = _data(task)
+    data = read_data(task)
     return [float(data.rows[i][column]) for i in rows]
 
 
@@ -73,7 +73,7 @@ def test_test_inputs_beyond_the_training_range_get_an_extrapolation_split(tmp_pa
     plan = plan_validation(task)
     assert (plan.split, plan.column, plan.side, plan.chosen_by) == ("holdout_range", "x", "upper", "trellis")
     assert "20 of 20 test rows" in plan.reason and "above the training maximum 59" in plan.reason
-    for fit, val in fold_rows(task, plan, _data(task), seed=0):
+    for fit, val in fold_rows(task, plan, read_data(task), seed=0):
         # every validation row lies above every row the program fits on: extrapolation
         assert min(_values(task, val, "x")) > max(_values(task, fit, "x"))
 
@@ -83,7 +83,7 @@ def test_test_inputs_below_the_training_range_validate_on_the_lower_end(tmp_path
     task = load_task(folder)
     plan = plan_validation(task)
     assert (plan.split, plan.side) == ("holdout_range", "lower")
-    for fit, val in fold_rows(task, plan, _data(task), seed=0):
+    for fit, val in fold_rows(task, plan, read_data(task), seed=0):
         assert max(_values(task, val, "x")) < min(_values(task, fit, "x"))
 
 
@@ -92,7 +92,7 @@ def test_test_inputs_inside_the_training_range_keep_shuffled_folds_and_each_row_
     task = load_task(folder)
     plan = plan_validation(task)
     assert (plan.split, plan.chosen_by) == ("kfold", "default")
-    folds = fold_rows(task, plan, _data(task), seed=3)
+    folds = fold_rows(task, plan, read_data(task), seed=3)
     assert sorted(i for _, val in folds for i in val) == list(range(60))
 
 
@@ -102,7 +102,7 @@ def test_a_declared_group_split_never_puts_one_group_on_both_sides(tmp_path):
     task = load_task(folder)
     plan = plan_validation(task)
     assert (plan.split, plan.chosen_by) == ("group", "task")
-    folds = fold_rows(task, plan, _data(task), seed=0)
+    folds = fold_rows(task, plan, read_data(task), seed=0)
     assert len(folds) == 3
     for fit, val in folds:
         assert not set(_values(task, fit, "site")) & set(_values(task, val, "site"))
@@ -112,7 +112,7 @@ def test_a_declared_time_split_fits_on_the_past_only(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(60)], [[x, 1] for x in range(60, 70)],
                        validation={"split": "time", "column": "x", "folds": 3})
     task = load_task(folder)
-    folds = fold_rows(task, plan_validation(task), _data(task), seed=0)
+    folds = fold_rows(task, plan_validation(task), read_data(task), seed=0)
     assert len(folds) == 3
     for fit, val in folds:
         assert max(_values(task, fit, "x")) < min(_values(task, val, "x"))
