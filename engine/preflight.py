@@ -461,6 +461,9 @@ class _Checker:
                 test_ids = [(row.get(id_col) or "").strip() for row in csv.DictReader(fh, skipinitialspace=True)]
         except (OSError, UnicodeDecodeError, csv.Error):
             return None
+        extra_rows = self._fold_truth_rows()
+        if extra_rows is not None:  # the metric needs more than id and target: a real fold's truth
+            rows = [(str(k), row[0]) for k, row in enumerate(extra_rows)]
         if not rows:
             return None
         ids = [i for i, _ in rows]
@@ -468,7 +471,34 @@ class _Checker:
             ids = [str(k) for k in range(len(rows))]
         values = [v for _, v in rows]
         return {"ids": ids, "values": values, "test_ids": [i for i in test_ids if i],
-                "trivial": self._trivial(values)}
+                "trivial": self._trivial(values), "extra": self._extra_truth_columns(),
+                "extra_values": [row[1:] for row in extra_rows] if extra_rows is not None else None}
+
+    def _extra_truth_columns(self) -> list[str]:
+        """Truth columns the task's answer kind gives evaluate.py beyond id and target (a series'
+        name and time, for a per-series metric)."""
+        try:
+            columns = self.task.assessment().truth_columns()
+        except (KeyError, ValueError):
+            return []
+        return [c for c in columns if c not in (self.r.id_column, self.r.target)]
+
+    def _fold_truth_rows(self) -> list[list[str]] | None:
+        """For an answer kind whose truth carries more than id and target: the first validation
+        fold's rows (target, then the extra columns), at most TRUTH_ROWS; None for every other kind
+        (the first training rows serve, read before the data checks finish)."""
+        extra = self._extra_truth_columns()
+        if not extra:
+            return None
+        from .validation import read_data
+        try:
+            assessment = self.task.assessment()
+            data = read_data(self.task)
+            _, val_idx = assessment.folds(assessment.plan(), data, 0)[0]
+            return [[data.rows[i][self.r.target], *(data.rows[i].get(c, "") for c in extra)]
+                    for i in val_idx[:TRUTH_ROWS]]
+        except (OSError, KeyError, ValueError, IndexError, UnicodeDecodeError, csv.Error):
+            return None
 
     def _trivial(self, values: list[str]) -> str:
         typ = self.r.prediction_columns.get(self.r.target or "")
@@ -555,7 +585,12 @@ class _EvaluateRun:
             return
         extra = [c for c in r.prediction_columns if c not in (r.id_column, r.target)]
         predictions = [[r.id_column, r.target, *extra], *([i, sample["trivial"], *(["0"] * len(extra))] for i in ids)]
-        truth = [[r.id_column, r.target], *zip(ids, sample["values"])] if self.with_truth else []
+        if sample.get("extra_values") is not None:
+            truth = [[r.id_column, r.target, *sample["extra"]],
+                     *([i, v, *more] for i, v, more in zip(ids, sample["values"], sample["extra_values"]))]
+        else:
+            truth = [[r.id_column, r.target], *zip(ids, sample["values"])]
+        truth = truth if self.with_truth else []
         self.key = self._key(predictions, truth)
         self.cached = _MEMO.get(self.key) or self._load()
         if self.cached is not None:

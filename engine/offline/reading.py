@@ -90,12 +90,19 @@ class TaskFacts:
     # The target's declared physical bounds (low, high; None: none): a rule every program
     # honours by clipping onto it, not a reason to choose differently, so not in canonical().
     bounds: tuple[float | None, float | None] = (None, None)
+    # A forecast of several series: the column naming them, the one ordering their steps and
+    # the steps asked per series (the task's "answer:" line); "" / 0 otherwise.
+    series_column: str = ""
+    time_column: str = ""
+    horizon: int = 0
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def family(self) -> str:
         if self.kind == CLASSIFICATION:
             return "classification"
+        if self.series_column:
+            return "forecast"
         return "regression_1d" if self.n_features == 1 else "tabular_regression"
 
     def desired_tags(self) -> set[str]:
@@ -123,6 +130,9 @@ class TaskFacts:
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
         data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
+        for key in ("series_column", "time_column", "horizon"):  # a forecast's facts; absent, no change to the seed
+            if not data[key]:
+                del data[key]
         data["asked"] = sorted(self.asked)
         return json.dumps(data, sort_keys=True)
 
@@ -277,6 +287,11 @@ def read_facts(system: str, user: str) -> TaskFacts:
         evidence.append("neural network allowed: " + ("the task's library list names PyTorch" if "torch" in libraries
                                                       else "stated by the task text"))
 
+    forecast = re.search(r"^- answer: a forecast of each series in `([^`]+)`: the (\d+) step\(s\) of `([^`]+)`",
+                         resources, re.M)
+    if forecast:
+        evidence.append(f"forecast: {forecast.group(2)} step(s) of each series in `{forecast.group(1)}` "
+                        "(the task's answer)")
     instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
     return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
                      higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
@@ -284,6 +299,9 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      n_classes=n_classes if kind == CLASSIFICATION else None,
                      group_column=group.group(1) if group else "",
                      asked=tags_asked(instructions), libraries=libraries, neural=neural, bounds=(lower, upper),
+                     series_column=forecast.group(1) if forecast else "",
+                     time_column=forecast.group(3) if forecast else "",
+                     horizon=int(forecast.group(2)) if forecast else 0,
                      evidence=tuple(evidence))
 
 

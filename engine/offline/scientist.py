@@ -218,6 +218,7 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         predictions_file=one(r"^- write predictions to `([^`]+)`", "predictions.csv"),
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
         group_column=facts.group_column, bounds=facts.bounds,
+        series_column=facts.series_column, time_column=facts.time_column, horizon=facts.horizon,
     )
 
 
@@ -294,7 +295,8 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     alt = ranked[1].title if len(ranked) > 1 else "none"
     matched = sorted(choice.tags & facts.desired_tags())
     features = ", ".join(spec.features) or "every test column but the id"
-    validation = ("Hold out the 20% of training rows on the side the test set extrapolates to" if spec.extrapolate
+    validation = (f"Hold out each series' last {spec.horizon} step(s)" if spec.series_column
+                  else "Hold out the 20% of training rows on the side the test set extrapolates to" if spec.extrapolate
                   else f"Hold out whole `{spec.group_column}` groups" if spec.group_column
                   else "Hold out a random 20% of the training rows")
     return "\n".join([

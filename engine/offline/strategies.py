@@ -34,8 +34,8 @@ from .analysis import render_analysis_script  # noqa: F401  (the analyzer's prog
 if TYPE_CHECKING:
     from ..task import Task
 
-FAMILIES = ("regression_1d", "tabular_regression", "classification")
-ONE_D, TABULAR, CLASSIFY = FAMILIES
+FAMILIES = ("regression_1d", "tabular_regression", "classification", "forecast")
+ONE_D, TABULAR, CLASSIFY, FORECAST = FAMILIES
 TAG_VOCABULARY = frozenset({
     "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
     "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
@@ -58,20 +58,32 @@ class DataSpec:
     group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
     # The target's declared physical bounds (Data_config.json constraints min/max; None: none).
     bounds: tuple[float | None, float | None] = (None, None)
+    # A forecast of several series (answer kind "series"): the column naming each series, the
+    # one ordering its steps, and the steps asked per series; "" / 0 for every other task.
+    series_column: str = ""
+    time_column: str = ""
+    horizon: int = 0
 
 
 def spec_of_task(task: "Task") -> DataSpec:
     """The DataSpec a task folder declares (``engine.task.Task``): what the benchmarks and tests
     render programs for without going through a prompt, as the planner reads it from one."""
+    from ..assessment import task_kind
+
     r = task.resources
     policy = r.validation
     target_type = r.prediction_columns.get(r.target or "", "float")
+    assessment = task.assessment()
+    series = assessment.name == "series"
     return DataSpec(train_path=r.files["train"], test_path=r.files["test_features"], target=r.target or "",
                     features=tuple(r.features) if r.features_declared else (), id_column=r.id_column or "",
-                    predictions_file=r.predictions_file, kind=r.kind or "regression", target_type=target_type,
+                    predictions_file=r.predictions_file, kind=task_kind(task).kind, target_type=target_type,
                     extrapolate=bool(policy and policy.split == "holdout_range"),
                     group_column=(policy.column or "") if policy and policy.split == "group" else "",
-                    bounds=(r.constraints.min, r.constraints.max) if r.constraints else (None, None))
+                    bounds=(r.constraints.min, r.constraints.max) if r.constraints else (None, None),
+                    series_column=assessment.series_column if series else "",
+                    time_column=assessment.time_column if series else "",
+                    horizon=assessment.horizon() if series else 0)
 
 
 def family_of(spec: DataSpec) -> str:
@@ -79,6 +91,8 @@ def family_of(spec: DataSpec) -> str:
     is curve fitting and more is tabular regression."""
     if spec.kind == "classification":
         return CLASSIFY
+    if spec.series_column:
+        return FORECAST
     return ONE_D if len(spec.features) == 1 else TABULAR
 
 
@@ -406,6 +420,9 @@ class Strategy:
         group_labels = (f"GROUP_COLUMN = {spec.group_column!r}\n"
                         "GROUP_LABELS = [GROUP_COLUMN]  # new groups at test time: their labels predict nothing"
                         if grouped else "GROUP_LABELS = []  # no column labels groups the test set never saw")
+        if spec.series_column:
+            group_labels += (f"\nSERIES_COLUMN = {spec.series_column!r}\nTIME_COLUMN = {spec.time_column!r}\n"
+                             f"HORIZON = {max(1, spec.horizon)}  # steps forecast per series")
         return _FRAME.substitute(
             key=self.key,
             params_json=json.dumps(resolved, sort_keys=True),
@@ -414,7 +431,8 @@ class Strategy:
             train_path=spec.train_path,
             test_path=spec.test_path,
             predictions_file=spec.predictions_file,
-            validation_text=(f"the {pct}% of training rows on the side the test set extrapolates to" if tail
+            validation_text=(f"each series' last {max(1, spec.horizon)} step(s)" if spec.series_column
+                             else f"the {pct}% of training rows on the side the test set extrapolates to" if tail
                              else f"whole {spec.group_column} groups held out ({pct}% of them)" if grouped
                              else f"a random {pct}% hold-out of the training rows"),
             val_fraction=repr(VALIDATION_FRACTION),
@@ -883,11 +901,12 @@ _CORE: tuple[Strategy, ...] = (
 # The parametric and classification strategies build on the helpers above, so they are imported
 # here, once those exist (engine/offline/__init__.py always imports this module first).
 from .classifiers import CLASSIFIERS  # noqa: E402
+from .forecasting import FORECASTING  # noqa: E402
 from .neural import NEURAL  # noqa: E402
 from .parametric import PARAMETRIC  # noqa: E402
 from .symbolic import SYMBOLIC  # noqa: E402
 
-STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS + FORECASTING
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 
