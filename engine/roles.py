@@ -12,7 +12,7 @@ from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
 from .evidence.graph import Record
 from .evidence.memory import TeamMemory, render as render_memory
-from .plausibility import claims_match, measured_in, plausibility_checks
+from .plausibility import claims_match, measured_in
 from .prompt_format import extract_strategy, strategy_line
 from .gateway import ModelGateway
 from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
@@ -223,10 +223,12 @@ def verifier(ctx: RunContext, agent: Agent, bag: dict, feedback: dict | None) ->
     predictions = None
     if r.predictions_file in result.files:
         predictions = {"path": r.predictions_file, "sha256": result.files[r.predictions_file]}
-    checks = execution_checks(evidence, predictions, r.prediction_contract(), r.target, ctx.store.read)
+    assessment = ctx.task.assessment()
+    checks = execution_checks(evidence, predictions, r.prediction_contract(), assessment.varying_column(),
+                              ctx.store.read)
     if predictions is not None and all(c.passed for c in checks if c.name in {"output_exists", "output_schema"}):
         # Facts about the numbers themselves, once the file is known to be well formed.
-        checks += plausibility_checks(ctx.task, ctx.store.read(predictions["sha256"]) or b"", result.stdout)
+        checks += assessment.checks(ctx.store.read(predictions["sha256"]) or b"", result.stdout)
     seqs = _emit_checks(ctx, agent, checks)
     evidence["checks"] = [c.to_dict() for c in checks]
     _record_execution(ctx, agent, bag["code"], evidence, predictions, checks, seqs)

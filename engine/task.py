@@ -310,7 +310,7 @@ def _parse_answer(folder: Path, raw: object, files: dict[str, str]) -> AnswerSpe
     kind = ANSWER_KINDS.get(raw["kind"])
     if kind is None:
         raise TaskSpecError("Data_config.json", f"answer.kind {raw['kind']!r} is not one of {', '.join(ANSWER_KINDS)}")
-    columns = {}
+    columns: dict[str, list[str]] = {role: [] for role in files}  # a header for each CSV role
     for role, rel in files.items():
         if str(rel).endswith(".csv"):
             try:

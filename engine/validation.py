@@ -463,14 +463,15 @@ def row_fold_baselines(task: Task, data: _Data, fit_idx: list[int], val_idx: lis
         return {}
 
 
-def read_answer(task: Task, result: ExecutionResult) -> tuple[bytes, str]:
-    """The answer file a fold's program wrote, or why there is none."""
+def read_answer(task: Task, result: ExecutionResult, name: str | None = None) -> tuple[bytes, str]:
+    """The file a fold's program wrote to be scored (default: the predictions), or why there is none."""
+    name = name or task.resources.predictions_file
     if not result.ok:
         return b"", f"program {result.status} on the validation split"
     try:
-        return result.read_file(task.resources.predictions_file), ""
+        return result.read_file(name), ""
     except FileNotFoundError:
-        return b"", "program wrote no predictions on the validation split"
+        return b"", f"program wrote no {name} on the validation split"
     except UnsafeOutput as exc:
         return b"", f"predictions refused: {exc}"
 

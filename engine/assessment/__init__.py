@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from .base import Assessment
 from .kind import CLASSIFICATION, REGRESSION, KindDecision, decide_kind, task_kind
+from .parameters import ParametersAssessment
 from .series import SeriesAssessment
 
 # Data_config.json ``answer.kind`` -> its implementation; "rows" is the default.
-ANSWER_KINDS: dict[str, type[Assessment]] = {cls.name: cls for cls in (Assessment, SeriesAssessment)}
+ANSWER_KINDS: dict[str, type[Assessment]] = {cls.name: cls for cls in (Assessment, SeriesAssessment, ParametersAssessment)}
 
 
 def assessment_for(task) -> Assessment:

@@ -75,6 +75,15 @@ class Assessment:
         from .. import validation
         return validation.write_rows_fold(self.task, data, workdir, fit_idx, val_idx, self.truth_columns())
 
+    def fold_output(self) -> str:
+        """The file a fold's program writes that its validation rows are scored on."""
+        return self.task.resources.predictions_file
+
+    def score_folds(self, splits: list, answers: list[Path]) -> list[dict]:
+        """Each fold answer scored against its fold's truth (evaluate.py --truth, one process)."""
+        from .. import validation
+        return validation.score_folds(self.task, splits, answers)
+
     def fold_baselines(self, data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
         """The trivial baselines fitted on a fold's fit rows, answering its validation rows."""
         from .. import validation
@@ -96,7 +105,7 @@ class Assessment:
                 split = self.write_fold(data, Path(tmp) / f"fold{k}", fit_idx, val_idx)
                 last = executor.run(ExecutionRequest(code=code, input_files=split.files,
                                                      limits=self.task.resources.limits))
-                produced, problem = validation.read_answer(self.task, last)
+                produced, problem = validation.read_answer(self.task, last, self.fold_output())
                 if problem:
                     return {"ok": False, "error": f"{problem} (validation fold {k + 1} of {len(folds)})",
                             "validation": plan.to_dict()}, last
@@ -111,8 +120,7 @@ class Assessment:
                     path.write_bytes(data_)
                     trivial.setdefault(name, []).append(path)
             names = sorted(n for n in trivial if len(trivial[n]) == len(folds))
-            scores = validation.score_folds(self.task, splits * (1 + len(names)),
-                                            answers + [p for n in names for p in trivial[n]])
+            scores = self.score_folds(splits * (1 + len(names)), answers + [p for n in names for p in trivial[n]])
         assert last is not None
         return validation.summarize_folds(self.task, plan, scores, len(folds), names), last
 
@@ -123,6 +131,10 @@ class Assessment:
         return baselines.row_trivial_predictions(self.task)
 
     # --- checks ------------------------------------------------------------------------------------
+    def varying_column(self) -> str | None:
+        """The answer file's column whose values must not all be equal (values_vary), or None."""
+        return self.task.resources.target
+
     def checks(self, answer_csv: bytes, stdout: str, data=None) -> list[Check]:
         """The plausibility checks of one delivered answer (engine/plausibility.py)."""
         from ..plausibility import plausibility_checks

@@ -36,7 +36,7 @@ from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
-from ..plausibility import fold_data, plausibility_checks
+from ..plausibility import fold_data
 from .. import prompt_format
 from ..prompt_format import extract_code
 from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
@@ -529,7 +529,7 @@ def _fold_checks(task: Task, request: ExecutionRequest, result: ExecutionResult)
                          Path(request.input_files[r.files["test_features"]]).read_bytes())
     except Exception as exc:  # noqa: BLE001 - an engine fault is not a verdict on the node's answer
         return [Check("finite", True, f"not checked: the fold could not be read ({type(exc).__name__}: {exc})")]
-    return plausibility_checks(task, predictions, result.stdout, data) if data is not None else []
+    return task.assessment().checks(predictions, result.stdout, data) if data is not None else []
 
 
 def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
@@ -973,10 +973,11 @@ def _run_on_task_data(ctx: SearchContext, node: Node) -> tuple[list[Check], byte
             predictions = {"path": r.predictions_file, "sha256": sha}
         except (OSError, ValueError):
             predictions = None
-    checks = execution_checks(result.evidence(), predictions, r.prediction_contract(), r.target,
+    assessment = task.assessment()
+    checks = execution_checks(result.evidence(), predictions, r.prediction_contract(), assessment.varying_column(),
                               lambda digest: data if digest == sha else None)
     delivered = predictions is not None and all(c.passed for c in checks if c.name in _DELIVERED)
     if delivered:
-        checks += plausibility_checks(task, data, result.stdout)
+        checks += assessment.checks(data, result.stdout)
     return [Check(c.name, c.passed, f"{node.id} on the task's data: {c.detail}") for c in checks], \
         (data if delivered else None)

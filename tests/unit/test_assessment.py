@@ -175,7 +175,7 @@ def test_series_validation_scores_the_program_beside_the_per_series_baselines(tm
     ({"kind": "series", "series": "station"}, "answer.time must name a column"),
     ({"kind": "series", "series": "nope", "time": "week"}, "answer.series = 'nope' is not a column of the train file"),
     ({"kind": "series", "series": "station", "time": "week", "lag": 3}, "'answer' key(s) lag are not taken"),
-    ({"kind": "forecasts"}, "answer.kind 'forecasts' is not one of rows, series"),
+    ({"kind": "forecasts"}, "answer.kind 'forecasts' is not one of rows, series, parameters"),
     ({"series": "station"}, "'answer' must be an object with a 'kind'"),
 ])
 def test_a_broken_answer_block_is_refused_naming_what_is_wrong(tmp_path, answer, said):
