@@ -199,7 +199,8 @@ class _Checker:
 
     def _check_roles(self) -> bool:
         files = self.r.files
-        unknown = [role for role in files if role not in ("train", "test_features")]
+        known = ("train", "test_features", *self.task.assessment().roles())
+        unknown = [role for role in files if role not in known]
         missing = [role for role in ("train", "test_features") if role not in files]
         for role in missing:
             what = ("the features, target (and optionally id) of the rows agents fit on" if role == "train"
@@ -400,6 +401,13 @@ class _Checker:
             self.warn("Data_config.json declares no 'predictions.columns'; agents get the contract csv[any] and "
                       "nothing checks the predictions' columns before evaluate.py")
             return
+        required = self.task.assessment().answer_columns()
+        if required is not None:  # an answer kind with columns of its own (a table of parameters)
+            for name, typ in required.items():
+                if cols.get(name) != typ:
+                    self.problem(f"Data_config.json: 'predictions.columns' must give '{name}' as {typ} for answer kind "
+                                 f"'{self.task.assessment().name}' (it has {_names(list(cols))})")
+            return
         for name, key in ((id_col, "id_column"), (target, "target")):
             if name and name not in cols:
                 self.problem(f"Data_config.json: 'predictions.columns' has no column for the {key} '{name}' "
@@ -573,6 +581,15 @@ class _EvaluateRun:
         r = self.task.resources
         if not self.source:
             return
+        own = self.task.assessment().trivial_answer()
+        if own is not None:  # an answer kind with its own file: its trivial answer, scored officially
+            self.with_truth = False
+            self.how = "on the trivial answer"
+            self.key = self._key(own, [])
+            self.cached = _MEMO.get(self.key) or self._load()
+            if self.cached is None:
+                self._launch(own, [])
+            return
         self.with_truth = "--truth" in self.source
         if not self.with_truth:
             self.warning = ("evaluate.py does not support --truth, so in-loop validation cannot score with the "
@@ -595,6 +612,9 @@ class _EvaluateRun:
         self.cached = _MEMO.get(self.key) or self._load()
         if self.cached is not None:
             return
+        self._launch(predictions, truth)
+
+    def _launch(self, predictions: list, truth: list) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="trellis-preflight-")
         folder = Path(self.tmp.name)
         _write_csv(folder / "predictions.csv", predictions)

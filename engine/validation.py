@@ -376,8 +376,11 @@ def write_rows_fold(task: Task, data: _Data, workdir: Path, fit_idx: list[int], 
         w.writerow([r.id_column, r.target, *extra])
         for k, i in enumerate(val_idx):
             w.writerow([k, data.rows[i][r.target], *(data.rows[i][c] for c in extra)])
-    return ValidationSplit({r.files["train"]: fit_path, r.files["test_features"]: val_path}, truth_path, targets,
-                           len(fit_idx), len(val_idx))
+    # every other file the task gives a program (a law, a mesh, a dictionary) is the same on a fold
+    others = {rel: path for rel, path in task.input_files().items()
+              if rel not in (r.files["train"], r.files["test_features"])}
+    return ValidationSplit({**others, r.files["train"]: fit_path, r.files["test_features"]: val_path}, truth_path,
+                           targets, len(fit_idx), len(val_idx))
 
 
 # --- scoring -----------------------------------------------------------------------------------

@@ -131,6 +131,20 @@ class Assessment:
         return baselines.row_trivial_predictions(self.task)
 
     # --- checks ------------------------------------------------------------------------------------
+    def roles(self) -> tuple[str, ...]:
+        """File roles beyond train and test_features this kind gives a meaning to (a law file)."""
+        return ()
+
+    def answer_columns(self) -> dict[str, str] | None:
+        """Columns (name -> type) the predictions contract must give when the kind fixes them;
+        None: the id and the target, typed by the task (preflight checks them)."""
+        return None
+
+    def trivial_answer(self) -> list[list[str]] | None:
+        """A kind with an answer file of its own: the rows of a trivial answer preflight has
+        evaluate.py score (officially); None: preflight scores a trivial per-row prediction."""
+        return None
+
     def varying_column(self) -> str | None:
         """The answer file's column whose values must not all be equal (values_vary), or None."""
         return self.task.resources.target

@@ -183,6 +183,18 @@ class ParametersAssessment(Assessment):
             w.writerow([n, repr(math.sqrt(low * high) if low > 0 else (low + high) / 2)])
         return {"range_middle": buffer.getvalue().encode()}
 
+    def roles(self) -> tuple[str, ...]:
+        return (self.options["law"],) if self.options.get("law") else ()
+
+    def answer_columns(self) -> dict[str, str] | None:
+        return {PARAMETER: "str", VALUE: "float"}
+
+    def trivial_answer(self) -> list[list[str]] | None:
+        trivial = self.trivial_predictions().get("range_middle")
+        if trivial is not None:
+            return [row for row in csv.reader(io.StringIO(trivial.decode()))]
+        return [[PARAMETER, VALUE], *([n, "1.0"] for n in self.names)]
+
     # --- checks ------------------------------------------------------------------------------------
     def varying_column(self) -> str | None:
         return None  # two parameters may well be equal

@@ -95,6 +95,11 @@ class TaskFacts:
     series_column: str = ""
     time_column: str = ""
     horizon: int = 0
+    # A table of parameters: their names, the reproduction file and the law file (the task's
+    # "answer:" lines); empty otherwise.
+    parameter_names: tuple[str, ...] = ()
+    reproduction_file: str = ""
+    law_path: str = ""
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -103,6 +108,8 @@ class TaskFacts:
             return "classification"
         if self.series_column:
             return "forecast"
+        if self.parameter_names:
+            return "parameters"
         return "regression_1d" if self.n_features == 1 else "tabular_regression"
 
     def desired_tags(self) -> set[str]:
@@ -130,7 +137,8 @@ class TaskFacts:
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
         data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
-        for key in ("series_column", "time_column", "horizon"):  # a forecast's facts; absent, no change to the seed
+        for key in ("series_column", "time_column", "horizon", "parameter_names", "reproduction_file", "law_path"):
+            # an answer kind's facts; absent, no change to the seed
             if not data[key]:
                 del data[key]
         data["asked"] = sorted(self.asked)
@@ -292,6 +300,12 @@ def read_facts(system: str, user: str) -> TaskFacts:
     if forecast:
         evidence.append(f"forecast: {forecast.group(2)} step(s) of each series in `{forecast.group(1)}` "
                         "(the task's answer)")
+    parameters = re.search(r"^- answer: a table of parameters (.+?): one row each", resources, re.M)
+    reproduce = re.search(r"^- also write `([^`]+)` with columns", resources, re.M)
+    law = re.search(r"^- the law: `([^`]+)`", resources, re.M)
+    if parameters:
+        evidence.append(f"parameters: {parameters.group(1)} (the task's answer)"
+                        + (f", the law stated in {law.group(1)}" if law else ""))
     instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
     return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
                      higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
@@ -302,6 +316,9 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      series_column=forecast.group(1) if forecast else "",
                      time_column=forecast.group(3) if forecast else "",
                      horizon=int(forecast.group(2)) if forecast else 0,
+                     parameter_names=tuple(re.findall(r"`([^`]+)`", parameters.group(1))) if parameters else (),
+                     reproduction_file=reproduce.group(1) if reproduce and parameters else "",
+                     law_path=law.group(1) if law and parameters else "",
                      evidence=tuple(evidence))
 
 

@@ -219,6 +219,7 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
         group_column=facts.group_column, bounds=facts.bounds,
         series_column=facts.series_column, time_column=facts.time_column, horizon=facts.horizon,
+        parameter_names=facts.parameter_names, reproduction_file=facts.reproduction_file, law_path=facts.law_path,
     )
 
 
@@ -296,6 +297,8 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     matched = sorted(choice.tags & facts.desired_tags())
     features = ", ".join(spec.features) or "every test column but the id"
     validation = (f"Hold out each series' last {spec.horizon} step(s)" if spec.series_column
+                  else "Hold out training rows (whole experiments where the law names them) and reproduce them"
+                  if spec.parameter_names
                   else "Hold out the 20% of training rows on the side the test set extrapolates to" if spec.extrapolate
                   else f"Hold out whole `{spec.group_column}` groups" if spec.group_column
                   else "Hold out a random 20% of the training rows")

@@ -34,8 +34,8 @@ from .analysis import render_analysis_script  # noqa: F401  (the analyzer's prog
 if TYPE_CHECKING:
     from ..task import Task
 
-FAMILIES = ("regression_1d", "tabular_regression", "classification", "forecast")
-ONE_D, TABULAR, CLASSIFY, FORECAST = FAMILIES
+FAMILIES = ("regression_1d", "tabular_regression", "classification", "forecast", "parameters")
+ONE_D, TABULAR, CLASSIFY, FORECAST, PARAMETERS_FAMILY = FAMILIES
 TAG_VOCABULARY = frozenset({
     "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
     "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
@@ -63,6 +63,11 @@ class DataSpec:
     series_column: str = ""
     time_column: str = ""
     horizon: int = 0
+    # A table of parameters (answer kind "parameters"): their names, the file reproducing the
+    # test rows with them, and the law file (a path in the working dir); empty otherwise.
+    parameter_names: tuple[str, ...] = ()
+    reproduction_file: str = ""
+    law_path: str = ""
 
 
 def spec_of_task(task: "Task") -> DataSpec:
@@ -75,6 +80,8 @@ def spec_of_task(task: "Task") -> DataSpec:
     target_type = r.prediction_columns.get(r.target or "", "float")
     assessment = task.assessment()
     series = assessment.name == "series"
+    parameters = assessment.name == "parameters"
+    law_role = assessment.options.get("law") if parameters else None
     return DataSpec(train_path=r.files["train"], test_path=r.files["test_features"], target=r.target or "",
                     features=tuple(r.features) if r.features_declared else (), id_column=r.id_column or "",
                     predictions_file=r.predictions_file, kind=task_kind(task).kind, target_type=target_type,
@@ -83,7 +90,10 @@ def spec_of_task(task: "Task") -> DataSpec:
                     bounds=(r.constraints.min, r.constraints.max) if r.constraints else (None, None),
                     series_column=assessment.series_column if series else "",
                     time_column=assessment.time_column if series else "",
-                    horizon=assessment.horizon() if series else 0)
+                    horizon=assessment.horizon() if series else 0,
+                    parameter_names=tuple(assessment.names) if parameters else (),
+                    reproduction_file=assessment.reproduction_file if parameters else "",
+                    law_path=r.files.get(law_role, "") if law_role else "")
 
 
 def family_of(spec: DataSpec) -> str:
@@ -93,6 +103,8 @@ def family_of(spec: DataSpec) -> str:
         return CLASSIFY
     if spec.series_column:
         return FORECAST
+    if spec.parameter_names:
+        return PARAMETERS_FAMILY
     return ONE_D if len(spec.features) == 1 else TABULAR
 
 
@@ -423,6 +435,10 @@ class Strategy:
         if spec.series_column:
             group_labels += (f"\nSERIES_COLUMN = {spec.series_column!r}\nTIME_COLUMN = {spec.time_column!r}\n"
                              f"HORIZON = {max(1, spec.horizon)}  # steps forecast per series")
+        if spec.parameter_names:
+            group_labels += (f"\nPARAMETER_NAMES = {list(spec.parameter_names)!r}\n"
+                             f"LAW_PATH = {spec.law_path!r}  # the law the task states, as code\n"
+                             f"REPRODUCTION_FILE = {spec.reproduction_file!r}  # the law's target for each test row")
         return _FRAME.substitute(
             key=self.key,
             params_json=json.dumps(resolved, sort_keys=True),
@@ -432,6 +448,8 @@ class Strategy:
             test_path=spec.test_path,
             predictions_file=spec.predictions_file,
             validation_text=(f"each series' last {max(1, spec.horizon)} step(s)" if spec.series_column
+                             else f"how well the fitted law reproduces a {pct}% hold-out of the training rows"
+                             if spec.parameter_names
                              else f"the {pct}% of training rows on the side the test set extrapolates to" if tail
                              else f"whole {spec.group_column} groups held out ({pct}% of them)" if grouped
                              else f"a random {pct}% hold-out of the training rows"),
@@ -902,11 +920,12 @@ _CORE: tuple[Strategy, ...] = (
 # here, once those exist (engine/offline/__init__.py always imports this module first).
 from .classifiers import CLASSIFIERS  # noqa: E402
 from .forecasting import FORECASTING  # noqa: E402
+from .law_fit import LAW_FITS  # noqa: E402
 from .neural import NEURAL  # noqa: E402
 from .parametric import PARAMETRIC  # noqa: E402
 from .symbolic import SYMBOLIC  # noqa: E402
 
-STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS + FORECASTING
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS + FORECASTING + LAW_FITS
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 

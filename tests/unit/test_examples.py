@@ -22,7 +22,12 @@ from engine.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-TASKS = tuple(sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))))
+# The examples whose answer is one row per test row (the kinds `rows` and `series`): what this file
+# asks of their files and evaluate.py. An answer kind with a file of its own (a table of
+# parameters) is checked by its example's own test (tests/integration/test_reaction_kinetics_example.py).
+TASKS = tuple(sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+                     and json.loads((p / "Data_config.json").read_text()).get("answer", {}).get("kind", "rows")
+                     in ("rows", "series")))
 REQUIRED_FILES = ("Problem.md", "Requirements.md", "Evaluation.md", "Data_config.json",
                   "evaluate.py", "make_data.py", "data/train.csv", "data/test_features.csv",
                   "heldout/test_targets.csv")
@@ -123,13 +128,20 @@ def trivial_value(task: str):
     return int(target.mode().min()) if is_classification(task) else float(target.mean())
 
 
+def truth_columns(task: str) -> list[str]:
+    """The columns of the task's truth files: id and target, then what its answer kind's metric
+    needs (a forecast's series and time)."""
+    return load_task(EXAMPLES / task).assessment().truth_columns()
+
+
 def training_truth(task: str, rows: int = 40) -> pd.DataFrame:
     """A validation-fold-like truth file built from training rows: non-contiguous ids, shuffled."""
     cfg = config(task)
     train = pd.read_csv(EXAMPLES / task / cfg["files"]["train"])
     fold = train.sample(n=min(rows, len(train)), random_state=3)
+    extra = {c: fold[c].to_numpy() for c in truth_columns(task)[2:]}
     return pd.DataFrame({cfg["id_column"]: 1000 + 7 * np.arange(len(fold)),
-                         cfg["target"]: fold[cfg["target"]].to_numpy()})
+                         cfg["target"]: fold[cfg["target"]].to_numpy(), **extra})
 
 
 # --- the folder and its documents ---------------------------------------------------------
@@ -192,7 +204,7 @@ def test_data_config_matches_the_csv_files(task):
     feats, target, id_col = features(task), cfg["target"], cfg["id_column"]
     assert list(train.columns) == feats + [target]
     assert list(test.columns) == [id_col] + feats
-    assert list(targets.columns) == [id_col, target]
+    assert list(targets.columns) == truth_columns(task)  # id, target, and what a per-series metric needs
     assert pd.api.types.is_integer_dtype(test[id_col]) and test[id_col].is_unique  # a plain int id
     assert test[id_col].tolist() == targets[id_col].tolist()
     assert set(cfg["predictions"]["columns"]) == {id_col, target}
