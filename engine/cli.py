@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import fields
@@ -220,16 +221,70 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     return result
 
 
+def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("task", help="a task folder without evaluate.py")
+    parser.add_argument("--approve", metavar="SHA256", help="make the waiting draft the task's evaluate.py: the "
+                        "first 8 or more characters of the sha256 it was shown with")
+    parser.add_argument("--by", default=os.environ.get("USER", "someone"), help="who approves (default $USER)")
+    parser.add_argument("--model", default=None, help="the model that writes the draft (default: the offline "
+                        "template, for the metrics it knows)")
+    parser.add_argument("--api-base", default=None)
+    parser.add_argument("--api-key-env", default=None, metavar="VAR")
+
+
+def evaluator_from_args(args: argparse.Namespace, out=sys.stdout) -> int:
+    """Draft evaluate.py from Evaluation.md and show it, or approve the draft a person read."""
+    from .assessment import evaluator_draft as ev
+
+    folder = Path(args.task)
+    if args.approve:
+        path = ev.approve(folder, args.approve, args.by)
+        out.write(f"approved: {path} ({args.approve}) by {args.by}; the task runs with it now\n")
+        return 0
+    write = None
+    if args.model:
+        from .models import ModelOptions, ModelSettings
+
+        write = _with_models(ModelSettings(ModelOptions(model=args.model, api_base=args.api_base,
+                                                        api_key_env=args.api_key_env)))
+    draft = ev.draft_for(folder, write)
+    out.write(draft.source.rstrip() + "\n\n" + draft.describe() + "\n")
+    if draft.ok:
+        out.write(f"\nRead it above (saved as {folder / ev.DRAFT}); to use it:\n"
+                  f"  python -m engine evaluator {folder} --approve {draft.sha256[:12]}\n")
+        return 0
+    out.write(f"\nThe draft failed its tests and cannot be approved; fix {folder / ev.DRAFT} by hand and approve "
+              "that, or write evaluate.py yourself (README, '`evaluate.py`').\n")
+    return 1
+
+
+def _with_models(models):
+    """A writer for the Evaluator: the model ``models`` names, behind a gateway of its own."""
+    def run(task):
+        from .assessment import evaluator_draft as ev
+        from .budget import Budget
+        from .gateway import ModelGateway
+        from .trace import Tracer
+
+        gateway = ModelGateway(Budget(max_tokens=200_000), Tracer("evaluator"), models=models)
+        return ev.model_draft(gateway, models.run.model or "a model")(task)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine run")
+    parser = argparse.ArgumentParser(prog="python -m engine")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(sub.add_parser("run", help="run a task folder"))
+    add_evaluator_arguments(sub.add_parser("evaluator", help="draft evaluate.py from Evaluation.md for a person "
+                                                           "to approve, or approve the draft"))
     args = parser.parse_args(argv)
     try:
+        if args.command == "evaluator":
+            return evaluator_from_args(args)
         result = run_from_args(args)
     except TrellisError as exc:
         # one line is the answer; the traceback is for whoever debugs the engine (never for the data's problems)
-        if args.verbose and not isinstance(exc, PreflightError):
+        if getattr(args, "verbose", False) and not isinstance(exc, PreflightError):
             import traceback
 
             traceback.print_exc()

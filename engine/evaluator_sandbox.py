@@ -21,7 +21,8 @@ from .sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, UnsafeO
 from .task import Task
 
 # Task-folder entries never copied in: caches and version control, not the task.
-_NOT_THE_TASK = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints"}
+_NOT_THE_TASK = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", "evaluate.draft.py",
+                 "evaluate.draft.py.json"}
 INPUT_DIR = "trellis_inputs"  # the files Trellis hands evaluate.py (predictions, truth, jobs)
 EVALUATE = "evaluate.py"
 

@@ -439,14 +439,23 @@ def _reaches_heldout(folder: Path, resolved: Path, answer_key: set[tuple[int, in
     return None
 
 
-def load_task(folder: str | Path) -> Task:
-    """Load and check a task folder; every problem names its file."""
+def load_task(folder: str | Path, require_evaluator: bool = True) -> Task:
+    """Load and check a task folder; every problem names its file. Without ``require_evaluator``
+    a folder with no evaluate.py loads too (the Evaluator drafts one for it)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise TaskSpecError(str(folder), "is not a folder; point Trellis at a task folder")
     title, goal, context = _parse_problem(_read(folder, "Problem.md"))
     constraints = _parse_requirements(_read(folder, "Requirements.md"))
     metric, evaluation = _parse_evaluation(_read(folder, "Evaluation.md"))
-    _read(folder, "evaluate.py")
+    if require_evaluator or (folder / "evaluate.py").exists():
+        if not (folder / "evaluate.py").exists():
+            waiting = (folder / "evaluate.draft.py").exists()
+            raise TaskSpecError("evaluate.py", "missing; " + (
+                "a draft written from Evaluation.md waits for your approval: read evaluate.draft.py, then "
+                f"`python -m engine evaluator {folder} --approve <its sha256>`" if waiting else
+                f"`python -m engine evaluator {folder}` drafts one from Evaluation.md for you to approve, or write "
+                "it yourself (README, '`evaluate.py`')"))
+        _read(folder, "evaluate.py")
     return Task(folder=folder.resolve(), title=title, goal=goal, context=context, constraints=constraints,
                 evaluation=evaluation, metric=metric, resources=_parse_data_config(folder))

@@ -49,3 +49,22 @@ def test_a_task_uploaded_through_the_studio_runs_to_its_official_score(page, lig
     expect(official.locator("tbody tr").filter(has_text="final")).to_contain_text(re.compile(r"\d\.\d{4}"))
     expect(page.locator("h1")).to_contain_text("Run")
     page.shot("3-scored")
+
+
+def test_a_task_without_evaluate_py_is_added_once_its_drafted_scorer_is_approved(page, light_task, tmp_path):
+    folder = tmp_path / "no-scorer"
+    shutil.copytree(light_task, folder)
+    (folder / "evaluate.py").unlink()
+    (tmp_path / "no-scorer.zip").write_bytes(zipped(folder, "no-scorer").getvalue())
+
+    page.goto("/tasks/new")
+    page.get_by_label("Project").fill("Field lab")
+    page.get_by_label("Task folder as a zip").set_input_files(str(tmp_path / "no-scorer.zip"))
+    page.get_by_role("button", name="Check and add the task").click()
+    expect(page.get_by_role("heading", name=re.compile("read the one drafted for it"))).to_be_visible()
+    expect(page.locator("#draft-source")).to_contain_text("def score(pred, true)")
+    expect(page.locator(".evaluator-tests li.pass")).to_have_count(2)
+    page.shot("1-draft")
+    page.get_by_role("button", name="Approve and add the task").click()
+    expect(page).to_have_url(re.compile(r"/\?task="))
+    expect(page.get_by_label("Task").locator("option:checked")).to_have_text("no-scorer")

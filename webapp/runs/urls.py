@@ -25,6 +25,7 @@ urlpatterns = [
     path("runs/<int:run_id>/evidence/records", views.evidence_add, name="evidence_add"),
     path("runs/<int:run_id>/queue", views.mutation_queue, name="queue"),
     path("tasks/new", views.add_task, name="add_task"),
+    path("tasks/approve-evaluator", views.approve_evaluator, name="approve_evaluator"),
     path("invite/<str:token>", views.accept_invitation, name="accept_invitation"),
     path("runs/<int:run_id>/timeline", views.timeline, name="timeline"),
     path("runs/<int:run_id>/search", views.search_panels, name="search_panels"),

@@ -20,6 +20,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from engine.assessment import evaluator_draft
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 
@@ -164,6 +165,13 @@ def add_task(request: HttpRequest) -> HttpResponse:
                 folder = task_upload.unpack_zip(upload, upload.name)
             else:
                 folder = task_upload.registered_path(form.cleaned_data["path"])
+            if not (folder / "evaluate.py").exists():
+                # the Evaluator drafts it from Evaluation.md; a person reads and approves it first
+                _project_to_write(request, name)
+                draft = evaluator_draft.draft_for(folder)
+                return render(request, "runs/approve_evaluator.html", {
+                    "draft": draft, "folder": str(folder), "project": name, "sha": draft.sha256,
+                    "upload": upload is not None})
             with transaction.atomic():
                 project, created = _project_to_write(request, name)
                 task = controls.task_for_folder(project, folder)
@@ -184,6 +192,53 @@ def add_task(request: HttpRequest) -> HttpResponse:
     status = 422 if problems or form.errors else 200
     return render(request, "runs/add_task.html", {"form": form, "problems": problems, "warnings": warnings,
                                                   "roots": task_upload.allowed_roots()}, status=status)
+
+
+def _waiting_folder(text: str) -> Path:
+    """A folder whose drafted evaluate.py waits for approval: an upload, or under TRELLIS_TASK_ROOTS."""
+    try:
+        folder = Path(text).resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise Http404("no such task folder") from None
+    uploads = task_upload.uploads_dir().resolve()
+    inside = [uploads, *task_upload.allowed_roots()]
+    if not any(root in folder.parents for root in inside) or not (folder / evaluator_draft.DRAFT).is_file():
+        raise Http404("no drafted evaluate.py waits there")
+    return folder
+
+
+@require_POST
+def approve_evaluator(request: HttpRequest) -> HttpResponse:
+    """A person's decision on a drafted evaluate.py: approved by the hash they were shown, it is
+    saved beside the task and the task is added; rejected, an uploaded folder is discarded."""
+    folder = _waiting_folder(request.POST.get("folder", ""))
+    name = request.POST.get("project", "").strip()
+    uploaded = task_upload.uploads_dir().resolve() in folder.parents
+    if request.POST.get("decision") != "approve":
+        if uploaded:
+            task_upload.discard(folder)
+        else:
+            (folder / evaluator_draft.DRAFT).unlink(missing_ok=True)
+        messages.info(request, "The drafted evaluate.py was rejected; nothing was added.")
+        return redirect("add_task")
+    problems: list[str] = []
+    warnings: list[str] = []
+    try:
+        project, created = _project_to_write(request, name)
+        evaluator_draft.approve(folder, request.POST.get("sha", ""), request.user.get_username())
+        with transaction.atomic():
+            task = controls.task_for_folder(project, folder)
+            audit(project, request.user, "evaluator_approved", task=task.name, folder=str(folder),
+                  sha256=request.POST.get("sha", "")[:64], new_project=created)
+        return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")
+    except PreflightError as exc:
+        problems, warnings = exc.problems, exc.warnings
+    except TaskSpecError as exc:
+        problems = [str(exc)]
+    except _ProjectTaken:
+        problems = [f"Adding tasks to {name!r} needs its reviewer role."]
+    return render(request, "runs/add_task.html", {"form": AddTaskForm(), "problems": problems, "warnings": warnings,
+                                                  "roots": task_upload.allowed_roots()}, status=422)
 
 
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
