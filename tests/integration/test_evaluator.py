@@ -115,3 +115,22 @@ def test_a_draft_that_fails_its_tests_cannot_be_approved(tmp_path):
     assert not draft.ok and any(t.startswith("FAILED the answer key scored against itself gives 0.5") for t in draft.tests)
     with pytest.raises(TaskSpecError, match="has not passed its tests"):
         ev.approve(folder, draft.sha256[:12], "ana")
+
+
+def test_a_model_drafts_evaluate_py_and_its_draft_is_tested_like_the_templates(tmp_path):
+    """The model path through an OpenAI-compatible server: the model's first answer holds no
+    program and is re-asked once; its program is tested in the sandbox before anyone sees it."""
+    from tests.fake_openai import answer, fake_openai
+
+    folder = without_evaluator("diabetes-progression", tmp_path)
+    written = ev.offline_draft(load_task(folder, require_evaluator=False)).source
+    with fake_openai([answer("I would compute R squared."), answer(f"Here it is:\n```python\n{written}```\n")]) as server:
+        done = subprocess.run([sys.executable, "-m", "engine", "evaluator", str(folder), "--model", "openai/fake",
+                               "--api-base", server.base_url], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**__import__("os").environ, "OPENAI_API_KEY": "none"})
+        asked = [r.body for r in server.requests]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(asked) == 2  # one re-ask for the answer that held no program
+    assert "r2" in json.dumps(asked[0]["messages"])  # the model was shown Evaluation.md's metric
+    assert "(written by openai/fake)" in done.stdout and "passed: the answer key scored against itself gives 1" in done.stdout
+    assert ev.pending_draft(folder).ok
