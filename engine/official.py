@@ -56,6 +56,25 @@ def heldout_truth(task: Task) -> dict[str, str] | None:
     return None
 
 
+def heldout_columns(task: Task, columns: list[str]) -> dict[str, dict[str, str]] | None:
+    """``{id: {column: value}}`` of the held-out answer key's ``columns`` beyond id and target
+    (a series' name and time, which a per-series metric needs), or None when it lacks them."""
+    r = task.resources
+    heldout = Path(task.folder) / "heldout"
+    if not (r.id_column and r.target) or not heldout.is_dir():
+        return None
+    for path in sorted(heldout.glob("*.csv")):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_TRUTH_BYTES:
+            continue
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            if not all(c in header for c in (r.id_column, r.target, *columns)):
+                continue
+            return {str(row[r.id_column]).strip(): {c: str(row[c]).strip() for c in columns} for row in reader}
+    return None
+
+
 def official_for_code(task: Task, code: str, executor) -> dict:
     """Run a committed program on the task's real data, then score it officially."""
     from .sandbox import ExecutionRequest, UnsafeOutput

@@ -145,6 +145,9 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
         return out
     if team is None or not team_official.get("ok"):
         return {**out, **{name: Gap(name, why="the team has no official score") for name in comparable}}
+    if task.assessment().answer_columns() is not None:
+        why = f"{task.assessment().title} has no held-out rows to resample"
+        return {**out, **{name: Gap(name, why=why) for name in comparable}}
     truth = official.heldout_truth(task)  # looked up now: tests stand in for the answer key
     if not truth:
         why = "the held-out targets are not a CSV with the id and target columns under heldout/"
@@ -225,6 +228,12 @@ def _bootstrap_with_evaluate(task: Task, ids: list[str], truth: dict[str, str], 
     (ids relabelled 0..n-1, as a validation fold is) and scored by evaluate.py --truth."""
     r = task.resources
     id_column, target = r.id_column or "id", r.target or ""
+    # the columns a fold's truth carries beyond id and target (a series' name and time): the metric needs them
+    extra = [c for c in task.assessment().truth_columns() if c not in (id_column, target)]
+    more = official.heldout_columns(task, extra) if extra else {}
+    if more is None:
+        return None
+    more = {id_key(i): row for i, row in more.items()}
     n = len(ids)
     with tempfile.TemporaryDirectory(prefix="trellis-gap-") as tmp:
         jobs = []
@@ -232,7 +241,8 @@ def _bootstrap_with_evaluate(task: Task, ids: list[str], truth: dict[str, str], 
             picked = [ids[i] for i in rng.integers(0, n, size=n)]
             folder = Path(tmp) / f"{b:04d}"
             folder.mkdir()
-            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked])
+            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked],
+                   extra, [[more[i][c] for c in extra] for i in picked] if extra else None)
             for name in names:
                 path = folder / name / r.predictions_file
                 path.parent.mkdir()
@@ -245,8 +255,12 @@ def _bootstrap_with_evaluate(task: Task, ids: list[str], truth: dict[str, str], 
     return flat.reshape(resamples, len(names)).T
 
 
-def _write(path: Path, id_column: str, target: str, column: list[str]) -> None:
+def _write(path: Path, id_column: str, target: str, column: list[str], extra: list[str] | None = None,
+           extra_values: list[list[str]] | None = None) -> None:
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow([id_column, target])
-        w.writerows(enumerate(column))
+        w.writerow([id_column, target, *(extra or [])])
+        if extra_values is None:
+            w.writerows(enumerate(column))
+        else:
+            w.writerows([k, value, *more] for k, (value, more) in enumerate(zip(column, extra_values)))

@@ -80,7 +80,7 @@ def read_parameters(data: bytes) -> tuple[dict[str, float], list[str]]:
 
 class ParametersAssessment(Assessment):
     name: ClassVar[str] = "parameters"
-    title: ClassVar[str] = "a table of a model's parameters"
+    title: ClassVar[str] = "a table of parameters"
     options_help: ClassVar[dict[str, str]] = {
         "names": "the parameters the answer gives, in order",
         "reproduce": "the file of the fitted model's target per test-features row (default reproduction.csv)",

@@ -3,6 +3,7 @@ generated task unlike the shipped river-flow example (an additive 7-step cycle a
 no logs; another horizon; another metric), run end to end through `python -m engine run`."""
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,5 +102,7 @@ def test_a_forecast_task_nobody_tuned_for_is_run_end_to_end_and_beats_persistenc
 
     baselines = {name: b["value"] for name, b in official_baselines(load_task(task)).items() if b.get("ok")}
     assert "persistence" in done.stdout and "beats every baseline" in done.stdout
+    # the official lead's interval: each resample's truth carries the sensor column the metric needs
+    assert re.search(r"lead over persistence: [+-][\d.]+, 95 % \[", done.stdout), done.stdout[-1500:]
     assert set(baselines) == {"persistence", "series_mean"}
     assert math.isfinite(team) and team < min(baselines.values())

@@ -120,3 +120,4 @@ def test_the_stated_law_is_fitted_and_its_parameters_handed_in(tmp_path, make):
     assert summary["metric"]["ok"] and summary["metric"]["metric"] == "mean_relative_error"
     assert summary["metric"]["value"] < 0.1  # within 10 % of the truth, from noisy data
     assert "range middle" in done.stdout and "beats every baseline" in done.stdout
+    assert "no interval (a table of parameters has no held-out rows to resample)" in done.stdout
