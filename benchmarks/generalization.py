@@ -1,10 +1,12 @@
-"""Does the science hold on every example task? For each task folder in examples/: the trivial
-baselines (constant, nearest neighbour), the single-agent workflow, and the team's initial and
+"""Does the science hold on every example task? For each task folder in examples/: the best
+trivial baseline of its answer kind (constant or nearest neighbour; persistence or series mean;
+each parameter's range middle), the example's own hand-written baseline (reference_baseline.py,
+documented in its README and never shown to the scientist), the single-agent workflow, and the team's initial and
 final workflow for each search, all scored officially by the task's evaluate.py. Beside them:
 the official score of the candidate with the best validation (what shipping the best validation
 score, with no noise rule, would have given); whether the final's plausibility checks passed;
-whether the final team beats every baseline; whether its lead over the nearest neighbour and over
-the single agent is beyond the test set's noise (a paired bootstrap over the held-out rows,
+whether the final's lead over the best trivial baseline and over the single agent is beyond the
+test set's noise, whether it beats the hand-written baseline (a paired bootstrap over the held-out rows,
 engine/official_gap.py: better, noise, WORSE, or the same predictions); and the hindsight's rank
 correlations (validation and J against the official metric over every probed candidate). All
 offline, all real execution.
@@ -18,6 +20,8 @@ import argparse
 import io
 import logging
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -67,6 +71,45 @@ def _rho(result, a: str, b: str) -> str:
     return "n/a" if not c or c.get("rho") is None else f"{c['rho']:+.2f}"
 
 
+def _hand_written(task, tmp: Path) -> dict | None:
+    """The official score of the example's own hand-written baseline (reference_baseline.py, for
+    people: never among the files agents see), run on a copy of the task's inputs."""
+    script = task.folder / "reference_baseline.py"
+    if not script.is_file():
+        return None
+    work = Path(tempfile.mkdtemp(dir=tmp, prefix="hand-"))
+    for rel, path in task.input_files().items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, work / rel)
+    done = subprocess.run([sys.executable, str(script)], cwd=work, capture_output=True, text=True, timeout=600)
+    answer = work / task.resources.predictions_file
+    if done.returncode != 0 or not answer.is_file():
+        return {"ok": False, "error": done.stderr[-300:]}
+    return task.assessment().official(answer.read_bytes())
+
+
+def _best_trivial(base: dict, hib: bool) -> tuple[str, dict | None]:
+    """The best trivial baseline's name and official score (whichever the task's answer kind has)."""
+    trivial = {n: m for n, m in base.items() if n != "single_agent" and m and m.get("ok")}
+    if not trivial:
+        return "-", None
+    name = (max if hib else min)(trivial, key=lambda n: trivial[n]["value"])
+    return name, trivial[name]
+
+
+def _versus_trivial(result, name: str, final: dict, trivial: dict | None, hib: bool) -> str:
+    """The lead's verdict over the test set's noise; where the answer has no rows to resample (a
+    table of parameters), the official values compared, marked '*'."""
+    verdict = _versus(result, name) if trivial else "n/a"
+    return verdict if verdict != "n/a" or not trivial else _lead(final, trivial, hib) + "*"
+
+
+def _lead(final: dict, other: dict | None, hib: bool) -> str:
+    if not (final.get("ok") and other and other.get("ok")):
+        return "n/a"
+    return "better" if (final["value"] > other["value"] if hib else final["value"] < other["value"]) else "WORSE"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=2)
@@ -78,15 +121,17 @@ def main() -> None:
                         help="write the runs under this folder and keep them (default: a temporary one)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
-    header = (f"{'task':<24} {'metric':<13} {'constant':>9} {'nearest':>9} {'single':>9} {'search':<8} "
-              f"{'initial':>9} {'final':>9} {'best val':>9} {'plaus.':>7} {'beats all?':>10} {'vs NN':>6} {'vs single':>9} "
-              f"{'ρ val~off':>9} {'ρ J~off':>8}")
+    header = (f"{'task':<24} {'metric':<19} {'trivial (best)':>24} {'hand':>9} {'single':>9} {'search':<8} "
+              f"{'initial':>9} {'final':>9} {'best val':>9} {'plaus.':>7} {'vs trivial':>10} {'vs hand':>7} "
+              f"{'vs single':>9} {'ρ val~off':>9} {'ρ J~off':>8}")
     print(header)
     print("-" * len(header))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
         for name in args.tasks:
             task = load_task(ROOT / "examples" / name)
+            hib = task.metric.higher_is_better
+            hand = _hand_written(task, Path(tmp))
             for search in args.searches:
                 # the single agent runs beside every search: the same seed gives the same run, and
                 # each search's lead over it needs its predictions
@@ -94,16 +139,14 @@ def main() -> None:
                                 runs_dir=Path(tmp) / "runs", out=io.StringIO(), single_agent=True)
                 base = result.baselines
                 final = result.final.get("official") or {}
-                hib = task.metric.higher_is_better
-                refs = [m["value"] for m in base.values() if m and m.get("ok")]
-                beats = final.get("ok") and all((final["value"] > r) if hib else (final["value"] < r) for r in refs)
-                print(f"{name:<24} {task.metric.name:<13} {_fmt(base.get('constant')):>9} "
-                      f"{_fmt(base.get('nearest_neighbour')):>9} {_fmt(base.get('single_agent')):>9} {search:<8} "
+                trivial_name, trivial = _best_trivial(base, hib)
+                print(f"{name:<24} {task.metric.name:<19} {trivial_name + ' ' + _fmt(trivial):>24} "
+                      f"{_fmt(hand) if hand else '-':>9} {_fmt(base.get('single_agent')):>9} {search:<8} "
                       f"{_fmt(result.initial.get('official')):>9} {_fmt(final):>9} {_best_validated(result, hib):>9} "
-                      f"{_plausible(result.final):>7} "
-                      f"{'yes' if beats else 'NO':>10} {_versus(result, 'nearest_neighbour'):>6} "
-                      f"{_versus(result, 'single_agent'):>9} {_rho(result, 'validation', 'official'):>9} "
-                      f"{_rho(result, 'J', 'official'):>8}", flush=True)
+                      f"{_plausible(result.final):>7} {_versus_trivial(result, trivial_name, final, trivial, hib):>10} "
+                      f"{_lead(final, hand, hib) if hand else '-':>7} {_versus(result, 'single_agent'):>9} "
+                      f"{_rho(result, 'validation', 'official'):>9} {_rho(result, 'J', 'official'):>8}", flush=True)
+    print("\n* no interval (the answer has no held-out rows to resample): the official values compared")
 
 
 if __name__ == "__main__":
