@@ -186,3 +186,13 @@ def test_a_broken_answer_block_is_refused_naming_what_is_wrong(tmp_path, answer,
     with pytest.raises(TaskSpecError) as err:
         load_task(d)
     assert said in str(err.value)
+
+
+def test_every_answer_kinds_plan_is_a_valid_validation_event(tmp_path):
+    """evolve announces the plan as a ValidationPlanned event: a series plan once failed its schema."""
+    from engine.protocol.events import ValidationPlanned
+
+    task = load_task(_series_task(tmp_path))
+    plan = plan_validation(task)
+    event = ValidationPlanned(plan=plan.to_dict(), description=plan.describe())
+    assert event.plan.split == "series"
