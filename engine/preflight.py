@@ -167,6 +167,9 @@ class _Checker:
                          "\"files\": {\"train\": ..., \"test_features\": ...} (see README 'Task folders')")
             return None
         roles_ok = self._check_roles()
+        own = self.task.assessment().check_files() if roles_ok else None
+        if own is not None:  # an answer kind without a training table (a field): its own files
+            return self._run_own(own, timeout_s, cache_dir)
         if not r.target:
             self.problem("Data_config.json declares no 'target': name the column of data to predict")
         if not r.id_column:
@@ -197,14 +200,31 @@ class _Checker:
         return replace(facts, evaluate_metric=metric, evaluate_supports_truth=scorer.with_truth,
                        warnings=self.warnings)
 
+    def _run_own(self, own: tuple[list[str], list[str], dict], timeout_s: float, cache_dir: Path | None) -> TaskFacts:
+        problems, warnings, facts = own
+        self.problems += problems
+        self.warnings += warnings
+        scorer = _EvaluateRun(self.task, timeout_s, cache_dir)
+        scorer.start({"ids": [], "values": [], "test_ids": [], "trivial": ""})
+        outcome = scorer.finish(wait=not self.problems)
+        self.timings["evaluate"] = round(scorer.seconds, 4)
+        metric = self._check_evaluate(outcome, printed_metric(scorer.source))
+        decision = self.task.assessment().kind()
+        return TaskFacts(kind=decision.kind, kind_source=decision.reason, classes=None,
+                         features=tuple(facts.get("features", ())), n_train=0, n_test=int(facts.get("n_test", 0)),
+                         target_min=None, target_max=None, target_mean=None, feature_ranges={},
+                         evaluate_metric=metric, evaluate_supports_truth=scorer.with_truth, warnings=self.warnings)
+
     def _check_roles(self) -> bool:
         files = self.r.files
-        known = ("train", "test_features", *self.task.assessment().roles())
+        required = self.task.assessment().required_roles()
+        known = (*required, "train", "test_features", *self.task.assessment().roles())
         unknown = [role for role in files if role not in known]
-        missing = [role for role in ("train", "test_features") if role not in files]
+        missing = [role for role in required if role not in files]
         for role in missing:
             what = ("the features, target (and optionally id) of the rows agents fit on" if role == "train"
-                    else "the id and features of the rows agents predict, without the target")
+                    else "the id and features of the rows agents predict, without the target"
+                    if role == "test_features" else "named by Data_config.json's 'answer'")
             found = f" (it has {_names(unknown)}, which Trellis does not know)" if unknown else ""
             self.problem(f"Data_config.json: 'files' has no '{role}' role{found}; '{role}' is {what}")
         if unknown and not missing:

@@ -40,7 +40,7 @@ MIN_FIT_SHARE = 0.3  # a fold never fits on less than this share of the training
 class SplitPlan:
     """How in-loop validation splits the training rows, and why."""
 
-    split: str                   # kfold | holdout_range | group | time | series (an answer kind's own)
+    split: str                   # kfold | holdout_range | group | time | series | residual (an answer kind's own)
     folds: int
     column: str | None = None    # the input a range, group or time split is made on
     side: str | None = None      # holdout_range: "upper" or "lower" end of the column
@@ -57,6 +57,9 @@ class SplitPlan:
                    f"{self.fraction:.0%} of `{self.column}`, fit on the rest ({self.folds} bands)")
         elif self.split == "group":
             how = f"group split on `{self.column}`: whole groups held out ({self.folds} folds)"
+        elif self.split == "residual":
+            how = (f"the stated law's residual on the answer" + (f", with {self.folds}-fold held-out observations"
+                                                                  if self.folds > 1 else ""))
         elif self.split == "series":
             how = (f"series split on `{self.column}`: each series' last steps before a cut validate, every "
                    f"series' history before it fits ({self.folds} cuts)")

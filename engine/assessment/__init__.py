@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from .base import Assessment
 from .kind import CLASSIFICATION, REGRESSION, KindDecision, decide_kind, task_kind
+from .field import FieldAssessment
 from .parameters import ParametersAssessment
 from .series import SeriesAssessment
 
 # Data_config.json ``answer.kind`` -> its implementation; "rows" is the default.
-ANSWER_KINDS: dict[str, type[Assessment]] = {cls.name: cls for cls in (Assessment, SeriesAssessment, ParametersAssessment)}
+ANSWER_KINDS: dict[str, type[Assessment]] = {cls.name: cls for cls in (Assessment, SeriesAssessment, ParametersAssessment,
+                                                                   FieldAssessment)}
 
 
 def assessment_for(task) -> Assessment:

@@ -135,6 +135,15 @@ class Assessment:
         """File roles beyond train and test_features this kind gives a meaning to (a law file)."""
         return ()
 
+    def required_roles(self) -> tuple[str, ...]:
+        """The file roles a task of this kind must have."""
+        return ("train", "test_features")
+
+    def check_files(self) -> tuple[list[str], list[str], dict] | None:
+        """A kind without a training table checks its own files for preflight: (problems,
+        warnings, facts: n_test, features); None: preflight checks the training and test tables."""
+        return None
+
     def answer_columns(self) -> dict[str, str] | None:
         """Columns (name -> type) the predictions contract must give when the kind fixes them;
         None: the id and the target, typed by the task (preflight checks them)."""

@@ -236,8 +236,39 @@ if __name__ == "__main__":
 ''')
 
 
+_FIELD_ANALYSIS = Template('''"""Exploratory look at a field task: the query grid, the stated law and the observations."""
+import os
+
+import numpy as np
+import pandas as pd
+
+QUERY_PATH = $query_path
+OBSERVATIONS_PATH = $observations_path
+LAW_PATH = $law_path
+TARGET = $target
+
+query = pd.read_csv(QUERY_PATH)
+print("## Data report")
+print(f"query points: {len(query)}; columns: {', '.join(query.columns)}")
+for column in query.columns[1:]:
+    values = np.unique(query[column].to_numpy(dtype=float))
+    print(f"- {column}: {len(values)} distinct values from {values.min():.6g} to {values.max():.6g}")
+print("no training table: the answer follows from the stated law")
+if OBSERVATIONS_PATH and os.path.exists(OBSERVATIONS_PATH):
+    seen = pd.read_csv(OBSERVATIONS_PATH)
+    print(f"observations: {len(seen)} rows of {', '.join(seen.columns)}")
+    print(seen.describe().round(4).to_string())
+if LAW_PATH and os.path.exists(LAW_PATH):
+    print(f"the law ({LAW_PATH}):")
+    print(open(LAW_PATH).read()[:1500])
+''')
+
+
 def render_analysis_script(spec: "DataSpec") -> str:
     """Exploratory-analysis program that prints a bounded markdown report (runs in about 1 s)."""
+    if spec.query_path:  # a field: no training table to profile
+        return _FIELD_ANALYSIS.substitute(query_path=repr(spec.query_path), observations_path=repr(spec.observations_path),
+                                          law_path=repr(spec.law_path), target=repr(spec.target))
     return _ANALYSIS.substitute(
         train_path=repr(spec.train_path), test_path=repr(spec.test_path),
         target=repr(spec.target), features=repr(list(spec.features)),

@@ -100,6 +100,9 @@ class TaskFacts:
     parameter_names: tuple[str, ...] = ()
     reproduction_file: str = ""
     law_path: str = ""
+    # A field on a grid: the query points and the observations (the task's "answer:" lines).
+    query_path: str = ""
+    observations_path: str = ""
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -110,6 +113,8 @@ class TaskFacts:
             return "forecast"
         if self.parameter_names:
             return "parameters"
+        if self.query_path:
+            return "field"
         return "regression_1d" if self.n_features == 1 else "tabular_regression"
 
     def desired_tags(self) -> set[str]:
@@ -137,7 +142,8 @@ class TaskFacts:
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
         data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
-        for key in ("series_column", "time_column", "horizon", "parameter_names", "reproduction_file", "law_path"):
+        for key in ("series_column", "time_column", "horizon", "parameter_names", "reproduction_file", "law_path",
+                    "query_path", "observations_path"):
             # an answer kind's facts; absent, no change to the seed
             if not data[key]:
                 del data[key]
@@ -303,6 +309,11 @@ def read_facts(system: str, user: str) -> TaskFacts:
     parameters = re.search(r"^- answer: a table of parameters (.+?): one row each", resources, re.M)
     reproduce = re.search(r"^- also write `([^`]+)` with columns", resources, re.M)
     law = re.search(r"^- the law: `([^`]+)`", resources, re.M)
+    field_answer = re.search(r"^- answer: the field `[^`]+` at every point of `([^`]+)`", resources, re.M)
+    field_law = re.search(r"^- the law: `([^`]+)` states the equation", resources, re.M)
+    observations = re.search(r"^- observations: `([^`]+)`", resources, re.M)
+    if field_answer:
+        evidence.append(f"field: the answer at every point of {field_answer.group(1)} (the task's answer)")
     if parameters:
         evidence.append(f"parameters: {parameters.group(1)} (the task's answer)"
                         + (f", the law stated in {law.group(1)}" if law else ""))
@@ -318,7 +329,10 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      horizon=int(forecast.group(2)) if forecast else 0,
                      parameter_names=tuple(re.findall(r"`([^`]+)`", parameters.group(1))) if parameters else (),
                      reproduction_file=reproduce.group(1) if reproduce and parameters else "",
-                     law_path=law.group(1) if law and parameters else "",
+                     law_path=(law.group(1) if law and parameters else
+                               field_law.group(1) if field_law and field_answer else ""),
+                     query_path=field_answer.group(1) if field_answer else "",
+                     observations_path=observations.group(1) if observations and field_answer else "",
                      evidence=tuple(evidence))
 
 

@@ -220,6 +220,7 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         group_column=facts.group_column, bounds=facts.bounds,
         series_column=facts.series_column, time_column=facts.time_column, horizon=facts.horizon,
         parameter_names=facts.parameter_names, reproduction_file=facts.reproduction_file, law_path=facts.law_path,
+        query_path=facts.query_path, observations_path=facts.observations_path,
     )
 
 
@@ -296,7 +297,8 @@ def _planner(system: str, user: str, rng: random.Random) -> str:
     alt = ranked[1].title if len(ranked) > 1 else "none"
     matched = sorted(choice.tags & facts.desired_tags())
     features = ", ".join(spec.features) or "every test column but the id"
-    validation = (f"Hold out each series' last {spec.horizon} step(s)" if spec.series_column
+    validation = ("Check the answer against the stated equation's residual and the observations" if spec.query_path
+                  else f"Hold out each series' last {spec.horizon} step(s)" if spec.series_column
                   else "Hold out training rows (whole experiments where the law names them) and reproduce them"
                   if spec.parameter_names
                   else "Hold out the 20% of training rows on the side the test set extrapolates to" if spec.extrapolate

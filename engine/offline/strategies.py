@@ -34,8 +34,8 @@ from .analysis import render_analysis_script  # noqa: F401  (the analyzer's prog
 if TYPE_CHECKING:
     from ..task import Task
 
-FAMILIES = ("regression_1d", "tabular_regression", "classification", "forecast", "parameters")
-ONE_D, TABULAR, CLASSIFY, FORECAST, PARAMETERS_FAMILY = FAMILIES
+FAMILIES = ("regression_1d", "tabular_regression", "classification", "forecast", "parameters", "field")
+ONE_D, TABULAR, CLASSIFY, FORECAST, PARAMETERS_FAMILY, FIELD_FAMILY = FAMILIES
 TAG_VOCABULARY = frozenset({
     "discontinuity", "piecewise", "smooth", "nonparametric", "neural", "ensemble", "trees",
     "linear", "regularised", "scaling", "kernel", "baseline", "interpretable", "fast",
@@ -68,6 +68,9 @@ class DataSpec:
     parameter_names: tuple[str, ...] = ()
     reproduction_file: str = ""
     law_path: str = ""
+    # A field on a grid (answer kind "field"): the query points and the observations, if any.
+    query_path: str = ""
+    observations_path: str = ""
 
 
 def spec_of_task(task: "Task") -> DataSpec:
@@ -81,8 +84,11 @@ def spec_of_task(task: "Task") -> DataSpec:
     assessment = task.assessment()
     series = assessment.name == "series"
     parameters = assessment.name == "parameters"
-    law_role = assessment.options.get("law") if parameters else None
-    return DataSpec(train_path=r.files["train"], test_path=r.files["test_features"], target=r.target or "",
+    field_kind = assessment.name == "field"
+    law_role = assessment.options.get("law") if parameters or field_kind else None
+    query = r.files.get(assessment.options.get("query", ""), "") if field_kind else ""
+    return DataSpec(train_path=r.files.get("train", ""), test_path=r.files.get("test_features", query),
+                    target=r.target or "",
                     features=tuple(r.features) if r.features_declared else (), id_column=r.id_column or "",
                     predictions_file=r.predictions_file, kind=task_kind(task).kind, target_type=target_type,
                     extrapolate=bool(policy and policy.split == "holdout_range"),
@@ -93,7 +99,9 @@ def spec_of_task(task: "Task") -> DataSpec:
                     horizon=assessment.horizon() if series else 0,
                     parameter_names=tuple(assessment.names) if parameters else (),
                     reproduction_file=assessment.reproduction_file if parameters else "",
-                    law_path=r.files.get(law_role, "") if law_role else "")
+                    law_path=r.files.get(law_role, "") if law_role else "",
+                    query_path=query,
+                    observations_path=r.files.get(assessment.options.get("observations", ""), "") if field_kind else "")
 
 
 def family_of(spec: DataSpec) -> str:
@@ -105,6 +113,8 @@ def family_of(spec: DataSpec) -> str:
         return FORECAST
     if spec.parameter_names:
         return PARAMETERS_FAMILY
+    if spec.query_path:
+        return FIELD_FAMILY
     return ONE_D if len(spec.features) == 1 else TABULAR
 
 
@@ -435,6 +445,10 @@ class Strategy:
         if spec.series_column:
             group_labels += (f"\nSERIES_COLUMN = {spec.series_column!r}\nTIME_COLUMN = {spec.time_column!r}\n"
                              f"HORIZON = {max(1, spec.horizon)}  # steps forecast per series")
+        if spec.query_path:
+            group_labels += (f"\nQUERY_PATH = {spec.query_path!r}  # the points the field is asked at\n"
+                             f"OBSERVATIONS_PATH = {spec.observations_path!r}  # sparse measurements ('' if none)\n"
+                             f"LAW_PATH = {spec.law_path!r}  # the equation the task states, as code")
         if spec.parameter_names:
             group_labels += (f"\nPARAMETER_NAMES = {list(spec.parameter_names)!r}\n"
                              f"LAW_PATH = {spec.law_path!r}  # the law the task states, as code\n"
@@ -447,7 +461,8 @@ class Strategy:
             train_path=spec.train_path,
             test_path=spec.test_path,
             predictions_file=spec.predictions_file,
-            validation_text=(f"each series' last {max(1, spec.horizon)} step(s)" if spec.series_column
+            validation_text=(f"the stated equation's residual on its own answer" if spec.query_path
+                             else f"each series' last {max(1, spec.horizon)} step(s)" if spec.series_column
                              else f"how well the fitted law reproduces a {pct}% hold-out of the training rows"
                              if spec.parameter_names
                              else f"the {pct}% of training rows on the side the test set extrapolates to" if tail
@@ -921,11 +936,12 @@ _CORE: tuple[Strategy, ...] = (
 from .classifiers import CLASSIFIERS  # noqa: E402
 from .forecasting import FORECASTING  # noqa: E402
 from .law_fit import LAW_FITS  # noqa: E402
+from .pde import PDE_SOLVERS  # noqa: E402
 from .neural import NEURAL  # noqa: E402
 from .parametric import PARAMETRIC  # noqa: E402
 from .symbolic import SYMBOLIC  # noqa: E402
 
-STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS + FORECASTING + LAW_FITS
+STRATEGIES: tuple[Strategy, ...] = _CORE + PARAMETRIC + SYMBOLIC + NEURAL + CLASSIFIERS + FORECASTING + LAW_FITS + PDE_SOLVERS
 _BY_KEY = {s.key: s for s in STRATEGIES}
 assert len(_BY_KEY) == len(STRATEGIES), "duplicate strategy keys"
 

@@ -76,7 +76,7 @@ class CheckResult(Strict):
 class ValidationPlan(Strict):
     """engine.validation.SplitPlan.to_dict(): how in-loop validation splits the training rows."""
 
-    split: Literal["kfold", "holdout_range", "group", "time", "series"]  # series: engine/assessment/series.py
+    split: Literal["kfold", "holdout_range", "group", "time", "series", "residual"]  # engine/assessment kinds
     folds: int
     column: str | None = None
     side: Literal["upper", "lower"] | None = None
