@@ -178,12 +178,14 @@ class FieldAssessment(Assessment):
             return {"ok": False, "error": f"the answer could not be checked against the law: {failed.get('error')}",
                     "validation": plan.to_dict()}, last
         values = [float(s["value"]) for s in scores]
+        # what the value is made of, said in the scorer line (the validation event has no field for it)
+        self.parts = {part: round(sum(float(s[part]) for s in scores) / len(scores), 6)
+                      for part in ("residual", "initial", "boundary", "observations")}
+        said = ", ".join(f"{k} {v:.3g}" for k, v in self.parts.items())
         return {"ok": True, "metric": "law_residual", "value": sum(values) / len(values), "higher_is_better": False,
                 "n": int(scores[0]["n"]), "split": "validation", "splits": len(values),
-                "split_values": [round(v, 6) for v in values], "scorer": "the stated law (field residual)",
-                "baselines": baselines, "validation": plan.to_dict(),
-                "parts": {part: round(sum(float(s[part]) for s in scores) / len(scores), 6)
-                          for part in ("residual", "initial", "boundary", "observations")}}, last
+                "split_values": [round(v, 6) for v in values], "scorer": f"the stated law ({said})",
+                "baselines": baselines, "validation": plan.to_dict()}, last
 
     def _run_scorer(self, tmp: Path, config: dict, outputs: tuple[str, ...] = ("results.json",)):
         from ..evaluator_sandbox import INPUT_DIR, run_task_code

@@ -108,13 +108,18 @@ def test_the_exact_field_validates_far_better_than_a_wrong_one_and_the_trivial_a
     plan = assessment.plan()
     assert plan.split == "residual" and plan.folds == 5
     good, _ = assessment.validate(ANSWER.replace("SCALE", "1.0"), SubprocessExecutor())
+    good_parts = assessment.parts
     bad, _ = assessment.validate(ANSWER.replace("SCALE", "1.3"), SubprocessExecutor())
+    bad_parts = assessment.parts
+    from engine.protocol.events import Evaluation
+    Evaluation(**good)  # what a search traces: the validation fits the event's schema
     assert good["ok"] and bad["ok"], (good, bad)
     assert good["metric"] == "law_residual" and len(good["split_values"]) == 5
     assert good["value"] < 0.5 * bad["value"]  # a 30 % wrong field breaks its initial, boundary-free, observed terms
     assert set(good["baselines"]) == {"initial_held", "zero"}
     assert good["value"] < 0.2 * min(good["baselines"].values())
-    assert good["parts"]["observations"] < 0.02 and bad["parts"]["initial"] > 0.1
+    assert good_parts["observations"] < 0.02 and bad_parts["initial"] > 0.1
+    assert "the stated law (residual" in good["scorer"]
 
 
 def test_preflight_checks_a_fields_own_files(tmp_path):
