@@ -199,10 +199,14 @@ def describe(baselines: dict[str, dict], team: dict | None) -> str:
     parts = [f"{name.replace('_', ' ')} {fmt(d)}" for name, d in baselines.items()]
     line = " · ".join(parts)
     if team and team.get("ok"):
+        from .selection import better, same
+
         hib = bool(team.get("higher_is_better"))
         known = {name.replace("_", " "): d["value"] for name, d in baselines.items() if d.get("ok")}
-        beaten = [n for n, v in known.items() if (team["value"] > v if hib else team["value"] < v)]
-        tied = [n for n, v in known.items() if team["value"] == v]
+        # float noise is no lead: a team 1.1e-16 above the constant's r2 of 0 ties it
+        scale = max((abs(v) for v in (team["value"], *known.values()) if math.isfinite(v)), default=0.0)
+        beaten = [n for n, v in known.items() if better(team["value"], v, hib, scale)]
+        tied = [n for n, v in known.items() if same(team["value"], v, scale)]
         missed = [n for n in known if n not in beaten and n not in tied]
         said = [f"does NOT beat {', '.join(missed)}"] if missed else []
         said += [f"ties {', '.join(tied)}"] if tied else []

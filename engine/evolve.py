@@ -201,6 +201,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         final_d["official"] = _official(task, final, runner.executor, official)
         for label, d in (("initial", initial_d), ("final", final_d)):
             tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
+        searched = outcome.searched
+        if searched is not None:  # a baseline was handed in: what the search found, scored beside it
+            final_d["searched"] = {**searched.describe(),
+                                   "official": _official(task, searched, runner.executor, official)}
         trivial = trivial_or_error(task)
         baselines = official_baselines(task, trivial)
         solo = None
@@ -223,10 +227,11 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         failed = "" if final_official.get("ok") else \
             f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
         # the ends' programs were scored just now: the hindsight does not run them again
-        known = {e.code: d["official"] for e, d in ((initial, initial_d), (final, final_d)) if e.code is not None}
+        ends = [(initial, initial_d), (final, final_d)] + ([(searched, final_d["searched"])] if searched else [])
+        known = {e.code: d["official"] for e, d in ends if e.code is not None}
         seen = hindsight(task, run_dir, runner.executor, official, known)
         tracer.emit(Hindsight(**seen.to_dict()))
-        _champion_bundle(task, run_dir, outcome, final_official, baselines, out)
+        _champion_bundle(task, run_dir, outcome, final_d.get("searched", final_d)["official"], baselines, out)
         result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
                               time.perf_counter() - started, start=start_info, trace=str(trace_path),
                               baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed,
@@ -270,9 +275,13 @@ def _champion_bundle(task: Task, run_dir: Path, outcome, official: dict, baselin
     tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
     if tree is None or tree.champion is None:
         return
+    # With a baseline handed in, the bundle is still the champion's (its own predictions and
+    # official score, ``official`` here), and says the baseline beat it.
+    champion = outcome.searched or outcome.final
+    notes = "; ".join(x for x in (tree.reason, outcome.final.verdict) if x)
     try:
-        bundle = write_champion_bundle(task, run_dir, tree.tree, tree.champion, predictions=outcome.final.predictions,
-                                       official=official, baselines=baselines, stopped=tree.stopped, notes=tree.reason)
+        bundle = write_champion_bundle(task, run_dir, tree.tree, tree.champion, predictions=champion.predictions,
+                                       official=official, baselines=baselines, stopped=tree.stopped, notes=notes)
     except Exception as exc:  # noqa: BLE001 - the search and its official scores are done and kept
         out.write(f"champion bundle not written: {type(exc).__name__}: {exc}\n")
         return
@@ -286,6 +295,8 @@ def not_archivable(final: Endpoint, budget: Budget) -> str:
     another task from."""
     if budget.used.calls == 0:
         return "the search made no model call"
+    if final.baseline is not None:
+        return f"the search handed in the {final.baseline.replace('_', ' ')} baseline: no candidate it tried beat it"
     probe = final.probe
     if probe is None:  # a program search: its champion was scored, the team's workflow unchanged
         return ""
@@ -330,11 +341,15 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
     out.write("\n" + "=" * 72 + "\n")
     out.write(f"search     {r.search}: {r.iterations} iteration(s), stopped: {r.stopped}\n")
     out.write(f"{'':10} {'workflow':<14} {'J':>7} {'validation':>12} {'official ' + name:>22}\n")
-    for label, d in (("initial", r.initial), ("final", r.final)):
+    ends = [("initial", r.initial), ("final", r.final)] + ([("searched", r.final["searched"])]
+                                                           if r.final.get("searched") else [])
+    for label, d in ends:
         out.write(f"{label:<10} v{d['version']} {d['workflow_hash'][:10]:<11} {num(d['J']):>7} "
                   f"{num(d['validation']):>12} {official(d):>22}\n")
     out.write(f"({'higher' if task.metric.higher_is_better else 'lower'} is better; official = evaluate.py on "
               f"held-out data, run once after the final commitment)\n")
+    if r.final.get("verdict"):
+        out.write(f"{'':10} the final: {r.final['verdict']}\n")
     if r.baselines:
         out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
     for line in describe_gaps([Gap(**gap) for gap in r.gaps.values()]):
@@ -342,8 +357,12 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
     if r.single_agent:
         out.write(f"single     {describe_single_agent(r.single_agent)}\n")
     if r.hindsight:
-        out.write(f"hindsight  rank correlations over {len(r.hindsight['candidates'])} probed candidate(s), "
-                  f"higher = better on every scale:\n")
+        probed = r.hindsight["candidates"]
+        programs = {c.get("program") for c in probed if c.get("program")}
+        repeated = len(probed) - len(programs) - sum(1 for c in probed if not c.get("program"))
+        out.write(f"hindsight  rank correlations over {len(probed)} probed candidate(s)"
+                  + (f" ({repeated} repeating a program already probed, counted once)" if repeated else "")
+                  + ", higher = better on every scale:\n")
         for c in r.hindsight["correlations"]:
             out.write(f"           {c['a']:>10} ~ {c['b']:<10} "
                       + (f"ρ {c['rho']:+.2f}  (n={c['n']}" + (f", p={c['p']:.2g})" if c.get("p") is not None else ")")

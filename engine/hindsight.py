@@ -6,10 +6,14 @@ held-out metric does is the open question of every such system; this module answ
 run. After the final commitment, every candidate the search probed is scored officially (one
 evaluate.py process for all of them) and the Spearman rank correlation is computed for each pair
 of J, validation and official. All three are oriented so that higher is better, so a positive
-correlation means the two agree on which candidates are better.
+correlation means the two agree on which candidates are better. A program probed again (a
+mutation that left the team's program as it was, a rerun) is one candidate, not several: the
+correlation is over distinct programs, each counted once, as repeats would only add ties that
+agree with themselves.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -37,6 +41,7 @@ class Candidate:
     official: dict = field(default_factory=dict)
     predictions: tuple[Path, str] | None = None  # (probe folder, predictions sha256)
     code: str | None = None
+    program: str | None = None  # sha256 of the program it ran (None: it delivered none)
 
     @property
     def official_value(self) -> float | None:
@@ -69,7 +74,7 @@ class Hindsight:
                 "correlations": [asdict(c) for c in self.correlations],
                 "candidates": [{"label": c.label, "J": c.J, "validation": c.validation,
                                 "official": c.official_value, "official_error": None if c.official.get("ok")
-                                else c.official.get("error")} for c in self.candidates]}
+                                else c.official.get("error"), "program": c.program} for c in self.candidates]}
 
     def describe(self) -> str:
         return " · ".join(c.describe() for c in self.correlations)
@@ -97,15 +102,33 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
             j = None
         sha = summary.get("predictions_sha256")
         found.append(Candidate(folder.name, j, metric.get("value") if metric.get("ok") else None,
-                               predictions=(folder, sha) if sha else None))
+                               predictions=(folder, sha) if sha else None, program=program_sha(summary.get("final_code"))))
     tree_file = Path(run_dir, "tree", "tree.json")  # where the tree search keeps its tree
     if tree_file.exists():
         from .search.tree import Tree
 
         for node in Tree.load(tree_file).nodes.values():
             if node.status == "scored" and node.score is not None:
-                found.append(Candidate(f"node {node.id}", None, node.score, code=node.code))
+                found.append(Candidate(f"node {node.id}", None, node.score, code=node.code,
+                                       program=program_sha(node.code)))
     return found
+
+
+def program_sha(code: str | None) -> str | None:
+    return hashlib.sha256(code.encode("utf-8")).hexdigest() if isinstance(code, str) and code else None
+
+
+def distinct_programs(candidates: list[Candidate]) -> list[Candidate]:
+    """Each program once, as first probed (a candidate with no program stands alone)."""
+    seen: set[str] = set()
+    out = []
+    for c in candidates:
+        if c.program is not None:
+            if c.program in seen:
+                continue
+            seen.add(c.program)
+        out.append(c)
+    return out
 
 
 def score_officially(task: Task, candidates: list[Candidate], executor=None,
@@ -149,8 +172,9 @@ def score_officially(task: Task, candidates: list[Candidate], executor=None,
 
 def rank_correlations(candidates: list[Candidate], higher_is_better: bool) -> list[Correlation]:
     """Spearman's ρ for each pair of J, validation and official over the candidates that have
-    both, every score oriented so that higher is better."""
+    both, each program counted once, every score oriented so that higher is better."""
     sign = 1.0 if higher_is_better else -1.0
+    candidates = distinct_programs(candidates)
 
     def value(c: Candidate, name: str) -> float | None:
         v = {"J": c.J, "validation": c.validation, "official": c.official_value}[name]

@@ -29,6 +29,7 @@ import numpy as np
 
 from .evaluation import FoldJob, evaluate_folds, supports_truth
 from . import official
+from .selection import better
 from .bundle.parts import PartMissing, id_key, parse_predictions
 from .task import Task
 
@@ -198,7 +199,12 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
             out[name] = Gap(name, observed, rows=len(ids), why="too few resamples had a finite score")
             continue
         low, high = (float(x) for x in np.quantile(diffs, [(1 - LEVEL) / 2, (1 + LEVEL) / 2]))
-        verdict = "better" if low > 0 else "worse" if high < 0 else "within noise"
+        # An interval that clears zero by float noise alone (predictions that differ in their
+        # last bits) is no lead: beyond zero means beyond the scores' own rounding.
+        scale = max((abs(float(v)) for v in (team_official["value"], officials[name]["value"]) if math.isfinite(v)),
+                    default=0.0)
+        verdict = "better" if better(low, 0.0, True, scale) else \
+            "worse" if better(high, 0.0, False, scale) else "within noise"
         out[name] = Gap(name, observed, low, high, len(ids), len(diffs), scorer, verdict)
     return out
 

@@ -10,8 +10,9 @@ on the task's data. They are public checks: the verifier cannot overrule them.
   (``constraints.min``/``max``) and its monotonicity in an input; a bound the task does not
   declare is the training target's range widened by ``RANGE_MARGIN`` spans, scaled up by
   how far the test inputs reach beyond the training inputs (see ``range_margin``).
-- ``beats_trivial``: the program's own reported validation score is not worse than the
-  trivial baseline (mean / majority class) at its worst validation fold.
+- ``beats_trivial``: Trellis's own validation score of the program is not worse than the best
+  trivial baseline (engine/baselines.py: constant, nearest neighbour) scored on the very same
+  folds; never the score the program prints, which only the program vouches for.
 - ``claims_match``: a score stated in a report equals a measured one, up to the rounding
   of the statement (the fabrication detector); where Trellis measured the metric itself (in-loop
   validation, scored by evaluate.py --truth), a stated score must also agree with that
@@ -22,7 +23,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import random
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -45,13 +45,6 @@ RANGE_MARGIN = 1.0
 # of all the predictions: the wiggle of a tree ensemble on noisy data passes, a curve that
 # turns back does not.
 MONOTONE_TOLERANCE = 0.02
-# Test inputs this far beyond the training inputs (in training spans) make a task an
-# extrapolation task for the trivial baseline (it is also scored on a hold-out at that end).
-# A random train/test split of a few hundred rows reaches about 0.1 beyond by chance; a test
-# set that is the top 20% of an input's range reaches 0.25.
-EXTRAPOLATION_REACH = 0.15
-# In-sample, then this many seeded random folds, for the trivial baseline.
-TRIVIAL_FOLDS = 5
 CLASSIFICATION_METRICS = {"accuracy", "balanced_accuracy", "f1", "f1_macro", "precision", "recall",
                           "log_loss", "auc", "roc_auc", "error_rate"}
 REGRESSION_METRICS = {"rmse", "mae", "mse", "r2", "relative_l2", "mape", "max_error"}
@@ -378,131 +371,31 @@ def _monotone(predictions: pd.DataFrame, column: str, test: pd.DataFrame | None,
 
 # ------------------------------------------------------------ trivial baseline
 
-@dataclass(frozen=True)
-class TrivialBaseline:
-    """The trivial predictor's scores on the task's metric, fold by fold, per split."""
+def beats_trivial(validation: dict | None, metric: str, higher_is_better: bool) -> Check:
+    """Trellis's validation score of a program (``validation``: engine/validation.py's result,
+    its mean over the folds and each trivial baseline's mean over the same folds) against the
+    best baseline: a program worse than a constant or its nearest training row on the very
+    question it was asked has learned nothing, or learned wrong. What the program printed is
+    not read: a flattering number it prints earns nothing here."""
+    from .selection import ROUNDED, better
 
-    metric: str
-    higher_is_better: bool
-    predictor: str                               # "mean" / "majority class"
-    splits: dict[str, list[float]]               # split description -> per-fold values
-
-    @property
-    def worst(self) -> float:
-        values = [v for vs in self.splits.values() for v in vs]
-        return min(values) if self.higher_is_better else max(values)
-
-    def describe(self) -> str:
-        parts = [f"{name} {sum(vs) / len(vs):.4g}" + (f" (worst fold {min(vs) if self.higher_is_better else max(vs):.4g})"
-                                                      if len(vs) > 1 else "")
-                 for name, vs in self.splits.items()]
-        return ", ".join(parts)
-
-
-def trivial_baseline(y: Sequence, metric: str, higher_is_better: bool, kind: str,
-                     holdouts: dict[str, list[tuple[np.ndarray, np.ndarray]]] | None = None,
-                     seed: int = 0) -> TrivialBaseline | None:
-    """The mean (regression) or majority class (classification) scored with the task's
-    metric: in-sample, on TRIVIAL_FOLDS seeded random folds and on any extra ``holdouts``
-    (name -> [(fit rows, validation rows)]). None when the engine has no implementation
-    of the metric."""
-    fn = METRICS.get(canonical_metric(metric)[0]) or METRICS.get(metric)
-    if fn is None or len(y) < 2:
-        return None
-    values = list(y) if kind == "classification" else [float(v) for v in y]
-    n = len(values)
-    order = list(range(n))
-    random.Random(seed).shuffle(order)
-    folds = min(TRIVIAL_FOLDS, n)
-    splits = {"in-sample": [(np.arange(n), np.arange(n))],
-              f"{folds} random folds": [(np.array(sorted(set(order) - set(order[k::folds]))),
-                                         np.array(sorted(order[k::folds]))) for k in range(folds)]}
-    splits.update(holdouts or {})
-    scores: dict[str, list[float]] = {}
-    for name, pairs in splits.items():
-        got = []
-        for fit, val in pairs:
-            if len(fit) == 0 or len(val) == 0:
-                continue
-            guess = _trivial([values[i] for i in fit], kind)
-            truth = [values[i] for i in val]
-            try:
-                score = float(fn([guess] * len(truth), truth))
-            except (TypeError, ValueError, ZeroDivisionError):
-                continue
-            if math.isfinite(score):
-                got.append(score)
-        if got:
-            scores[name] = got
-    if not scores:
-        return None
-    return TrivialBaseline(metric, higher_is_better, "majority class" if kind == "classification" else "mean", scores)
-
-
-def _trivial(values: list, kind: str):
-    if kind == "classification":
-        counts = pd.Series(values).value_counts(sort=True)
-        return counts.index[0]
-    return sum(values) / len(values)
-
-
-def holdout_splits(train: pd.DataFrame, policy: object | None, reach: tuple[float, str | None, str | None],
-                   ) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
-    """The declared validation split (``holdout_range`` / ``time`` / ``group``) and, when the
-    test inputs lie beyond the training range, a hold-out of the training rows at that end."""
-    out: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    split = getattr(policy, "split", None)
-    column = getattr(policy, "column", None)
-    folds = int(getattr(policy, "folds", 3) or 3)
-    n = len(train)
-    if split == "holdout_range" and column in train.columns:
-        out[f"hold-out of the {getattr(policy, 'side', 'upper')} {getattr(policy, 'fraction', 0.2):.0%} of {column}"] = \
-            [_range_holdout(train[column], getattr(policy, "side", "upper") or "upper",
-                            float(getattr(policy, "fraction", 0.2) or 0.2))]
-    elif split == "time" and column in train.columns:
-        order = np.argsort(pd.to_numeric(train[column], errors="coerce").to_numpy(), kind="mergesort")
-        edges = np.linspace(0, n, folds + 2).astype(int)
-        out[f"forward chaining on {column}"] = [(order[: edges[k + 1]], order[edges[k + 1]: edges[k + 2]])
-                                                for k in range(folds)]
-    elif split == "group" and column in train.columns:
-        groups = train[column].astype(str).to_numpy()
-        names = sorted(set(groups))
-        chunks = [names[k::folds] for k in range(min(folds, len(names)))]
-        out[f"groups of {column} held out"] = [(np.flatnonzero(~np.isin(groups, c)), np.flatnonzero(np.isin(groups, c)))
-                                               for c in chunks]
-    distance, feature, side = reach
-    if distance >= EXTRAPOLATION_REACH and feature in train.columns and not any(feature in k for k in out):
-        out[f"hold-out of the {side} 20% of {feature} (the test inputs lie beyond it)"] = \
-            [_range_holdout(train[feature], side or "upper", 0.2)]
-    return out
-
-
-def _range_holdout(column: pd.Series, side: str, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=float)
-    order = np.argsort(values, kind="mergesort")
-    k = max(1, int(round(fraction * len(values))))
-    return (order[:-k], order[-k:]) if side == "upper" else (order[k:], order[:k])
-
-
-def beats_trivial(stdout: str, metric: str, higher_is_better: bool, baseline: TrivialBaseline | None) -> Check:
-    """The program's reported validation score against the trivial baseline's worst fold:
-    a program worse than even that has learned nothing, or learned wrong."""
-    reported = reported_validation(stdout, metric)
-    if reported is None:
-        return Check("beats_trivial", True, f"not reported: the program printed no validation {metric} "
-                     "(e.g. 'validation_" + metric + ": 0.42'), so there is nothing to compare")
-    if not math.isfinite(reported.value):
-        return Check("beats_trivial", True, f"not reported: the program's validation {metric} is {reported.value}")
-    if baseline is None:
-        return Check("beats_trivial", True, f"the program reports validation {metric} = {reported.value:.4g}; "
-                     f"no trivial baseline for {metric!r} (the engine has no implementation of it)")
-    bar = baseline.worst
-    worse = reported.value < bar if higher_is_better else reported.value > bar
-    detail = (f"the program's validation {metric} = {reported.value:.4g}; trivial baseline ({baseline.predictor}): "
-              f"{baseline.describe()}")
-    if worse:
-        return Check("beats_trivial", False, f"{detail}: worse than the {baseline.predictor} at its worst fold "
-                     f"({bar:.4g}; {'higher' if higher_is_better else 'lower'} is better)")
+    if not validation or not validation.get("ok") or not isinstance(validation.get("value"), (int, float)) \
+            or not math.isfinite(validation["value"]):
+        why = (validation or {}).get("error") or "no validation score"
+        return Check("beats_trivial", True, f"not checked: Trellis has no validation {metric} of it ({why})")
+    value = float(validation["value"])
+    refs = {name: float(b) for name, b in (validation.get("baselines") or {}).items()
+            if isinstance(b, (int, float)) and math.isfinite(b)}
+    folds = validation.get("splits") or len(validation.get("split_values") or []) or "its"
+    if not refs:
+        return Check("beats_trivial", True, f"Trellis's validation {metric} = {value:.4g} over {folds} folds; "
+                     "no trivial baseline could be scored on the same folds")
+    best = (max if higher_is_better else min)(refs, key=refs.get)
+    shown = ", ".join(f"{name.replace('_', ' ')} {b:.4g}" for name, b in refs.items())
+    detail = f"Trellis's validation {metric} = {value:.4g} over {folds} folds; trivial baselines on the same folds: {shown}"
+    if better(refs[best], value, higher_is_better, max(abs(refs[best]), abs(value)), ROUNDED):
+        return Check("beats_trivial", False, f"{detail}: worse than the {best.replace('_', ' ')} "
+                     f"({'higher' if higher_is_better else 'lower'} is better)")
     return Check("beats_trivial", True, detail)
 
 
@@ -630,8 +523,10 @@ def fold_data(task: Task, fit_csv: bytes, features_csv: bytes) -> TaskData | Non
 
 
 def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str, data: TaskData | None = None) -> list[Check]:
-    """finite, within_range (regression) and beats_trivial for one verified execution: on the
-    task's own data, or on ``data`` (a validation fold, see ``fold_data``)."""
+    """finite and within_range (regression) for one verified execution: on the task's own data,
+    or on ``data`` (a validation fold, see ``fold_data``). beats_trivial is not among them: it
+    needs Trellis's validation of the program (``beats_trivial``, after the validation), and
+    ``stdout``, what the program says of itself, is no score."""
     r = task.resources
     try:
         data = data if data is not None else task_data(task)
@@ -655,15 +550,6 @@ def plausibility_checks(task: Task, predictions_csv: bytes, stdout: str, data: T
             predictions, r.target, data.target, low=getattr(constraints, "min", None),
             high=getattr(constraints, "max", None), monotone=dict(getattr(constraints, "monotone", None) or {}),
             test=data.test, id_column=r.id_column, reach=reach[0])))
-
-    def compare() -> Check:
-        holdouts = holdout_splits(data.train.loc[data.target.index].reset_index(drop=True),
-                                  getattr(r, "validation", None), reach)
-        baseline = trivial_baseline(data.target.tolist(), task.metric.name, task.metric.higher_is_better,
-                                    data.kind, holdouts)
-        return beats_trivial(stdout, task.metric.name, task.metric.higher_is_better, baseline)
-
-    checks.append(_guarded("beats_trivial", compare))
     return checks
 
 

@@ -30,8 +30,9 @@ PROGRAM_ROLES = frozenset({"coder", "debugger", "engineer"})
 
 
 def program_output(task: Task) -> str:
-    """What a program must print and write, said exactly: the validation line Trellis reads
-    (engine/plausibility.py reported_validation) and the predictions file with its contract."""
+    """What a program must print and write, said exactly: the validation line a report's claims
+    are compared with (engine/plausibility.py measured_in; never a score Trellis ranks by) and
+    the predictions file with its contract."""
     r = task.resources
     return (f" The script must print its score on a hold-out split of the training data as one line "
             f"`validation_{task.metric.name}: <number>`, and write `{r.predictions_file}` with contract "

@@ -18,7 +18,7 @@ from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evidence.memory import EVIDENCE_FILE, MemoryScope, TeamMemory
 from .gateway import ModelGateway, refuse_unpriced_cost_budget
 from .models import ModelSettings, settings
-from .plausibility import Reference, claims_match, measured_in
+from .plausibility import Reference, beats_trivial, claims_match, measured_in
 from .prompt_format import extract_strategy, strategy_line
 from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
                               Check as CheckEvent, Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted)
@@ -172,6 +172,9 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
             # The report goes out with the run: one whose scores Trellis did not measure is said
             # in the run's reason, beside the failed public check the judge and selection see.
             reason = "; ".join(x for x in (reason, f"checks failed: claims_match ({claims.detail})") if x)
+        trivial = _beats_trivial(ctx, delivered, metric) if config.scoring == "validation" else None
+        if trivial is not None and not trivial.passed:
+            reason = "; ".join(x for x in (reason, f"checks failed: beats_trivial ({trivial.detail})") if x)
         duration = time.perf_counter() - started
         result = RunResult(
             run_id=run_id, status=status, reason=reason, workflow_hash=workflow.hash, agent_status=statuses,
@@ -413,6 +416,18 @@ def _record_score(ctx: RunContext, metric: dict, evaluator: str, code: str | Non
                                                     *(named[:1] if named else ())),
                        links=(("derived_from", ctx.last_execution_record),) if ctx.last_execution_record else (),
                        event_seq=seq, artifact_sha256=predictions_sha256)
+
+
+def _beats_trivial(ctx: RunContext, delivered: str | None, metric: dict | None) -> Check | None:
+    """Whether the delivered program beats the trivial baselines on Trellis's own validation
+    folds (the baselines were scored on the same folds, in the same batch), traced as a public
+    check of the agent that delivered: what the judge, the selection and the next mutation see.
+    None when nothing validated (the failed evaluation says why)."""
+    if delivered is None or not (metric or {}).get("ok"):
+        return None
+    check = beats_trivial(metric, ctx.task.metric.name, ctx.task.metric.higher_is_better)
+    ctx.tracer.emit(CheckEvent(**check.to_dict()), delivered)
+    return check
 
 
 def _claims_against_validation(ctx: RunContext, scheduler: _Scheduler, outputs: dict[str, dict],

@@ -4,13 +4,38 @@ Both programs are validated on the same folds (same seed, same split plan), so t
 scores pair up. The gain counts only when its mean over the folds exceeds ``Z`` standard errors
 of the paired differences: a change that only re-rolled a seed, or moved the score by less
 than the folds disagree with each other, is noise, and selecting on it would accept noise.
+
+Two scores that differ by float noise alone (a sum taken in another order, a round trip through
+text) are the same score everywhere a verdict is written (``same``, ``better``): a lead of
++1.1e-16 beats nothing. And when a trivial baseline, scored on the very folds a search validated
+its candidates on, beats every one of them, the search says so and hands the baseline in
+(``unbeaten_baseline``, applied to every search's outcome by engine/search/base.py).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 Z = 2.0  # about a one-sided 95 % bound for 5 paired folds (t(4) = 2.13); simple to state
+REL_TOL = 1e-9  # far above float rounding (1e-16), far below any difference a metric means
+# Validation keeps fold scores and the baselines' means to 6 decimals (engine/validation.py), so
+# two scores compared through them agree only to half a unit of the sixth decimal.
+ROUNDED = 5e-7
+
+
+def same(a: float, b: float, scale: float = 0.0, abs_tol: float = 0.0) -> bool:
+    """``a`` and ``b`` are one score up to float noise: relative to the larger, and absolutely
+    to ``REL_TOL`` of ``scale`` (the magnitude of the scores compared: two r2 near 0 are measured
+    against the r2 of the others, not against each other)."""
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=max(abs_tol, REL_TOL * abs(scale)))
+
+
+def better(a: float, b: float, higher_is_better: bool, scale: float = 0.0, abs_tol: float = 0.0) -> bool:
+    """``a`` beats ``b`` in the metric's direction by more than float noise."""
+    if same(a, b, scale, abs_tol):
+        return False
+    return a > b if higher_is_better else a < b
 
 
 @dataclass(frozen=True)
@@ -19,14 +44,25 @@ class Gain:
     mean: float        # mean paired improvement, positive = better in the metric's direction
     noise: float       # Z standard errors of the paired differences
     folds: int
+    worse: bool = False  # a loss beyond the paired noise: worse, not merely no better
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        verdict = "beyond" if self.significant else "within"
-        return (f"validation gain {self.mean:+.4g} is {verdict} the paired noise ±{self.noise:.3g} "
-                f"over {self.folds} folds")
+        if self.significant:
+            said = f"beyond the paired noise ±{self.noise:.3g}"
+        elif self.worse:
+            # "within the noise" would read as a tie; a loss many times the noise is a loss
+            times = f" ({-self.mean / self.noise:.3g}x it)" if self.noise > 0 else ""
+            said = f"a loss, worse beyond the paired noise ±{self.noise:.3g}{times}"
+        else:
+            said = f"within the paired noise ±{self.noise:.3g}"
+        return f"validation gain {self.mean:+.4g} is {said} over {self.folds} folds"
+
+    def verdict(self) -> str:
+        """What the gain makes of the candidate, in a few words."""
+        return "an improvement" if self.significant else "worse" if self.worse else "noise, not an improvement"
 
 
 def paired_gain(candidate: dict | None, incumbent: dict | None, higher_is_better: bool, z: float = Z) -> Gain | None:
@@ -40,9 +76,62 @@ def paired_gain(candidate: dict | None, incumbent: dict | None, higher_is_better
     diffs = [sign * (x - y) for x, y in zip(a, b)]
     k = len(diffs)
     mean = sum(diffs) / k
+    # Identical fold scores (a seed re-roll of a deterministic model) have no noise and no gain,
+    # and fold scores that differ by float noise alone have none either, nor any loss.
+    scale = max(abs(x) for x in (*a, *b))
+    up, down = better(mean, 0.0, True, scale), better(mean, 0.0, False, scale)
     if k < 2:
-        return Gain(mean > 0, mean, 0.0, k)
+        return Gain(up, mean, 0.0, k, down)
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (k - 1))
     noise = z * sd / math.sqrt(k)
-    # Identical fold scores (a seed re-roll of a deterministic model) have no noise and no gain.
-    return Gain(mean > noise and mean > 1e-12 * max(1.0, *(abs(x) for x in b)), mean, noise, k)
+    return Gain(up and mean > noise, mean, noise, k, down and -mean > noise)
+
+
+# --- a trivial baseline the search did not beat ----------------------------------------------------
+@dataclass(frozen=True)
+class Unbeaten:
+    """A trivial baseline that beat every candidate a search validated, on the very same folds."""
+
+    baseline: str               # its name (engine/baselines.py: constant, nearest_neighbour)
+    value: float                # its mean over the folds
+    best: float                 # the best candidate's mean over the same folds
+    candidates: int             # candidates that validated
+    metric: str
+    higher_is_better: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        name = self.baseline.replace("_", " ")
+        direction = "higher" if self.higher_is_better else "lower"
+        return (f"found nothing better than the {name} baseline: on the search's own validation folds it scores "
+                f"{self.metric} {self.value:.4g}, every one of the {self.candidates} validated candidate(s) worse "
+                f"(the best {self.best:.4g}; {direction} is better)")
+
+
+def unbeaten_baseline(validations: Iterable[dict | None], higher_is_better: bool) -> Unbeaten | None:
+    """The best trivial baseline when it beats every candidate that validated, each compared on
+    its own folds (``validation["baselines"]``: each baseline's mean on the folds the candidate
+    was scored on), beyond float noise and the rounding of those means; None when some candidate
+    beats or ties it, or when no candidate validated beside a baseline (nothing to compare).
+    Candidates whose validation failed beat nothing."""
+    pick = max if higher_is_better else min
+    sign = 1.0 if higher_is_better else -1.0
+    beaten: list[tuple[float, str, float, str]] = []
+    for v in validations:
+        if not v or not v.get("ok") or not isinstance(v.get("value"), (int, float)) or not math.isfinite(v["value"]):
+            continue
+        refs = {n: float(b) for n, b in (v.get("baselines") or {}).items()
+                if isinstance(b, (int, float)) and math.isfinite(b)}
+        if not refs:
+            return None  # a candidate with nothing on its folds to compare with: no verdict
+        name = pick(refs, key=refs.get)
+        value = float(v["value"])
+        if not better(refs[name], value, higher_is_better, max(abs(refs[name]), abs(value)), ROUNDED):
+            return None
+        beaten.append((value, name, refs[name], str(v.get("metric") or "")))
+    if not beaten:
+        return None
+    best, name, ref, metric = max(beaten, key=lambda b: sign * b[0])
+    return Unbeaten(name, ref, best, len(beaten), metric, higher_is_better)

@@ -166,6 +166,25 @@ class FakeExecutor:
         return out.getvalue(), summary
 
 
+class OffTarget(FakeExecutor):
+    """The fake executor with every prediction moved ``shift`` standard deviations of the training
+    target off (two are worse than the training mean on any fold, yet within the range a
+    plausibility check allows), and ``prints`` added to what each program prints (a score it
+    claims for itself)."""
+
+    def __init__(self, root: str | Path | None = None, *, shift: float = 0.0, prints: str = "", **kw) -> None:
+        super().__init__(root, **kw)
+        self.shift, self.prints = shift, prints
+
+    def _predictions(self, code: str, train: "_Table", test: "_Table") -> tuple[str, str]:
+        text, summary = super()._predictions(code, train, test)
+        target = next(c for c in train.columns if c not in test.columns)
+        move = self.shift * (statistics.pstdev([float(v) for v in train.column(target)]) or 1.0)
+        header, *rows = text.splitlines()
+        moved = [f"{i},{float(v) + move!r}" for i, v in (row.split(",") for row in rows)]
+        return "\n".join([header, *moved]) + "\n", summary + self.prints
+
+
 @dataclass
 class _Table:
     columns: list[str]

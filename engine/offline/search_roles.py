@@ -8,9 +8,11 @@ already tried.
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 
+from ..judge import OUTPUT_QUALITY_AT_BASELINE as AT_BASELINE
 from ..prompt_format import json_block
 from .mutator import HINTS, planner_id, propose
 from .scientist import input_section, register
@@ -53,9 +55,10 @@ def judge(system: str, user: str, rng: random.Random) -> str:
             f"{retries} repair loop(s){' that ended in a delivered answer' if resolved and retries else ''}, "
             f"{failed_runs} failed execution(s), "
             f"{execution.get('tokens', 0)} tokens over {execution.get('model_calls', 0)} calls.")},
-        "output_quality": {"score": round(q, 3), "feedback": f"{shown}; "
+        "output_quality": {"score": round(q, 4), "feedback": f"{shown}; "
                            + ("strong." if q > 0.8 else "room to improve the modelling approach." if q > 0.4
-                              else "weak: the approach does not fit the data.")},
+                              else "weak: the approach does not fit the data." if q >= AT_BASELINE
+                              else "worse than a trivial baseline on the same folds.")},
         "answer_plausibility": {"score": round(a, 3), "feedback": f"{passed} of {len(checks)} public checks passed."},
     }
     return json.dumps(answer, indent=1)
@@ -71,7 +74,8 @@ def _best_baseline(validation: dict) -> tuple[str, float] | None:
 def _quality(validation: dict) -> float:
     """Skill over the best trivial baseline on the same folds (1 - error / baseline error; for a
     score, the share of the way from the baseline to a perfect 1), not an absolute scale on
-    which any model looks good when the target is far from zero."""
+    which any model looks good when the target is far from zero; mapped into [0, 1] by
+    ``quality_of_skill`` so that candidates below the baseline still rank among themselves."""
     if not validation.get("ok") or validation.get("value") is None:
         return 0.0
     v, higher = float(validation["value"]), bool(validation.get("higher_is_better"))
@@ -79,12 +83,26 @@ def _quality(validation: dict) -> float:
     if refs:
         best = max(refs) if higher else min(refs)
         if higher and best < 1.0:
-            return max(0.0, min(1.0, (v - best) / (1.0 - best)))
+            return quality_of_skill((v - best) / (1.0 - best))
         if not higher and best > 0.0:
-            return max(0.0, min(1.0, 1.0 - v / best))
+            return quality_of_skill(1.0 - v / best)
     if higher:
         return max(0.0, min(1.0, v))  # r2 / accuracy already live in [0, 1] when they are any good
     return 1.0 / (1.0 + 10.0 * max(0.0, v))  # an error: 0 is perfect
+
+
+def quality_of_skill(skill: float) -> float:
+    """Output quality from skill over the best baseline (1 perfect, 0 the baseline's score,
+    negative below it), as engine/judge.py's procedure states it: the baseline's score is
+    AT_BASELINE, a perfect one 1; below the baseline the quality keeps falling towards 0 without
+    reaching it (twice the baseline's distance from a perfect score is half of AT_BASELINE), so a
+    candidate 36 % better than another, both below the baseline, is still judged better, and
+    every one below the baseline stays below every one above it."""
+    if not math.isfinite(skill):
+        return 0.0
+    if skill >= 0.0:
+        return min(1.0, AT_BASELINE + (1.0 - AT_BASELINE) * skill)
+    return AT_BASELINE / (1.0 - skill)
 
 
 @register("mutator")

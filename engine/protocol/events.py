@@ -135,8 +135,8 @@ class CheckOutcome(Strict):
     passed: bool
 
 
-class SearchEnd(Strict):
-    """One end (initial or final) of an evolve: engine.evolve._describe plus the official score."""
+class Committed(Strict):
+    """What a search committed to: engine.search.base.Endpoint.describe() plus the official score."""
 
     workflow_hash: str
     version: int
@@ -145,6 +145,14 @@ class SearchEnd(Strict):
     official: Metric | None = None
     node: str | None = None          # tree search: the node the end is
     checks: list[CheckOutcome] = Field(default_factory=list)  # its public checks (a tree node's: on its folds)
+
+
+class SearchEnd(Committed):
+    """One end (initial or final) of an evolve."""
+
+    baseline: str | None = None      # the trivial baseline handed in: it beat every candidate on the search's folds
+    verdict: str = ""                # the sentence that says so (engine.selection.Unbeaten)
+    searched: Committed | None = None  # then: what the search itself committed to, scored officially too
 
 
 class ModelFailure(Strict):
@@ -605,6 +613,7 @@ class CandidateScores(Strict):
     validation: float | None = None
     official: float | None = None
     official_error: str | None = None
+    program: str | None = None      # sha256 of its program: the same program probed twice is one candidate
 
 
 class Hindsight(Payload):
@@ -876,7 +885,7 @@ __all__ = [
     "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "parse_payload",
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
-    "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
+    "Committed", "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
     "CandidateScores", "EvidenceAuthor", "EvidenceProvenance", "EvidenceRecord", "EvidenceLink",
     # one model per kind
     "RunStarted", "AgentStarted", "ModelCall", "ModelCallFailed", "AnswerReasked", "ToolCall", "CodeExecution", "Handoff", "Check", "Route",

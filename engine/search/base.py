@@ -26,7 +26,7 @@ import contextvars
 import json
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol, TextIO
 
@@ -43,6 +43,7 @@ from ..protocol.checkpoints import Checkpoint, InProgress, from_legacy
 from ..protocol.events import MutationProposed
 from ..protocol.gate import Decision, Proposal
 from ..sandbox import Executor
+from ..selection import Unbeaten, unbeaten_baseline
 from ..task import Task
 from ..trace import Tracer
 from ..workflow import Workflow
@@ -151,6 +152,10 @@ class Endpoint:
     node: str | None = None
     predictions: bytes | None = None  # the program's on the task's data, written at the final commitment
     checks: list[dict] = field(default_factory=list)  # its public checks (plausibility included): name, passed
+    # A trivial baseline handed in instead of what the search found (it beat every candidate on
+    # the search's own folds), and the sentence that says so.
+    baseline: str | None = None
+    verdict: str = ""
 
     def describe(self) -> dict:
         d = {"workflow_hash": self.workflow.hash, "version": self.workflow.version,
@@ -158,6 +163,10 @@ class Endpoint:
              "checks": [{"name": c["name"], "passed": bool(c.get("passed"))} for c in self.checks]}
         if self.node is not None:
             d["node"] = self.node
+        if self.baseline is not None:
+            d["baseline"] = self.baseline
+        if self.verdict:
+            d["verdict"] = self.verdict
         return d
 
     @classmethod
@@ -173,6 +182,8 @@ class SearchOutcome:
     iterations: int       # iterations finished
     stopped: str          # why the search ended
     records: list = field(default_factory=list)
+    unbeaten: Unbeaten | None = None  # a trivial baseline that beat every candidate on the search's folds
+    searched: Endpoint | None = None  # what the search itself committed to, when a baseline was handed in
 
 
 # --- shared steps ---------------------------------------------------------------------------------
@@ -434,7 +445,49 @@ class Search(ABC):
                 self.stopped = self.stop_reason() or self.stopped
         except BudgetExhausted as exc:
             self.stopped = f"budget exhausted: {exc.reason}"
-        return self.outcome()
+        return self.commit(self.outcome())
+
+    def validations(self) -> list[dict]:
+        """The in-loop validation of every candidate this search probed, from its folder (every
+        attempt's, after a resume): the workflow probes' under probes/. A search whose candidates
+        live elsewhere (the tree's nodes) says so itself."""
+        out = []
+        for summary in sorted(Path(self.ctx.runner.root).glob("*/summary.json")):
+            try:
+                saved = json.loads(summary.read_text())
+            except (OSError, ValueError):
+                continue  # a probe cut off before it finished validated nothing
+            if saved.get("status") != "stopped" and isinstance(saved.get("metric"), dict):
+                out.append(saved["metric"])
+        return out
+
+    def commit(self, outcome: SearchOutcome) -> SearchOutcome:
+        """The final commitment, made honest for every search: when a trivial baseline beats every
+        candidate on the search's own validation folds, the search says so on its console and in
+        its final end, and hands the baseline in (its predictions on the test inputs) instead of
+        a candidate that is worse than it; where the baseline's predictions cannot be made, the
+        final stays and says it found nothing better."""
+        ctx = self.ctx
+        unbeaten = unbeaten_baseline(self.validations(), ctx.task.metric.higher_is_better)
+        if unbeaten is None:
+            return outcome
+        from ..baselines import trivial_or_error
+
+        made = trivial_or_error(ctx.task)
+        predictions = made.get(unbeaten.baseline) if isinstance(made, dict) else None
+        said = unbeaten.describe()
+        if predictions is None:
+            why = made if isinstance(made, str) else "it has no predictions for the test inputs"
+            said += f"; the search's own final stands, as the baseline could not be handed in ({why})"
+            ctx.say(f"final commitment: {said}")
+            return replace(outcome, unbeaten=unbeaten,
+                           final=replace(outcome.final, verdict=said))
+        name = unbeaten.baseline.replace("_", " ")
+        said += f"; handed in the {name} baseline's predictions instead"
+        ctx.say(f"final commitment: {said}")
+        final = Endpoint(outcome.final.workflow, unbeaten.value, predictions=predictions,
+                         baseline=unbeaten.baseline, verdict=said)
+        return replace(outcome, final=final, unbeaten=unbeaten, searched=outcome.final)
 
     def _prepare(self, n: int, moves: list) -> list:
         """Propose and probe every move at once: the candidates (or what each raised) in move order."""

@@ -52,7 +52,7 @@ def accept_rule(j_new: float | None, j_old: float | None, gain: Gain | None) -> 
     if gain is None:
         return True, "J improved"
     if not gain.significant:
-        return False, f"J improved but the {gain.describe()}: noise, not an improvement"
+        return False, f"J improved but the {gain.describe()}: {gain.verdict()}"
     return True, f"J improved and the {gain.describe()}"
 
 

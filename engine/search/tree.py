@@ -11,9 +11,9 @@ it runs, it is trained and scored on a split of the training data, and a result 
 reports. A node retires after ``max_children`` children.
 
 Every scored node's predictions on each validation fold pass the same public plausibility checks
-as a team's (finite, within_range, beats_trivial; engine/plausibility.py), traced as ``check``
-events; a node that fails one ranks below every node that passes, so it is never the champion
-over one. The final commitment runs the champion on the task's own data and checks those
+as a team's (finite, within_range; engine/plausibility.py) and its validation score must beat the
+trivial baselines scored on the same folds (beats_trivial), traced as ``check`` events; a node
+that fails one ranks below every node that passes, so it is never the champion over one. The final commitment runs the champion on the task's own data and checks those
 predictions too; when no candidate delivers there, the search fails with the reason.
 
 Scoring uses engine.validation only: the official evaluator (evaluate.py, heldout/) is never
@@ -36,7 +36,7 @@ from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
 from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
-from ..plausibility import fold_data
+from ..plausibility import beats_trivial, fold_data
 from .. import prompt_format
 from ..prompt_format import extract_code
 from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
@@ -547,9 +547,13 @@ def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
     ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
                                   **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir), validation=metric), agent)
+    checks = checker.summary(node_id)
     if metric.get("ok") and _finite(metric.get("value")):
         _keep_fold_predictions(ctx, node_id, metric, checker.predictions)
-    return metric, result, checker.summary(node_id)
+        # against the trivial baselines on these very folds, never the score the program printed
+        trivial = beats_trivial(metric, ctx.task.metric.name, ctx.task.metric.higher_is_better)
+        checks.append(Check(trivial.name, trivial.passed, f"{node_id}: {trivial.detail}"))
+    return metric, result, checks
 
 
 def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
@@ -847,6 +851,11 @@ class TreeSearch(base.Search):
         return Child(node.id, self.tree.nodes[state["parent"]], node.iteration, proposal=node.proposal,
                      turns=node.debate, node=node)
 
+    def validations(self) -> list[dict]:
+        """Every node's in-loop validation (the tree's candidates are its nodes, not probes), but
+        a node a person vetoed: it was never a candidate for the commitment."""
+        return [node.validation for node in self.tree.nodes.values() if node.validation and not node.vetoed]
+
     def outcome(self) -> base.SearchOutcome:
         tree, ctx = self.tree, self.ctx
         if self.stopped.startswith("budget exhausted"):
@@ -914,7 +923,7 @@ def commitment_order(tree: Tree) -> tuple[list[Node], list[str]]:
             ahead.append(node)
         else:
             notes.append(f"{node.id} ({node.strategy or 'unknown'}) is not preferred to the root {root.id}: its "
-                         f"{gain.describe()}: noise, not an improvement")
+                         f"{gain.describe()}: {gain.verdict()}")
     return ahead + [root] + [n for n in ranked if n is not root and n not in ahead], notes
 
 

@@ -72,9 +72,10 @@ class BoastfulExecutor(FakeExecutor):
         return out.getvalue(), summary + f"validation_r2: {self.claimed_r2:.6f}\n"
 
 
-def _run(task, tmp_path, executor, model=None):
+def _run(task, tmp_path, executor, model=None, **config):
     sink = ListSink()
-    result = run_workflow(task, team_workflow(task), RunConfig(run_dir=tmp_path / "run", seed=1, model_override=model),
+    result = run_workflow(task, team_workflow(task), RunConfig(run_dir=tmp_path / "run", seed=1, model_override=model,
+                                                               **config),
                           executor=executor, sinks=[sink])
     return result, sink.events
 
@@ -105,19 +106,33 @@ def test_predictions_4000x_too_large_with_a_great_claimed_score_do_not_ship(pend
     assert not (result.metric or {}).get("ok")
 
 
-def test_an_r2_of_minus_968_printed_by_the_program_fails_the_verifier(pendulum, tmp_path):
-    executor = BoastfulExecutor(tmp_path / "sandbox", factor=1.0, claimed_r2=-968.0)
-    result, events = _run(pendulum, tmp_path, executor)
-    trivial = _checks(events, "beats_trivial")
-    assert trivial and not trivial[0].payload["passed"] and "-968" in trivial[0].payload["detail"]
-    assert result.status == "failed", result.reason
+def test_a_printed_score_is_no_evidence_against_the_trivial_baselines(pendulum, tmp_path):
+    """Issue 27 item 5c: beats_trivial read the score a program printed, so an honest program
+    printing r2 = -968 failed it and one printing 0.99 passed it whatever it predicted. It is
+    Trellis's validation on its own folds against the baselines on the same folds: the printed
+    number changes nothing either way."""
+    verdicts = {}
+    for claimed in (-968.0, 0.99):
+        result, events = _run(pendulum, tmp_path / str(claimed), BoastfulExecutor(
+            tmp_path / f"sandbox{claimed}", factor=1.0, claimed_r2=claimed), scoring="validation")
+        trivial = _checks(events, "beats_trivial")
+        assert len(trivial) == 1 and trivial[0].agent != "verifier"  # once, after Trellis validated it
+        assert str(claimed) not in trivial[0].payload["detail"] and "same folds" in trivial[0].payload["detail"]
+        verdicts[claimed] = (trivial[0].payload["passed"], result.metric["value"])
+    assert verdicts[-968.0] == verdicts[0.99]
+    # predictions 30 % too large are worse than the training mean there, whatever they claim
+    result, events = _run(pendulum, tmp_path / "big", BoastfulExecutor(tmp_path / "sandbox-big", factor=1.3,
+                                                                       claimed_r2=0.99), scoring="validation")
+    (trivial,) = _checks(events, "beats_trivial")
+    assert not trivial.payload["passed"] and "worse than the" in trivial.payload["detail"]
+    assert "checks failed: beats_trivial" in result.reason
 
 
 def test_the_same_program_honest_in_range_completes(pendulum, tmp_path):
     executor = BoastfulExecutor(tmp_path / "sandbox", factor=1.0, claimed_r2=0.9)
     result, events = _run(pendulum, tmp_path, executor)
     assert result.status == "completed", result.reason
-    for name in ("finite", "within_range", "beats_trivial", "claims_match"):
+    for name in ("finite", "within_range", "claims_match"):
         found = _checks(events, name)
         assert found and all(e.payload["passed"] for e in found), name
 

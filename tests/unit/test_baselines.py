@@ -42,3 +42,15 @@ def test_the_summary_line_says_which_baseline_the_team_did_not_beat(tmp_path):
     line = describe(baselines, {"ok": True, "value": 5.0, "higher_is_better": False})
     assert "does NOT beat nearest neighbour" in line and "constant" in line
     assert "beats every baseline" in describe(baselines, {"ok": True, "value": 0.1, "higher_is_better": False})
+
+
+def test_a_lead_of_float_noise_is_a_tie_not_a_win():
+    """Issue 27 item 5d: an r2 of 1.1e-16 against the constant's 0 read 'beats every baseline'."""
+    baselines = {"constant": {"ok": True, "value": 0.0}, "nearest_neighbour": {"ok": True, "value": -0.31}}
+    line = describe(baselines, {"ok": True, "value": 1.1e-16, "higher_is_better": True})
+    assert "beats every baseline" not in line and "ties constant" in line
+    line = describe({"constant": {"ok": True, "value": 2.5}}, {"ok": True, "value": 2.5 - 4e-16,
+                                                                  "higher_is_better": False})
+    assert "ties constant" in line
+    # a real lead, however small against the scores, still counts
+    assert "beats every baseline" in describe(baselines, {"ok": True, "value": 1e-4, "higher_is_better": True})

@@ -69,3 +69,28 @@ def test_few_candidates_get_an_exact_permutation_p_value_not_a_t_approximation()
     assert three[2].rho == 1.0 and three[2].p == pytest.approx(1 / 3, abs=1e-3)
     many = rank_correlations([_c(str(i), i / 20, float(i), float(i)) for i in range(12)], True)
     assert many[2].rho == 1.0 and many[2].p < 1e-3
+
+
+def test_a_program_probed_again_is_one_candidate_in_the_correlation(tmp_path):
+    """Issue 27 item 5d: rho was computed over duplicate programs, each repeat an extra pair that
+    agrees with itself. Five probes, three of them the same program (the same validation and
+    official score): the correlation is over the three distinct programs."""
+    def probe(name, code, value, j):
+        d = tmp_path / "probes" / name
+        d.mkdir(parents=True)
+        (d / "summary.json").write_text(json.dumps({"status": "completed", "final_code": code, "predictions_sha256": None,
+                                                    "metric": {"ok": True, "value": value}}))
+        (d / "judgement.json").write_text(json.dumps({"J": j}))
+
+    probe("001-initial", "print('a')", 0.3, 0.60)
+    probe("002-iter1", "print('a')", 0.3, 0.62)  # a prompt change that left the program as it was
+    probe("003-iter2", "print('b')", 0.5, 0.70)
+    probe("004-iter3", "print('a')", 0.3, 0.61)
+    probe("005-iter4", "print('c')", 0.4, 0.65)
+    found = probed_candidates(tmp_path)
+    assert len(found) == 5 and len({c.program for c in found}) == 3
+    for c in found:
+        c.official = {"ok": True, "value": c.validation}
+    rho = {(c.a, c.b): c for c in rank_correlations(found, higher_is_better=True)}
+    assert all(c.n == 3 for c in rho.values())
+    assert rho[("validation", "official")].rho == 1.0

@@ -126,3 +126,16 @@ def test_labels_are_compared_as_classes():
     """Accuracy on labels: 2 and 2.0 are one class; strings are compared as strings."""
     matrix = gap_module._encode([["2", "red", "3"], ["2.0", "red", "blue"]])
     assert matrix[0][0] == matrix[1][0] and matrix[0][1] == matrix[1][1] and matrix[0][2] != matrix[1][2]
+
+
+def test_a_lead_made_of_float_noise_is_within_noise_not_better(tmp_path):
+    """Issue 27 item 5d: predictions that differ from a baseline's only in their last bits (each
+    moved a millionth of a millionth toward the truth) must not read 'better beyond the test
+    set's noise'."""
+    task, truth = _task(tmp_path)
+    baseline = [y + random.Random(k).gauss(0, 0.5) for k, y in enumerate(truth)]
+    team = [b + (t - b) * 1e-12 for b, t in zip(baseline, truth)]
+    assert team != baseline
+    gaps = official_gaps(task, *_scored(task, _predictions(team)), {"constant": _scored(task, _predictions(baseline))})
+    assert gaps["constant"].verdict == "within noise", gaps["constant"]
+    assert "better beyond" not in gaps["constant"].describe()

@@ -38,9 +38,26 @@ def judged(task, execution: dict) -> dict[str, float]:
 
 
 def test_output_quality_is_skill_over_the_best_baseline_not_an_absolute_scale(task):
-    assert judged(task, summary(0.8))["output_quality"] == 0.0     # no better than nearest neighbour
-    assert judged(task, summary(0.4))["output_quality"] == pytest.approx(0.5)
+    at_baseline = judged(task, summary(0.8))["output_quality"]      # no better than nearest neighbour
+    halfway = judged(task, summary(0.4))["output_quality"]
     assert judged(task, summary(0.0))["output_quality"] == 1.0
+    assert halfway == pytest.approx((at_baseline + 1.0) / 2)         # in proportion between the two
+    assert 0.0 < at_baseline < halfway
+
+
+def test_candidates_all_below_the_baseline_are_still_ranked_by_their_validation(task):
+    """Issue 27 item 5b: output quality clipped to 0 below the best baseline, and J then ranked
+    such candidates by their tokens: Mimosa rejected a candidate 36 % better in validation
+    because it spent a few more tokens."""
+    incumbent = judged(task, summary(1.5, tokens=20_000))
+    candidate = judged(task, summary(1.5 / 1.36, tokens=22_000))   # 36 % better, still worse than 0.8
+    assert 0.0 < incumbent["output_quality"] < candidate["output_quality"]
+    assert candidate["J"] > incumbent["J"]
+    # and every one below the baseline stays below every one above it
+    assert candidate["output_quality"] < judged(task, summary(0.79))["output_quality"]
+    # a real model is asked for the same: the procedure it reads keeps the ranking below the baseline
+    system = build_judge_messages(task, summary(1.5), CHECKS)[0]["content"]
+    assert "below the best baseline keep ranking" in system and "no better than the best baseline is 0" not in system
 
 
 def test_a_repair_that_delivered_costs_its_round_trip_and_one_that_delivered_nothing_is_waste(task):

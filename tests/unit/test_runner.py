@@ -13,7 +13,7 @@ from engine.runner import RunConfig, run_workflow
 from engine.synthesis import single_agent_workflow, team_workflow, worker_reviewer_workflow
 from engine.task import load_task
 from engine.trace import ListSink, read_events
-from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
+from tests.fakes import FakeExecutor, OffTarget, Outcome, fail_first, traceback_of
 
 
 def _run(task, wf, tmp_path, executor=None, **kw):
@@ -168,3 +168,33 @@ def test_a_debugger_that_cannot_repair_says_why_instead_of_repeating_the_code(di
     assert result.status != "completed"
     assert len(debugged) == 1, "one answer saying 'no repair', not three identical repairs"
     assert finished and finished[0]["message"].startswith("debugger: ") and "repair" in finished[0]["message"]
+
+
+def _trivial_check(events):
+    checks = [e.payload for e in events if e.kind == "check" and e.payload["name"] == "beats_trivial"]
+    return checks[-1] if checks else None
+
+
+def test_a_flattering_printed_score_does_not_pass_beats_trivial(diabetes, tmp_path):
+    """Issue 27 item 5c: the check is Trellis's validation on its own folds against the trivial
+    baselines on those folds; a program printing "validation_r2: 0.99" while predicting two
+    standard deviations off is worse than the training mean, and the run says so."""
+    executor = OffTarget(tmp_path / "sandbox", shift=2.0, prints="validation_r2: 0.99\n")
+    result, events = _run(diabetes, team_workflow(diabetes), tmp_path, executor=executor, seed=3,
+                          scoring="validation")
+    check = _trivial_check(events)
+    assert check is not None and not check["passed"]
+    assert "worse than the constant" in check["detail"] and "0.99" not in check["detail"]
+    assert "checks failed: beats_trivial" in result.reason
+
+
+def test_an_honest_program_printing_a_poor_score_passes_beats_trivial(diabetes, tmp_path):
+    executor = OffTarget(tmp_path / "sandbox", prints="validation_r2: -968.1\n")
+    result, events = _run(diabetes, team_workflow(diabetes), tmp_path, executor=executor, seed=3,
+                          scoring="validation")
+    check = _trivial_check(events)
+    assert check is not None and check["passed"], check
+    assert "beats_trivial" not in result.reason
+    # the verifier never read the printed number as a score either
+    assert not any(e.payload["name"] == "beats_trivial" and not e.payload["passed"]
+                   for e in events if e.kind == "check")

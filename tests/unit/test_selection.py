@@ -1,6 +1,6 @@
 """Noise-aware selection (issue 11): a gain counts only beyond the paired noise across folds."""
 from engine.search.mimosa import accept_rule
-from engine.selection import paired_gain
+from engine.selection import better, paired_gain, same
 
 PLAN = {"split": "kfold", "folds": 5}
 
@@ -44,3 +44,25 @@ def test_mimosa_rejects_a_better_judge_score_when_validation_did_not_really_impr
     assert accept_rule(0.8, 0.7, real)[0]
     assert accept_rule(0.8, 0.7, None) == (True, "J improved")
     assert accept_rule(0.6, 0.7, real) == (False, "J did not improve")
+
+
+def test_a_loss_far_beyond_the_noise_is_said_to_be_worse_never_within_the_noise():
+    """Issue 27 item 5e: a candidate 12x the paired noise worse read 'within the paired noise'."""
+    loss = paired_gain(scored([0.30, 0.41, 0.28, 0.35, 0.30]), scored([0.52, 0.61, 0.50, 0.55, 0.50]), True)
+    assert not loss.significant and loss.worse and -loss.mean > 10 * loss.noise
+    said = loss.describe()
+    assert "within" not in said and "worse beyond the paired noise" in said
+    accepted, why = accept_rule(0.8, 0.7, loss)
+    assert not accepted and "worse" in why and "noise, not an improvement" not in why
+    # a small difference either way is still noise
+    assert not paired_gain(scored([0.60, 0.40, 0.58, 0.41, 0.56]), scored([0.50, 0.52, 0.47, 0.53, 0.46]), True).worse
+
+
+def test_fold_scores_that_differ_by_float_noise_are_neither_gain_nor_loss():
+    base = [0.11, 0.12, 0.10, 0.13, 0.12]
+    nudged = [v + 1.1e-16 for v in base]
+    for a, b in ((nudged, base), (base, nudged)):
+        gain = paired_gain(scored(a), scored(b), True)
+        assert not gain.significant and not gain.worse
+    assert same(0.3, 0.3 + 1e-16) and not better(1.1e-16, 0.0, True, scale=0.3)
+    assert better(1e-4, 0.0, True, scale=0.3) and better(0.1, 0.2, False)

@@ -2,6 +2,7 @@
 policies, the contract/procedure editor's validation, the trace viewer's filters and paging."""
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -305,6 +306,23 @@ def test_a_finished_runs_page_shows_the_trivial_baselines_beside_the_team(run, c
     assert re.search(r'class="gap agree">0.4069 <span class="muted">\[0.3100, 0.5200\]</span> better', page), page
     assert re.search(r'class="gap ">0.1899 <span class="muted">\[-0.0200, 0.3700\]</span> within noise', page), page
     assert "paired bootstrap, 2000 resamples of the 88 held-out rows" in page
+
+
+def test_a_finished_runs_page_says_the_search_handed_in_a_baseline(run, client):
+    """Issue 27 item 5a: the final row is the baseline that beat every candidate on the search's
+    folds; what the search itself found is shown beside it, and the sentence that says why."""
+    verdict = ("found nothing better than the constant baseline: on the search's own validation folds it scores "
+               "r2 -0.0455, every one of the 2 validated candidate(s) worse (the best -4.432; higher is better); "
+               "handed in the constant baseline's predictions instead")
+    run.result = {"final": {"workflow_hash": "b" * 64, "J": None, "validation": -0.0455, "baseline": "constant",
+                            "verdict": verdict, "official": {"ok": True, "value": -0.0032},
+                            "searched": {"workflow_hash": "b" * 64, "J": 0.708, "validation": -4.432,
+                                         "official": {"ok": True, "value": -3.6459}}},
+                  "baselines": {"constant": {"ok": True, "value": -0.0032}}}
+    run.save()
+    page = client.get(f"/runs/{run.pk}/header").content.decode()
+    assert "searched (not handed in)" in page and "-3.6459" in page
+    assert "found nothing better than the constant baseline" in html.unescape(page)
 
 
 def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, client):

@@ -1,13 +1,18 @@
-"""The tree search's programs pass the public plausibility checks (finite, within_range,
-beats_trivial) on every validation fold, traced as ``check`` events; a node that fails one is
-never the champion over one that passes, and the trace says so. The final commitment runs the
+"""The tree search's programs pass the public plausibility checks (finite, within_range) on every
+validation fold and beat the trivial baselines on the same folds (beats_trivial), traced as
+``check`` events; a node that fails one is never the champion over one that passes, and the
+trace says so. The final commitment runs the
 champion on the task's own data: one that cannot deliver there gives way to the next best, and
 a search with none that delivers fails with the reason instead of ending "completed".
 Fake executor, offline models (tests/unit/test_tree_search.py has the search itself)."""
 import csv
 import io
 
+import numpy as np
 import pytest
+
+import engine.search.tree
+from engine.checks import Check
 
 from engine.budget import Budget
 from engine.errors import TrellisError
@@ -15,7 +20,7 @@ from engine.search.base import AutoGate
 from engine.search.tree import CommitmentFailed, Node, Tree, TreeConfig, _FoldChecker, commitment_order
 from engine.task import load_task
 from engine.validation import validate_program
-from tests.fakes import FakeExecutor, Outcome, traceback_of
+from tests.fakes import FakeExecutor, OffTarget, Outcome, traceback_of
 from tests.unit.test_tree_search import DISC, guarded_tree_search
 
 CONFIG = TreeConfig(iterations=2, seed=0, extra_parents=1, debate_rounds=1, selectors=3)
@@ -25,10 +30,11 @@ def _of(events, kind):
     return [e for e in events if e.kind == kind]
 
 
-class HonestRootOnly(FakeExecutor):
-    """The first training program (the root) is the fake's line with its code-seeded offset.
-    Every later program predicts the exact line (a better validation score than the root's)
-    but prints a validation relative L2 worse than the mean's: it fails beats_trivial."""
+class NeighbourRootOnly(FakeExecutor):
+    """The first training program (the root) predicts each row's nearest training row, as the
+    nearest-neighbour baseline does (so it ties that baseline and passes beats_trivial); every
+    later program interpolates linearly between the training rows, which validates better on
+    this piecewise-smooth function."""
 
     def __init__(self, root):
         super().__init__(root)
@@ -36,14 +42,31 @@ class HonestRootOnly(FakeExecutor):
 
     def _predictions(self, code, train, test):
         self.first = self.first or code
+        xs = np.array([float(v) for v in train.column("x")])
+        ys = np.array([float(v) for v in train.column("y")])
+        order = np.argsort(xs, kind="mergesort")
+        asked = np.array([float(v) for v in test.column("x")])
         if code == self.first:
-            return super()._predictions(code, train, test)
-        scale, self.scale = self.scale, 0.0
-        try:
-            text, summary = super()._predictions(code, train, test)
-        finally:
-            self.scale = scale
-        return text, summary + "validation_relative_l2: 99.0\n"
+            nearest = np.abs(asked[:, None] - xs[None, :]).argmin(axis=1)
+            values = ys[nearest]
+        else:
+            values = np.interp(asked, xs[order], ys[order])
+        rows = "".join(f"{i},{v!r}\n" for i, v in zip(test.column("id"), values.tolist()))
+        return "id,y\n" + rows, ""
+
+
+def _children_out_of_range(monkeypatch, executor):
+    """Every program but the root gets a failed within_range on each fold, as predictions beyond
+    the declared bounds would (a check the engine computes on the fold's predictions)."""
+    real = engine.search.tree._fold_checks
+
+    def checks(task, request, result):
+        out = real(task, request, result)
+        if request.code != executor.first and result.ok:
+            out = [c for c in out if c.name != "within_range"] + [
+                Check("within_range", False, "3 of 39 predictions above the declared maximum 2.5")]
+        return out
+    monkeypatch.setattr(engine.search.tree, "_fold_checks", checks)
 
 
 class RecordingGate(AutoGate):
@@ -55,30 +78,45 @@ class RecordingGate(AutoGate):
         return super().decide(proposal)
 
 
-def test_a_node_failing_a_check_is_never_champion_over_one_that_passes(tmp_path):
-    gate = RecordingGate()
-    result, tree, events = guarded_tree_search(tmp_path / "run", [], CONFIG, executor=HonestRootOnly(tmp_path / "sb"),
+def test_a_node_failing_a_check_is_never_champion_over_one_that_passes(tmp_path, monkeypatch):
+    gate, executor = RecordingGate(), NeighbourRootOnly(tmp_path / "sb")
+    _children_out_of_range(monkeypatch, executor)
+    result, tree, events = guarded_tree_search(tmp_path / "run", [], CONFIG, executor=executor,
                                                budget=Budget(max_tokens=2_000_000), gate=gate)
     root = tree.nodes["n0"]
     children = [n for n in tree.nodes.values() if n.parent]
     assert children and all(n.score < root.score for n in children)  # every child validated better ...
-    assert all(n.failed_checks == ["beats_trivial"] for n in children)  # ... with a printed score worse than the mean's
+    assert all(n.failed_checks == ["within_range"] for n in children)  # ... with predictions out of range
     assert root.checks and not root.failed_checks
     assert {c["name"] for c in root.checks} == {"finite", "within_range", "beats_trivial"}
     assert tree.champion() is root and result.final["node"] == "n0" and result.final["validation"] == root.score
     # traced: each node's checks, naming the node and the fold
-    trivial = [e.payload for e in _of(events, "check") if e.payload["name"] == "beats_trivial"]
-    failed = [c for c in trivial if not c["passed"]]
+    ranged = [e.payload for e in _of(events, "check") if e.payload["name"] == "within_range"]
+    failed = [c for c in ranged if not c["passed"]]
     assert {c["detail"].split(",")[0] for c in failed} == {n.id for n in children}
-    assert all("validation fold 1 of" in c["detail"] and "99" in c["detail"] for c in failed)
+    assert all("validation fold 1 of" in c["detail"] and "declared maximum" in c["detail"] for c in failed)
     # and the search's end says why the better scores were passed over
     finished = [e.payload for e in _of(events, "search_iteration") if e.payload.get("phase") == "finished"][-1]
     assert finished["champion"] == "n0"
     for n in children:
-        assert f"{n.id} scored" in finished["reason"] and "fails beats_trivial" in finished["reason"]
+        assert f"{n.id} scored" in finished["reason"] and "fails within_range" in finished["reason"]
     # the person at the gate sees the failed check beside the better score
-    assert gate.proposals and all("fails beats_trivial" in p.rule for p in gate.proposals)
-    assert all(not next(c for c in p.evidence.checks if c.name == "beats_trivial").passed for p in gate.proposals)
+    assert gate.proposals and all("fails within_range" in p.rule for p in gate.proposals)
+    assert all(not next(c for c in p.evidence.checks if c.name == "within_range").passed for p in gate.proposals)
+
+
+def test_a_node_printing_a_flattering_score_is_judged_on_trellis_folds(tmp_path):
+    """beats_trivial reads Trellis's own validation against the baselines on the same folds: the
+    fake's straight line is far worse than the nearest neighbour on this step function, whatever
+    the program prints about itself."""
+    result, tree, events = guarded_tree_search(
+        tmp_path / "run", [], CONFIG, executor=OffTarget(tmp_path / "sb", prints="validation_relative_l2: 0.0001\n"),
+        budget=Budget(max_tokens=2_000_000))
+    scored = [n for n in tree.nodes.values() if n.status == "scored"]
+    assert scored and all("beats_trivial" in n.failed_checks for n in scored)
+    trivial = [e.payload for e in _of(events, "check") if e.payload["name"] == "beats_trivial"]
+    assert trivial and all("worse than the nearest neighbour" in c["detail"] and "0.0001" not in c["detail"]
+                           for c in trivial if not c["passed"])
 
 
 def test_ranking_puts_every_plausible_node_before_any_implausible_one():
@@ -198,7 +236,10 @@ def test_a_champion_that_cannot_deliver_on_the_task_data_gives_way_to_the_next_b
                                                budget=Budget(max_tokens=2_000_000))
     best, runner_up = tree.ranked()[:2]
     assert executor.crashed == [best.code]
-    assert result.final["node"] == runner_up.id and result.final["validation"] == runner_up.score
+    # (the fake's line loses to the nearest neighbour here, which is then handed in: the end it
+    # replaced is what the search committed to)
+    committed = result.final.get("searched") or result.final
+    assert committed["node"] == runner_up.id and committed["validation"] == runner_up.score
     assert (tmp_path / "run" / "tree" / "champion.py").read_text() == runner_up.code
     finished = [e.payload for e in _of(events, "search_iteration") if e.payload.get("phase") == "finished"][-1]
     assert finished["champion"] == runner_up.id

@@ -25,6 +25,13 @@ def run_context(run: Run, role: Role | None) -> dict:
     by_hash = {v.hash: v.number for v in versions}
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
+    # A trivial baseline handed in as the final (it beat every candidate on the search's folds):
+    # what the search itself committed to is shown beside it, and why it was not handed in.
+    final = (run.result or {}).get("final") or {}
+    if final.get("searched"):
+        searched = final["searched"]
+        official.append({"label": "searched (not handed in)", "version": by_hash.get(searched.get("workflow_hash")),
+                         **searched})
     # The baselines beside them (engine/baselines.py): what the team's result must beat.
     # ... and the final team's lead over each, with its interval over the held-out rows (engine/official_gap.py)
     gaps = (run.result or {}).get("gaps") or {}
@@ -37,6 +44,7 @@ def run_context(run: Run, role: Role | None) -> dict:
     return {"run": run, "versions": versions, "official": official, "role": role, "can": access.abilities(role),
             "gap_method": next((Gap(**g).method() for g in gaps.values() if g.get("verdict")), ""),
             "hindsight": (run.result or {}).get("hindsight"),
+            "final_verdict": final.get("verdict", ""),
             "pending": run.mutations.filter(status=MutationStatus.PROPOSED).count(),
             # a search that evolves programs (the tree) leaves the team's workflow as it is
             "evolves_workflow": evolves_workflow,

@@ -1,0 +1,87 @@
+"""Issue 27 item 5a: when a trivial baseline beats every candidate on the search's own validation
+folds, every search says so and hands the baseline in, instead of committing to a candidate
+that is worse than predicting the training mean.
+
+Before: each search committed to its best candidate whatever the baselines scored on the same
+folds, and the run's summary printed that candidate's official score as the team's result.
+Here every program the team writes predicts two standard deviations of the target off (the fake
+executor, tests/fakes.OffTarget), so no candidate can beat the constant; the official scoring is
+evaluate.py's, after the search, as in any run.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from engine.baselines import official_baselines
+from engine.evolve import evolve
+from engine.selection import unbeaten_baseline
+from engine.task import load_task
+from engine.trace import ListSink
+from tests.fakes import FakeExecutor, OffTarget
+
+DIABETES = Path(__file__).resolve().parents[2] / "examples" / "diabetes-progression"
+
+
+def _search(tmp_path, search, executor, **kw):
+    sink, out = ListSink(), io.StringIO()
+    result = evolve(DIABETES, search, iterations=1, seed=1, runs_dir=tmp_path, out=out, executor=executor,
+                    sinks=[sink], single_agent=False, archive_dir=tmp_path / "archive", **kw)
+    return result, sink.events, out.getvalue()
+
+
+@pytest.mark.parametrize("search, options", [("mimosa", {}), ("scimars", {}), ("tree", {}), ("fixed", {}),
+                                             ("memory-fixed", {"memory": True})])
+def test_every_search_hands_in_the_baseline_that_beat_every_candidate(tmp_path, search, options):
+    result, events, out = _search(tmp_path, search, OffTarget(tmp_path / "sandbox", shift=2.0), **options)
+    final = result.final
+    # the constant (the training mean) scores best on diabetes' folds; the team is two sd off
+    assert final["baseline"] == "constant"
+    assert "found nothing better than the constant baseline" in final["verdict"]
+    assert "handed in the constant baseline's predictions" in final["verdict"]
+    assert f"final commitment: {final['verdict']}" in out  # said on the console as it commits
+    assert f"the final: {final['verdict']}" in out         # and in the run's summary
+    # what was handed in is the baseline itself: the same official score
+    assert final["official"]["ok"]
+    assert final["official"]["value"] == pytest.approx(result.baselines["constant"]["value"])
+    # what the search itself committed to stays on record beside it, scored officially too
+    searched = final["searched"]
+    assert searched["official"]["ok"] and searched["official"]["value"] < final["official"]["value"]  # r2
+    assert searched["validation"] < final["validation"]
+    # the trace says it, and the archive refuses a workflow that beat nothing
+    (finished,) = [e.payload for e in events if e.kind == "search_finished"]
+    assert finished["final"]["baseline"] == "constant" and finished["final"]["verdict"] == final["verdict"]
+    assert "handed in the constant baseline" in result.archived["skipped"]
+
+
+def test_a_search_that_beats_the_baseline_keeps_its_own_final(tmp_path):
+    result, _, out = _search(tmp_path, "fixed", FakeExecutor(tmp_path / "sandbox"))
+    assert "baseline" not in result.final and "verdict" not in result.final
+    assert "found nothing better" not in out
+
+
+def test_the_verdict_compares_each_candidate_with_the_baselines_on_its_own_folds():
+    def validated(value, constant=0.0, neighbour=-0.1):
+        return {"ok": True, "metric": "r2", "value": value, "baselines": {"constant": constant,
+                                                                          "nearest_neighbour": neighbour}}
+    beaten = unbeaten_baseline([validated(-0.4), validated(-0.2), {"ok": False, "error": "crashed"}], True)
+    assert beaten.baseline == "constant" and beaten.best == -0.2 and beaten.candidates == 2
+    assert unbeaten_baseline([validated(-0.4), validated(0.3)], True) is None  # one candidate beat it
+    # a candidate that is the baseline (equal up to the rounding of the baselines' means) is not beaten
+    assert unbeaten_baseline([validated(0.1234567, constant=0.123457)], True) is None
+    assert unbeaten_baseline([{"ok": False, "error": "crashed"}], True) is None  # nothing validated
+    # lower is better: a baseline below every candidate's error beats them all
+    errors = [{"ok": True, "value": v, "baselines": {"constant": 1.0, "nearest_neighbour": 0.8}} for v in (0.9, 1.3)]
+    assert unbeaten_baseline(errors, False).baseline == "nearest_neighbour"
+
+
+def test_the_handed_in_predictions_are_the_baselines_own(tmp_path):
+    """The official score of the baseline is computed once more from the very predictions evolve
+    scored as the final: the hand-in is the baseline, not a copy that drifted."""
+    result, _, _ = _search(tmp_path, "fixed", OffTarget(tmp_path / "sandbox", shift=2.0))
+    final_predictions = (result.run_dir / "final-predictions.csv").read_bytes()
+    task = load_task(DIABETES)
+    again = official_baselines(task, {"constant": final_predictions})["constant"]
+    assert again["ok"] and again["value"] == pytest.approx(result.final["official"]["value"])
