@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import ClassVar
 
+from .. import python_ast
 from ..checks import Check
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from .base import Assessment
@@ -33,7 +34,7 @@ LAW_NAMES = ("initial", "boundary", "rhs")
 def law_problems(path: Path) -> list[str]:
     """What the law file lacks, read without running it."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = python_ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         return [f"{path.name} cannot be read: {exc}"]
     except SyntaxError as exc:
@@ -48,7 +49,7 @@ def law_coordinates(path: Path) -> tuple[str, str]:
     """(SPACE, TIME) of a law file, read as literals; ("x", "t") when not stated."""
     names = {"SPACE": "x", "TIME": "t"}
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = python_ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return names["SPACE"], names["TIME"]
     for node in tree.body:

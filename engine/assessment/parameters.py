@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from typing import ClassVar
 
+from .. import python_ast
 from ..checks import Check
 from ..metrics import metric_fn
 from .base import Assessment
@@ -36,7 +37,7 @@ def law_ranges(path: Path) -> dict[str, tuple[float, float]]:
     """``PARAMETERS`` of a law file as {name: (low, high)}, read as a literal; {} when absent or
     not a literal of finite ranges."""
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = python_ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return {}
     for node in tree.body:
