@@ -155,3 +155,23 @@ def test_the_offline_scientist_solves_the_stated_equation_end_to_end(tmp_path):
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
     assert summary["metric"]["value"] < 0.01  # the method of lines against the exact solution
     assert "beats every baseline" in done.stdout and "initial held" in done.stdout
+
+
+def test_query_positions_a_last_bit_off_the_solver_grid_do_not_stall_the_solver(tmp_path):
+    """-0.65 read from a CSV and the linspace's -0.6499999999999999 once sat side by side in the
+    method of lines' grid: spacings of 1e-17 made the system so stiff a run timed out."""
+    from engine.offline.pde import PDE_SOLVERS
+    from engine.offline.strategies import spec_of_task
+
+    folder = heat_task(tmp_path)
+    points = (folder / "data" / "points.csv").read_text().splitlines()
+    # positions as a person types them (0.0625 * k), one of them a last bit off the linspace's value
+    shifted = [points[0]] + [",".join([p.split(",")[0], repr(float(p.split(",")[1]) + 1e-16), p.split(",")[2]])
+                             for p in points[1:]]
+    (folder / "data" / "points.csv").write_text("\n".join(shifted) + "\n")
+    task = load_task(folder)
+    code = PDE_SOLVERS[0].render({"points": 401, "method": "BDF"}, spec_of_task(task), 0)
+    result = SubprocessExecutor().run(__import__("engine.sandbox", fromlist=["ExecutionRequest"]).ExecutionRequest(
+        code=code, input_files=task.input_files(), limits=task.resources.limits))
+    assert result.ok, result.stderr_tail if hasattr(result, "stderr_tail") else result
+    assert result.duration_s < 30
