@@ -90,7 +90,12 @@ def paired_gain(candidate: dict | None, incumbent: dict | None, higher_is_better
 # --- a trivial baseline the search did not beat ----------------------------------------------------
 @dataclass(frozen=True)
 class Unbeaten:
-    """A trivial baseline that beat every candidate a search validated, on the very same folds."""
+    """A trivial baseline that beat every candidate a search validated, on the very same folds.
+
+    ``within_noise`` counts the candidates it beat only by less than the folds disagree with
+    each other: then the baseline is not shown to be better, and the search's own final stands
+    (handing in a baseline on a difference the folds cannot tell from noise would throw away a
+    program that may be far better on the test set)."""
 
     baseline: str               # its name (engine/baselines.py: constant, nearest_neighbour)
     value: float                # its mean over the folds
@@ -98,27 +103,40 @@ class Unbeaten:
     candidates: int             # candidates that validated
     metric: str
     higher_is_better: bool
+    within_noise: int = 0       # candidates behind it by less than the paired noise of their folds
+    noise: float = 0.0          # that noise for the best candidate (Z standard errors), 0 when unknown
+    folds: int = 0
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.within_noise == 0
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "beyond_noise": self.beyond_noise}
 
     def describe(self) -> str:
         name = self.baseline.replace("_", " ")
         direction = "higher" if self.higher_is_better else "lower"
-        return (f"found nothing better than the {name} baseline: on the search's own validation folds it scores "
-                f"{self.metric} {self.value:.4g}, every one of the {self.candidates} validated candidate(s) worse "
-                f"(the best {self.best:.4g}; {direction} is better)")
+        scores = (f"on the search's own validation folds it scores {self.metric} {self.value:.4g}, the best of the "
+                  f"{self.candidates} validated candidate(s) {self.best:.4g} ({direction} is better)")
+        if not self.beyond_noise:
+            noise = f" ±{self.noise:.3g} over {self.folds} folds" if self.noise else ""
+            return (f"no candidate beat the {name} baseline: {scores}, but {self.within_noise} of them trail it "
+                    f"within the paired noise{noise}, so the folds cannot tell them apart")
+        return f"found nothing better than the {name} baseline: {scores}, every one of them worse beyond the noise"
 
 
-def unbeaten_baseline(validations: Iterable[dict | None], higher_is_better: bool) -> Unbeaten | None:
+def unbeaten_baseline(validations: Iterable[dict | None], higher_is_better: bool, z: float = Z) -> Unbeaten | None:
     """The best trivial baseline when it beats every candidate that validated, each compared on
     its own folds (``validation["baselines"]``: each baseline's mean on the folds the candidate
     was scored on), beyond float noise and the rounding of those means; None when some candidate
     beats or ties it, or when no candidate validated beside a baseline (nothing to compare).
-    Candidates whose validation failed beat nothing."""
-    pick = max if higher_is_better else min
+    Candidates whose validation failed beat nothing. Where the baseline's score on each fold is
+    known (``baseline_split_values``), each candidate is also paired with it fold by fold, and
+    those it trails by less than ``z`` standard errors are counted as within the noise."""
     sign = 1.0 if higher_is_better else -1.0
-    beaten: list[tuple[float, str, float, str]] = []
+    pick = max if higher_is_better else min
+    beaten: list[tuple[float, str, float, str, Gain | None]] = []
     for v in validations:
         if not v or not v.get("ok") or not isinstance(v.get("value"), (int, float)) or not math.isfinite(v["value"]):
             continue
@@ -130,8 +148,13 @@ def unbeaten_baseline(validations: Iterable[dict | None], higher_is_better: bool
         value = float(v["value"])
         if not better(refs[name], value, higher_is_better, max(abs(refs[name]), abs(value)), ROUNDED):
             return None
-        beaten.append((value, name, refs[name], str(v.get("metric") or "")))
+        folds = (v.get("baseline_split_values") or {}).get(name)
+        gain = paired_gain({"ok": True, "split_values": folds, "validation": v.get("validation")}, v,
+                           higher_is_better, z) if folds else None
+        beaten.append((value, name, refs[name], str(v.get("metric") or ""), gain))
     if not beaten:
         return None
-    best, name, ref, metric = max(beaten, key=lambda b: sign * b[0])
-    return Unbeaten(name, ref, best, len(beaten), metric, higher_is_better)
+    best, name, ref, metric, gain = max(beaten, key=lambda b: sign * b[0])
+    within = sum(1 for *_, g in beaten if g is not None and not g.significant)
+    return Unbeaten(name, ref, best, len(beaten), metric, higher_is_better, within,
+                    gain.noise if gain else 0.0, gain.folds if gain else 0)

@@ -171,7 +171,7 @@ class FieldAssessment(Assessment):
                 answer = folder / "answer.csv"
                 answer.write_bytes(produced)
                 jobs.append((answer, held_path))
-            baselines = self._scored_baselines(Path(tmp), [h for _, h in jobs])
+            baselines, baseline_folds = self._scored_baselines(Path(tmp), [h for _, h in jobs])
             scores = self._score(Path(tmp), jobs)
         assert last is not None
         failed = next((s for s in scores if not s.get("ok")), None)
@@ -186,7 +186,7 @@ class FieldAssessment(Assessment):
         return {"ok": True, "metric": "law_residual", "value": sum(values) / len(values), "higher_is_better": False,
                 "n": int(scores[0]["n"]), "split": "validation", "splits": len(values),
                 "split_values": [round(v, 6) for v in values], "scorer": f"the stated law ({said})",
-                "baselines": baselines, "validation": plan.to_dict()}, last
+                "baselines": baselines, "baseline_split_values": baseline_folds, "validation": plan.to_dict()}, last
 
     def _run_scorer(self, tmp: Path, config: dict, outputs: tuple[str, ...] = ("results.json",)):
         from ..evaluator_sandbox import INPUT_DIR, run_task_code
@@ -216,16 +216,18 @@ class FieldAssessment(Assessment):
         except (KeyError, ValueError):
             return [{"ok": False, "error": f"the law could not be run: {run.stderr.strip()[-400:]}"}]
 
-    def _scored_baselines(self, tmp: Path, held: list[Path | None]) -> dict[str, float]:
+    def _scored_baselines(self, tmp: Path, held: list[Path | None]) -> tuple[dict[str, float], dict[str, list[float]]]:
+        """Each trivial answer's mean score over the folds, and its score per fold."""
         answers = self.trivial_predictions(tmp)
-        out = {}
+        means, per_fold = {}, {}
         for name, data in answers.items():
             path = tmp / f"baseline-{name}.csv"
             path.write_bytes(data)
             scores = self._score(tmp, [(path, h) for h in held])
             if scores and all(s.get("ok") for s in scores):
-                out[name] = round(sum(float(s["value"]) for s in scores) / len(scores), 6)
-        return out
+                means[name] = round(sum(float(s["value"]) for s in scores) / len(scores), 6)
+                per_fold[name] = [round(float(s["value"]), 6) for s in scores]
+        return means, per_fold
 
     # --- baselines ---------------------------------------------------------------------------------
     def trivial_predictions(self, tmp: Path | None = None) -> dict[str, bytes]:

@@ -102,6 +102,7 @@ class Metric(Strict):
     split_values: list[float] | None = None
     scorer: str | None = None                 # "evaluate.py" (--truth) or "built-in" (engine/metrics.py)
     baselines: dict[str, float] | None = None  # trivial baselines on the same folds (engine/baselines.py)
+    baseline_split_values: dict[str, list[float]] | None = None  # each baseline's score per fold, paired
     validation: ValidationPlan | None = None  # the split the folds came from
 
 

@@ -471,6 +471,10 @@ class Search(ABC):
         unbeaten = unbeaten_baseline(self.validations(), ctx.task.metric.higher_is_better)
         if unbeaten is None:
             return outcome
+        if not unbeaten.beyond_noise:
+            said = f"{unbeaten.describe()}; the search's own final stands"
+            ctx.say(f"final commitment: {said}")
+            return replace(outcome, unbeaten=unbeaten, final=replace(outcome.final, verdict=said))
         from ..baselines import trivial_or_error
 
         made = trivial_or_error(ctx.task)

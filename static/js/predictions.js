@@ -1,7 +1,7 @@
 // The final workflow's predictions beside the held-out truth (webapp/runs/predictions_plot.py):
 // prediction vs truth with the y = x line, and the residuals against the truth (or the task's one
 // input, where it has one). Loaded once the run has made its final commitment; reloaded when the
-// run's status changes (htmx swaps the header then).
+// run's status changes (a control's htmx swap of the header, or a pushed status message).
 (function () {
   const card = document.getElementById("predictions-card");
   if (!card) return;
@@ -50,4 +50,7 @@
   }
   window.addEventListener("load", load);
   document.body.addEventListener("htmx:afterSettle", (e) => { if (e.target.closest && e.target.closest("#run-header")) load(); });
+  // a run watched live ends by a pushed message (run.js swaps the header itself, no htmx event)
+  document.addEventListener("trellis:message", (e) => { if (e.detail && e.detail.kind === "status") load(); });
+  document.addEventListener("trellis:reconnected", load);
 })();

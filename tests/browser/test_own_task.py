@@ -48,6 +48,9 @@ def test_a_task_uploaded_through_the_studio_runs_to_its_official_score(page, lig
     official = page.locator("table.official")
     expect(official.locator("tbody tr").filter(has_text="final")).to_contain_text(re.compile(r"\d\.\d{4}"))
     expect(page.locator("h1")).to_contain_text("Run")
+    # watched live to its end, the page draws the final's predictions against the held-out truth
+    # without a reload (the end arrives as a pushed message, not an htmx swap)
+    expect(page.locator("#predictions-card .predictions-note")).to_contain_text("held-out rows", timeout=15_000)
     page.shot("3-scored")
 
 
