@@ -128,6 +128,7 @@ def main() -> None:
     print("-" * len(header))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         for name in args.tasks:
             task = load_task(ROOT / "examples" / name)
             hib = task.metric.higher_is_better
