@@ -323,6 +323,12 @@ def test_a_finished_runs_page_says_the_search_handed_in_a_baseline(run, client):
     page = client.get(f"/runs/{run.pk}/header").content.decode()
     assert "searched (not handed in)" in page and "-3.6459" in page
     assert "found nothing better than the constant baseline" in html.unescape(page)
+    # the report a person sends round says it too
+    report = html.unescape(client.get(f"/runs/{run.pk}/report.html").content.decode())
+    assert "final (the constant baseline, handed in)" in report
+    assert re.search(r'id="metric-searched"><th>searched \(not handed in\)</th><td class="num">0.708</td>'
+                     r'<td class="num">-3.6459</td>', report), report
+    assert "The final: found nothing better than the constant baseline" in report
 
 
 def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, client):

@@ -66,6 +66,11 @@ def summary(run: Run) -> dict:
     return {"run": run, "task": run.task, "metric": run.task.metric_name, "higher_is_better": higher,
             "model": run.model or "offline provider", "initial": initial, "final": final, "gain": gain,
             "initial_J": (result.get("initial") or {}).get("J"), "final_J": (result.get("final") or {}).get("J"),
+            # a trivial baseline handed in as the final, or one no candidate beat (engine/selection.Unbeaten)
+            "final_verdict": (result.get("final") or {}).get("verdict", ""),
+            "final_baseline": ((result.get("final") or {}).get("baseline") or "").replace("_", " "),
+            "searched": _official((result.get("final") or {}).get("searched")),
+            "searched_J": ((result.get("final") or {}).get("searched") or {}).get("J"),
             "baselines": {k.replace("_", " "): _official({"official": v}) for k, v in (result.get("baselines") or {}).items()},
             # the final team's lead over each baseline, beyond the test set's noise or not (engine/official_gap.py)
             "gaps": {k.replace("_", " "): g for k, g in (result.get("gaps") or {}).items()},
