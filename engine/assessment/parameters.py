@@ -11,8 +11,11 @@ training rows it was not fitted on. A program therefore writes two files:
   ``answer.reproduce_metric`` by the engine.
 ``answer.law`` names the file (a role of ``files``, so programs read it) that states the law as
 code; its ``PARAMETERS = {name: (low, high)}`` gives each parameter's range, read here as a literal
-(never run by the engine outside the sandbox). The trivial baseline is the middle of each range
-(geometric for a range of positive values): what a scientist says knowing only the prior.
+(never run by the engine outside the sandbox). A task may instead state its law in its text
+(Problem.md: ``dI/dt = beta S I / N - gamma I``, ``I(0) = I0``; engine/offline/prose_law.py reads
+it) and give the ranges as ``answer.ranges = {name: [low, high]}`` and, where no column is named
+like the law's time, that column as ``answer.time``. The trivial baseline is the middle of each
+range (geometric for a range of positive values): what a scientist says knowing only the prior.
 """
 from __future__ import annotations
 
@@ -59,6 +62,17 @@ def law_ranges(path: Path) -> dict[str, tuple[float, float]]:
     return {}
 
 
+def range_problem(bounds: object) -> str:
+    """What is wrong with a [low, high] range ('' : nothing)."""
+    if not isinstance(bounds, (list, tuple)) or len(bounds) != 2 or not all(
+            isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+        return "must be [low, high], two numbers"
+    low, high = (float(b) for b in bounds)
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        return f"[{low:g}, {high:g}] is not a range of finite numbers with low < high"
+    return ""
+
+
 def read_parameters(data: bytes) -> tuple[dict[str, float], list[str]]:
     """{name: value} from an answer file, and what is wrong with it."""
     problems: list[str] = []
@@ -87,6 +101,8 @@ class ParametersAssessment(Assessment):
         "reproduce": "the file of the fitted model's target per test-features row (default reproduction.csv)",
         "reproduce_metric": f"how a fold's reproduction is scored ({', '.join(REPRODUCE_METRICS)}; default rmse)",
         "law": "the role in 'files' of the file stating the law as code, with PARAMETERS = {name: (low, high)}",
+        "ranges": "without a law file: {name: [low, high]}, the range each parameter may take",
+        "time": "without a law file: the column holding the time of a law stated in the text as an ODE",
     }
 
     @classmethod
@@ -105,6 +121,22 @@ class ParametersAssessment(Assessment):
         law = options.get("law")
         if law is not None and (not isinstance(law, str) or law not in columns):
             problems.append(f"answer.law must name a role of 'files' ({', '.join(sorted(columns))}), not {law!r}")
+        ranges = options.get("ranges")
+        if ranges is not None:
+            if law is not None:
+                problems.append("answer.ranges is for a law stated in the text; with answer.law the law file's "
+                                "PARAMETERS give the ranges")
+            elif not isinstance(ranges, dict) or not ranges:
+                problems.append("answer.ranges must map each parameter to [low, high]")
+            else:
+                problems += [f"answer.ranges[{name!r}]: {why}" for name, why in
+                             ((n, range_problem(b)) for n, b in ranges.items()) if why]
+                unknown = [n for n in ranges if isinstance(names, list) and n not in names]
+                if unknown:
+                    problems.append(f"answer.ranges names {', '.join(map(str, unknown))}, not in answer.names")
+        time = options.get("time")
+        if time is not None and (not isinstance(time, str) or not time):
+            problems.append("answer.time must name the column holding the law's time")
         return problems
 
     @property
@@ -125,8 +157,11 @@ class ParametersAssessment(Assessment):
         return self.task.folder / rel if rel else None
 
     def ranges(self) -> dict[str, tuple[float, float]]:
+        """Each parameter's range: the law file's PARAMETERS, else answer.ranges."""
         path = self.law_path()
-        return law_ranges(path) if path else {}
+        if path:
+            return law_ranges(path)
+        return {str(n): (float(b[0]), float(b[1])) for n, b in (self.options.get("ranges") or {}).items()}
 
     # --- facts -------------------------------------------------------------------------------------
     def deliverable(self) -> list[str]:
@@ -140,6 +175,14 @@ class ParametersAssessment(Assessment):
                  "held out of the fit"]
         if law:
             lines.append(f"the law: `{r.files.get(law, law)}` (its PARAMETERS give each parameter's range)")
+        else:
+            lines.append("the law: stated in the task's text (no law file)")
+            ranges = self.ranges()
+            if ranges:
+                lines.append("parameter ranges: " + ", ".join(f"`{n}` in [{lo:g}, {hi:g}]" for n, (lo, hi) in
+                                                            ranges.items()))
+            if self.options.get("time"):
+                lines.append(f"the law's time column: `{self.options['time']}`")
         return lines
 
     # --- in-loop validation ------------------------------------------------------------------------
@@ -218,5 +261,5 @@ class ParametersAssessment(Assessment):
             outside = [f"{n}={values[n]:.4g} outside [{ranges[n][0]:g}, {ranges[n][1]:g}]"
                        for n in self.names if n in ranges and not ranges[n][0] <= values[n] <= ranges[n][1]]
             checks.append(Check("within_range", not outside, "; ".join(outside) or
-                                "every parameter inside the range the law gives"))
+                                "every parameter inside the range the task gives"))
         return checks

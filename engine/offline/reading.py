@@ -100,6 +100,11 @@ class TaskFacts:
     parameter_names: tuple[str, ...] = ()
     reproduction_file: str = ""
     law_path: str = ""
+    # Without a law file: each parameter's range (name, low, high), the law the task's text states
+    # as the program's source (engine/offline/prose_law.py), or why the equations it has cannot be used.
+    parameter_ranges: tuple[tuple[str, float, float], ...] = ()
+    stated_law: str = ""
+    stated_law_problem: str = ""
     # A field on a grid: the query points and the observations (the task's "answer:" lines).
     query_path: str = ""
     observations_path: str = ""
@@ -143,7 +148,7 @@ class TaskFacts:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
         data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
         for key in ("series_column", "time_column", "horizon", "parameter_names", "reproduction_file", "law_path",
-                    "query_path", "observations_path"):
+                    "parameter_ranges", "stated_law", "stated_law_problem", "query_path", "observations_path"):
             # an answer kind's facts; absent, no change to the seed
             if not data[key]:
                 del data[key]
@@ -314,6 +319,11 @@ def read_facts(system: str, user: str) -> TaskFacts:
     observations = re.search(r"^- observations: `([^`]+)`", resources, re.M)
     if field_answer:
         evidence.append(f"field: the answer at every point of {field_answer.group(1)} (the task's answer)")
+    names = tuple(re.findall(r"`([^`]+)`", parameters.group(1))) if parameters else ()
+    ranges = _ranges(resources) if parameters else ()
+    stated, stated_problem = "", ""
+    if parameters and not law:
+        stated, stated_problem = _prose_law(prose, resources, names, evidence)
     if parameters:
         evidence.append(f"parameters: {parameters.group(1)} (the task's answer)"
                         + (f", the law stated in {law.group(1)}" if law else ""))
@@ -327,13 +337,42 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      series_column=forecast.group(1) if forecast else "",
                      time_column=forecast.group(3) if forecast else "",
                      horizon=int(forecast.group(2)) if forecast else 0,
-                     parameter_names=tuple(re.findall(r"`([^`]+)`", parameters.group(1))) if parameters else (),
+                     parameter_names=names, parameter_ranges=ranges, stated_law=stated,
+                     stated_law_problem=stated_problem,
                      reproduction_file=reproduce.group(1) if reproduce and parameters else "",
                      law_path=(law.group(1) if law and parameters else
                                field_law.group(1) if field_law and field_answer else ""),
                      query_path=field_answer.group(1) if field_answer else "",
                      observations_path=observations.group(1) if observations and field_answer else "",
                      evidence=tuple(evidence))
+
+
+def _ranges(resources: str) -> tuple[tuple[str, float, float], ...]:
+    """The "parameter ranges:" line: (name, low, high) each."""
+    line = _line(resources, "parameter ranges")
+    out = []
+    for name, low, high in re.findall(r"`([^`]+)` in \[([^,\]]+), ([^\]]+)\]", line):
+        try:
+            out.append((name, float(low), float(high)))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def _prose_law(prose: str, resources: str, names: tuple[str, ...], evidence: list[str]) -> tuple[str, str]:
+    """The law the task's text states, as program source, or why its equations cannot be used."""
+    from .prose_law import python_source, read_law
+
+    target = (_backticked(resources, "target column") or [""])[0]
+    columns = _backticked(resources, "feature columns")
+    time = (_backticked(resources, "the law's time column") or [""])[0]
+    reading = read_law(prose, target=target, names=names, columns=columns, time_column=time)
+    if reading.law:
+        evidence.append(f"law stated in the text: {reading.law.describe()}")
+        return python_source(reading.law), ""
+    if reading.problem:
+        evidence.append(f"the text's equations cannot be fitted: {reading.problem}")
+    return "", reading.problem or "no equation for the target found in the text"
 
 
 def _line(resources: str, label: str) -> str:

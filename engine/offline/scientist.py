@@ -220,6 +220,8 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         group_column=facts.group_column, bounds=facts.bounds,
         series_column=facts.series_column, time_column=facts.time_column, horizon=facts.horizon,
         parameter_names=facts.parameter_names, reproduction_file=facts.reproduction_file, law_path=facts.law_path,
+        parameter_ranges=facts.parameter_ranges, stated_law=facts.stated_law,
+        stated_law_problem=facts.stated_law_problem,
         query_path=facts.query_path, observations_path=facts.observations_path,
     )
 

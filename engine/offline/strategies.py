@@ -68,6 +68,11 @@ class DataSpec:
     parameter_names: tuple[str, ...] = ()
     reproduction_file: str = ""
     law_path: str = ""
+    # Without a law file: the parameters' ranges and the law the task's text states, as source
+    # (engine/offline/prose_law.py), or why none could be read.
+    parameter_ranges: tuple[tuple[str, float, float], ...] = ()
+    stated_law: str = ""
+    stated_law_problem: str = ""
     # A field on a grid (answer kind "field"): the query points and the observations, if any.
     query_path: str = ""
     observations_path: str = ""
@@ -77,6 +82,7 @@ def spec_of_task(task: "Task") -> DataSpec:
     """The DataSpec a task folder declares (``engine.task.Task``): what the benchmarks and tests
     render programs for without going through a prompt, as the planner reads it from one."""
     from ..assessment import task_kind
+    from .reading import read_facts
 
     r = task.resources
     policy = r.validation
@@ -86,6 +92,8 @@ def spec_of_task(task: "Task") -> DataSpec:
     parameters = assessment.name == "parameters"
     field_kind = assessment.name == "field"
     law_role = assessment.options.get("law") if parameters or field_kind else None
+    # the law a task states in its text is read from its description, as the planner reads it
+    prose = read_facts("", task.description()) if parameters and not law_role else None
     query = r.files.get(assessment.options.get("query", ""), "") if field_kind else ""
     return DataSpec(train_path=r.files.get("train", ""), test_path=r.files.get("test_features", query),
                     target=r.target or "",
@@ -100,6 +108,9 @@ def spec_of_task(task: "Task") -> DataSpec:
                     parameter_names=tuple(assessment.names) if parameters else (),
                     reproduction_file=assessment.reproduction_file if parameters else "",
                     law_path=r.files.get(law_role, "") if law_role else "",
+                    parameter_ranges=prose.parameter_ranges if prose else (),
+                    stated_law=prose.stated_law if prose else "",
+                    stated_law_problem=prose.stated_law_problem if prose else "",
                     query_path=query,
                     observations_path=r.files.get(assessment.options.get("observations", ""), "") if field_kind else "")
 
@@ -453,6 +464,12 @@ class Strategy:
             group_labels += (f"\nPARAMETER_NAMES = {list(spec.parameter_names)!r}\n"
                              f"LAW_PATH = {spec.law_path!r}  # the law the task states, as code\n"
                              f"REPRODUCTION_FILE = {spec.reproduction_file!r}  # the law's target for each test row")
+            if not spec.law_path:
+                ranges = {n: (lo, hi) for n, lo, hi in spec.parameter_ranges}
+                group_labels += (f"\nPARAMETER_RANGES = {ranges!r}  # as the task gives them\n"
+                                 "DEFAULT_RANGE = (1e-6, 1e4)  # a parameter the task gives no range: positive\n"
+                                 f"STATED_LAW_PROBLEM = {spec.stated_law_problem!r}\n"
+                                 + (f"\n\n{spec.stated_law}\n" if spec.stated_law else "STATED_LAW = None"))
         return _FRAME.substitute(
             key=self.key,
             params_json=json.dumps(resolved, sort_keys=True),

@@ -65,7 +65,7 @@ def load_draft_sha(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("example", ["discontinuous-1d", "diabetes-progression", "wine-cultivar",
-                                     "soil-respiration-sites", "reaction-kinetics"])
+                                     "soil-respiration-sites", "reaction-kinetics", "epidemic-sir"])
 def test_the_drafted_scorer_gives_the_shipped_evaluate_pys_scores(example, tmp_path):
     shipped = load_task(EXAMPLES / example)
     folder = without_evaluator(example, tmp_path)

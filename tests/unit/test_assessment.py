@@ -196,3 +196,24 @@ def test_every_answer_kinds_plan_is_a_valid_validation_event(tmp_path):
     plan = plan_validation(task)
     event = ValidationPlanned(plan=plan.to_dict(), description=plan.describe())
     assert event.plan.split == "series"
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"ranges": {"beta": [5.0, 0.01]}}, "answer.ranges['beta']: [5, 0.01] is not a range"),
+    ({"ranges": {"beta": ["low", 1]}}, "answer.ranges['beta']: must be [low, high], two numbers"),
+    ({"ranges": {"R0": [1, 3]}}, "answer.ranges names R0, not in answer.names"),
+    ({"ranges": []}, "answer.ranges must map each parameter to [low, high]"),
+    ({"time": ""}, "answer.time must name the column holding the law's time"),
+])
+def test_a_law_in_the_text_with_broken_ranges_or_time_is_refused(tmp_path, change, said):
+    """examples/epidemic-sir states its law in Problem.md and its ranges in Data_config.json."""
+    import shutil
+
+    d = tmp_path / "sir"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "epidemic-sir", d)
+    config = json.loads((d / "Data_config.json").read_text())
+    config["answer"].update(change)
+    (d / "Data_config.json").write_text(json.dumps(config))
+    with pytest.raises(TaskSpecError) as err:
+        load_task(d)
+    assert said in str(err.value)
