@@ -184,38 +184,70 @@ def _bounded_powers(expr) -> bool:
 
 
 def _to_python(expr, spelled: dict[str, str]) -> str:
-    """Python source of an unevaluated sympy expression (``spelled``: names printed otherwise)."""
+    """Python source of a parsed formula, parenthesised only where Python needs it, as a scientist
+    would write it (``spelled``: names printed otherwise, ``e`` as ``math.e``)."""
+    return _printed(expr, spelled)[0]
+
+
+_ATOM, _POWER, _PRODUCT, _SUM = 4, 3, 2, 1  # binding strength of what a printed piece is
+
+
+def _wrapped(piece: tuple[str, int], at_least: int) -> str:
+    text, strength = piece
+    return text if strength >= at_least else f"({text})"
+
+
+def _printed(expr, spelled: dict[str, str]) -> tuple[str, int]:
     import sympy
 
     if isinstance(expr, sympy.Symbol):
-        return spelled.get(expr.name, expr.name)
+        return spelled.get(expr.name, expr.name), _ATOM
     if isinstance(expr, sympy.Integer):
-        return str(int(expr))
+        return str(int(expr)), _ATOM if expr >= 0 else _PRODUCT
     if isinstance(expr, sympy.Rational):
-        return f"({int(expr.p)} / {int(expr.q)})"
+        return f"{int(expr.p)} / {int(expr.q)}", _PRODUCT
     if isinstance(expr, sympy.Float):
         value = float(expr)
         if not math.isfinite(value):
             raise _Unreadable("a number too large for a float")
-        return repr(value)
+        return repr(value), _ATOM if value >= 0 else _PRODUCT
     if expr is sympy.pi:
-        return "math.pi"
+        return "math.pi", _ATOM
     if isinstance(expr, sympy.Add):
-        return "(" + " + ".join(_to_python(a, spelled) for a in expr.args) + ")"
+        text = ""
+        for i, term in enumerate(expr.args):
+            piece = _printed(term, spelled)
+            if i and piece[0].startswith("-") and piece[1] >= _PRODUCT:
+                text += " - " + piece[0][1:]
+            else:
+                text += (" + " if i else "") + piece[0]
+        return text, _SUM
     if isinstance(expr, sympy.Mul):
-        if expr.args and expr.args[0] == -1:
-            rest = expr.args[1:]
-            return "(-" + ("*".join(_to_python(a, spelled) for a in rest) if rest else "1") + ")"
-        return "(" + "*".join(_to_python(a, spelled) for a in expr.args) + ")"
+        factors = list(expr.args)
+        sign = ""
+        if factors and factors[0].is_Number and factors[0] < 0:
+            sign, factors[0] = "-", -factors[0]
+            if factors[0] == 1:
+                factors = factors[1:]
+        over = [f.args[0] for f in factors if isinstance(f, sympy.Pow) and f.args[1] == -1]
+        top = [f for f in factors if not (isinstance(f, sympy.Pow) and f.args[1] == -1)]
+        text = "*".join(_wrapped(_printed(f, spelled), _PRODUCT + 1) if len(top) > 1 else
+                        _wrapped(_printed(f, spelled), _PRODUCT) for f in top) or "1"
+        if over:
+            below = [_printed(f, spelled) for f in over]
+            text += " / " + (_wrapped(below[0], _POWER) if len(below) == 1 else
+                             "(" + "*".join(_wrapped(b, _PRODUCT + 1) for b in below) + ")")
+        return sign + text, _PRODUCT
     if isinstance(expr, sympy.Pow):
         base, exponent = expr.args
         if not _bounded_powers(expr):
             raise _Unreadable("a power beyond what a law uses")
         if exponent == -1:
-            return f"(1 / {_to_python(base, spelled)})"
-        return f"({_to_python(base, spelled)} ** {_to_python(exponent, spelled)})"
+            return "1 / " + _wrapped(_printed(base, spelled), _POWER), _PRODUCT
+        return (_wrapped(_printed(base, spelled), _ATOM) + " ** " + _wrapped(_printed(exponent, spelled), _ATOM),
+                _POWER)
     if isinstance(expr, sympy.Function) and type(expr).__name__ in _PYTHON_OF:
-        return f"{_PYTHON_OF[type(expr).__name__]}({', '.join(_to_python(a, spelled) for a in expr.args)})"
+        return f"{_PYTHON_OF[type(expr).__name__]}({', '.join(_to_python(a, spelled) for a in expr.args)})", _ATOM
     raise _Unreadable(f"{type(expr).__name__} is not part of a law's formula")
 
 
