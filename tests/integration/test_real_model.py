@@ -84,7 +84,9 @@ def test_smollm2_through_llama_cpp_end_to_end(tmp_path):
         pytest.skip(reason)
     # One agent doing every role: the live server's plumbing in half the time of the team (212 s on
     # CI); the team's handoffs with this model are the cassette's replay above.
-    with local_llm_server(n_ctx=8192, n_threads=2) as llm:
+    # one thread: the suite runs two workers on two cores, and llama.cpp's threads spin while they
+    # wait for a core (two threads took 404-433 s beside another test, one ~140 tokens/s alone)
+    with local_llm_server(n_ctx=8192, n_threads=1) as llm:
         done, events = _run(tmp_path, "--api-base", llm.base_url, "--cassette", str(tmp_path / "cassette"),
                             "--workflow", "single")
     _honest(done, events)
