@@ -7,7 +7,10 @@ commitment (never inside a search) with a paired bootstrap over the test rows: e
 draws the held-out rows with replacement, scores the team's and the baseline's predictions on
 the *same* rows, and keeps the difference. The 95 % percentile interval of those differences
 gives the verdict: the team is better (the interval lies above zero), worse (below zero), or
-the two are within the test set's noise.
+the two are within the test set's noise. A forecast of several series (answer kind ``series``)
+is resampled by whole series instead: its rows share their series' errors and scale, so drawing
+rows would pretend there were as many independent tests as rows. Each file is scored on each
+series alone and, where the official score is the mean of those, the series are drawn.
 
 The scorer stays the task's evaluate.py. A resample is scored by the engine's own
 implementation of the metric (engine/metrics.py, batched here) only when that implementation
@@ -52,13 +55,15 @@ class Gap:
     scorer: str = ""                  # what scored each resample
     verdict: str = ""                 # "better", "worse", "within noise", "identical"; "" = not computed
     why: str = ""                     # why there is no interval
+    resampled: str = ""               # what one resample draws, when not the held-out rows ("7 whole series")
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def method(self) -> str:
         """How the interval was made (the same for every baseline of one run)."""
-        return f"paired bootstrap, {self.resamples} resamples of the {self.rows} held-out rows, scored by {self.scorer}"
+        drawn = self.resampled or f"{self.rows} held-out rows"
+        return f"paired bootstrap, {self.resamples} resamples of the {drawn}, scored by {self.scorer}"
 
     def describe(self) -> str:
         """One line: the lead (positive = the team is better), its interval and the verdict."""
@@ -173,7 +178,15 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
     higher = bool(team_official.get("higher_is_better", task.metric.higher_is_better))
     rng = np.random.default_rng(seed)
     metric = BATCHED.get(task.metric.name)
-    if metric is not None and _agrees(metric, matrix, names, officials):
+    resampled = ""
+    per_series = _per_series(task, ids, truth, values, names, officials)
+    if per_series is not None:
+        # a forecast is judged series by series: a resample draws whole series, never rows that
+        # share one series' errors and its scale (those would make the interval far too narrow)
+        scores = _bootstrap_means(per_series, RESAMPLES, rng)
+        scorer = "evaluate.py --truth on each series alone (the official score is their mean)"
+        resampled = f"{per_series.shape[1]} whole series"
+    elif metric is not None and _agrees(metric, matrix, names, officials):
         scores = _bootstrap_in_process(metric, matrix, RESAMPLES, rng)
         scorer = f"the engine's {task.metric.name}, which reproduces evaluate.py's official values"
     elif supports_truth(task):
@@ -193,7 +206,7 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
         diffs = diffs[np.isfinite(diffs)]
         observed = sign * (team_official["value"] - officials[name]["value"])
         if np.array_equal(matrix[1 + names.index("team")], matrix[1 + k]):
-            out[name] = Gap(name, 0.0, 0.0, 0.0, len(ids), len(team_scores), scorer, "identical")
+            out[name] = Gap(name, 0.0, 0.0, 0.0, len(ids), len(team_scores), scorer, "identical", resampled=resampled)
             continue
         if len(diffs) < 10:
             out[name] = Gap(name, observed, rows=len(ids), why="too few resamples had a finite score")
@@ -205,8 +218,57 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
                     default=0.0)
         verdict = "better" if better(low, 0.0, True, scale) else \
             "worse" if better(high, 0.0, False, scale) else "within noise"
-        out[name] = Gap(name, observed, low, high, len(ids), len(diffs), scorer, verdict)
+        out[name] = Gap(name, observed, low, high, len(ids), len(diffs), scorer, verdict, resampled=resampled)
     return out
+
+
+def _per_series(task: Task, ids: list[str], truth: dict[str, str], values: dict[str, dict[str, str]],
+                names: list[str], officials: dict[str, dict]) -> np.ndarray | None:
+    """Each compared file's official score on each series alone (files x series), scored by
+    evaluate.py --truth, when the task's answer is a forecast of several series and its official
+    score is the mean of those (checked on every file); else None (rows are resampled)."""
+    assessment = task.assessment()
+    if assessment.name != "series" or not supports_truth(task):
+        return None
+    r = task.resources
+    id_column, target = r.id_column or "id", r.target or ""
+    extra = [c for c in assessment.truth_columns() if c not in (id_column, target)]
+    more = official.heldout_columns(task, extra)
+    if more is None:
+        return None
+    more = {id_key(i): row for i, row in more.items()}
+    members: dict[str, list[str]] = {}
+    for i in ids:
+        members.setdefault(more[i][assessment.series_column], []).append(i)
+    if len(members) < 2:
+        return None
+    with tempfile.TemporaryDirectory(prefix="trellis-gap-series-") as tmp:
+        jobs = []
+        for k, picked in enumerate(members.values()):
+            folder = Path(tmp) / f"{k:04d}"
+            folder.mkdir()
+            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked],
+                   extra, [[more[i][c] for c in extra] for i in picked])
+            for name in names:
+                path = folder / name / r.predictions_file
+                path.parent.mkdir()
+                _write(path, id_column, target, [values[name][i] for i in picked])
+                jobs.append(FoldJob(path, folder / "truth.csv"))
+        results = evaluate_folds(task, jobs)
+    if len(results) != len(jobs) or not all(x.get("ok") for x in results):
+        return None
+    scores = np.array([x["value"] for x in results], dtype=float).reshape(len(members), len(names)).T
+    means = scores.mean(axis=1)
+    if not all(math.isclose(float(m), float(officials[n]["value"]), rel_tol=1e-6, abs_tol=1e-9)
+               for m, n in zip(means, names)):
+        return None  # the official score is not the mean over series: a series bootstrap would not be its own
+    return scores
+
+
+def _bootstrap_means(per_unit: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Each file's mean over ``resamples`` paired draws of its units with replacement: (files, resamples)."""
+    idx = rng.integers(0, per_unit.shape[1], size=(resamples, per_unit.shape[1]))
+    return np.stack([row[idx].mean(axis=1) for row in per_unit])
 
 
 def _agrees(metric, matrix: np.ndarray, names: list[str], officials: dict[str, dict]) -> bool:

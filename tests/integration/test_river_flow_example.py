@@ -171,3 +171,30 @@ def test_make_data_reproduces_the_committed_files(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for rel in ("data/train.csv", "data/test_features.csv", "heldout/test_targets.csv"):
         assert (tmp_path / rel).read_bytes() == (TASK / rel).read_bytes(), rel
+
+
+def test_the_official_lead_is_resampled_by_whole_stations_not_rows(tmp_path, monkeypatch):
+    """The official score is MASE averaged over stations, so the bootstrap behind "better beyond the
+    test set's noise" draws whole stations: drawing the 56 rows pretended to 56 independent tests
+    where there are 7, and gave an interval several times too narrow."""
+    import engine.official_gap as gap_module
+    from engine.official import official_for_predictions
+    from engine.task import load_task
+
+    task = load_task(TASK)
+    (tmp_path / "data").symlink_to(TASK / "data")
+    subprocess.run([sys.executable, str(TASK / "reference_baseline.py")], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=120)
+    team = (tmp_path / "predictions.csv").read_bytes()
+    persistence = task.assessment().trivial_predictions()["persistence"]
+    args = (task, team, official_for_predictions(task, team),
+            {"persistence": (persistence, official_for_predictions(task, persistence))})
+
+    by_station = gap_module.official_gaps(*args)["persistence"]
+    assert by_station.resampled == "7 whole series" and "7 whole series" in by_station.method()
+    assert by_station.verdict in ("better", "within noise", "worse") and by_station.low < by_station.difference
+
+    monkeypatch.setattr(gap_module, "_per_series", lambda *a: None)  # what the first version did: rows
+    by_row = gap_module.official_gaps(*args)["persistence"]
+    assert by_row.resampled == "" and "56 held-out rows" in by_row.method()
+    assert (by_station.high - by_station.low) > 1.5 * (by_row.high - by_row.low)
