@@ -230,32 +230,16 @@ def _per_series(task: Task, ids: list[str], truth: dict[str, str], values: dict[
     assessment = task.assessment()
     if assessment.name != "series" or not supports_truth(task):
         return None
-    r = task.resources
-    id_column, target = r.id_column or "id", r.target or ""
-    extra = [c for c in assessment.truth_columns() if c not in (id_column, target)]
-    more = official.heldout_columns(task, extra)
+    extra, more = _truth_columns(task)
     if more is None:
         return None
-    more = {id_key(i): row for i, row in more.items()}
     members: dict[str, list[str]] = {}
     for i in ids:
         members.setdefault(more[i][assessment.series_column], []).append(i)
     if len(members) < 2:
         return None
-    with tempfile.TemporaryDirectory(prefix="trellis-gap-series-") as tmp:
-        jobs = []
-        for k, picked in enumerate(members.values()):
-            folder = Path(tmp) / f"{k:04d}"
-            folder.mkdir()
-            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked],
-                   extra, [[more[i][c] for c in extra] for i in picked])
-            for name in names:
-                path = folder / name / r.predictions_file
-                path.parent.mkdir()
-                _write(path, id_column, target, [values[name][i] for i in picked])
-                jobs.append(FoldJob(path, folder / "truth.csv"))
-        results = evaluate_folds(task, jobs)
-    if len(results) != len(jobs) or not all(x.get("ok") for x in results):
+    results = _score_subsets(task, list(members.values()), truth, values, names, extra, more)
+    if results is None or not all(x.get("ok") for x in results):
         return None
     scores = np.array([x["value"] for x in results], dtype=float).reshape(len(members), len(names)).T
     means = scores.mean(axis=1)
@@ -263,6 +247,37 @@ def _per_series(task: Task, ids: list[str], truth: dict[str, str], values: dict[
                for m, n in zip(means, names)):
         return None  # the official score is not the mean over series: a series bootstrap would not be its own
     return scores
+
+
+def _truth_columns(task: Task) -> tuple[list[str], dict[str, dict[str, str]] | None]:
+    """The columns a fold's truth carries beyond id and target (a series' name and time: the metric
+    needs them), and their held-out values by id (None: unreadable)."""
+    r = task.resources
+    extra = [c for c in task.assessment().truth_columns() if c not in (r.id_column or "id", r.target or "")]
+    more = official.heldout_columns(task, extra) if extra else {}
+    return extra, None if more is None else {id_key(i): row for i, row in more.items()}
+
+
+def _score_subsets(task: Task, subsets: list[list[str]], truth: dict[str, str], values: dict[str, dict[str, str]],
+                   names: list[str], extra: list[str], more: dict[str, dict[str, str]]) -> list[dict] | None:
+    """evaluate.py --truth on each subset of held-out ids (ids relabelled 0..n-1, as a validation
+    fold is), every compared file on the same rows: results in (subset, file) order."""
+    r = task.resources
+    id_column, target = r.id_column or "id", r.target or ""
+    with tempfile.TemporaryDirectory(prefix="trellis-gap-") as tmp:
+        jobs = []
+        for k, picked in enumerate(subsets):
+            folder = Path(tmp) / f"{k:04d}"
+            folder.mkdir()
+            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked],
+                   extra, [[more[i][c] for c in extra] for i in picked] if extra else None)
+            for name in names:
+                path = folder / name / r.predictions_file
+                path.parent.mkdir()
+                _write(path, id_column, target, [values[name][i] for i in picked])
+                jobs.append(FoldJob(path, folder / "truth.csv"))
+        results = evaluate_folds(task, jobs)
+    return results if len(results) == len(jobs) else None
 
 
 def _bootstrap_means(per_unit: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
@@ -293,31 +308,14 @@ def _bootstrap_in_process(metric, matrix: np.ndarray, resamples: int, rng: np.ra
 def _bootstrap_with_evaluate(task: Task, ids: list[str], truth: dict[str, str], values: dict[str, dict[str, str]],
                              names: list[str], resamples: int, rng: np.random.Generator) -> np.ndarray | None:
     """The same, each resample written as a truth file and one predictions file per compared file
-    (ids relabelled 0..n-1, as a validation fold is) and scored by evaluate.py --truth."""
-    r = task.resources
-    id_column, target = r.id_column or "id", r.target or ""
-    # the columns a fold's truth carries beyond id and target (a series' name and time): the metric needs them
-    extra = [c for c in task.assessment().truth_columns() if c not in (id_column, target)]
-    more = official.heldout_columns(task, extra) if extra else {}
+    and scored by evaluate.py --truth."""
+    extra, more = _truth_columns(task)
     if more is None:
         return None
-    more = {id_key(i): row for i, row in more.items()}
     n = len(ids)
-    with tempfile.TemporaryDirectory(prefix="trellis-gap-") as tmp:
-        jobs = []
-        for b in range(resamples):
-            picked = [ids[i] for i in rng.integers(0, n, size=n)]
-            folder = Path(tmp) / f"{b:04d}"
-            folder.mkdir()
-            _write(folder / "truth.csv", id_column, target, [truth[i] for i in picked],
-                   extra, [[more[i][c] for c in extra] for i in picked] if extra else None)
-            for name in names:
-                path = folder / name / r.predictions_file
-                path.parent.mkdir()
-                _write(path, id_column, target, [values[name][i] for i in picked])
-                jobs.append(FoldJob(path, folder / "truth.csv"))
-        results = evaluate_folds(task, jobs)
-    if len(results) != len(jobs):
+    subsets = [[ids[i] for i in rng.integers(0, n, size=n)] for _ in range(resamples)]
+    results = _score_subsets(task, subsets, truth, values, names, extra, more)
+    if results is None:
         return None
     flat = np.array([x["value"] if x.get("ok") else np.nan for x in results], dtype=float)
     return flat.reshape(resamples, len(names)).T

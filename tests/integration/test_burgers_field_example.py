@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.example_files import assert_make_data_reproduces
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "burgers-field"
 NU = 0.02
@@ -324,8 +326,5 @@ def test_a_missing_or_empty_file_and_bad_arguments_are_refused(tmp_path):
 # --- provenance ----------------------------------------------------------------------------------------
 
 def test_make_data_reproduces_the_committed_files(tmp_path):
-    proc = subprocess.run([sys.executable, str(TASK / "make_data.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for rel in ("data/query_points.csv", "data/observations.csv", "heldout/test_targets.csv"):
-        assert (tmp_path / rel).read_bytes() == (TASK / rel).read_bytes(), rel
+    assert_make_data_reproduces(TASK, ("data/query_points.csv", "data/observations.csv", "heldout/test_targets.csv"),
+                                tmp_path)

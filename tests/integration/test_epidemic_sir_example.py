@@ -19,6 +19,8 @@ from engine.offline.law_fit import LAW_FITS
 from engine.offline.strategies import spec_of_task
 from engine.task import load_task
 
+from tests.example_files import assert_make_data_reproduces
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "epidemic-sir"
 
@@ -101,13 +103,11 @@ def test_a_malformed_answer_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, str(TASK / "evaluate.py"), str(path)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "unknown parameter" in proc.stderr
-    pd.DataFrame({"parameter": ["gamma", "beta"], "value": [truth()["gamma"], truth()["beta"]]}).to_csv(path, index=False)
+    k = truth()
+    pd.DataFrame({"parameter": ["gamma", "beta"], "value": [k["gamma"], k["beta"]]}).to_csv(path, index=False)
     assert score(path) == 0.0
 
 
 def test_make_data_reproduces_the_committed_files(tmp_path):
-    proc = subprocess.run([sys.executable, str(TASK / "make_data.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for rel in ("data/train.csv", "data/test_features.csv", "heldout/true_parameters.csv"):
-        assert (tmp_path / rel).read_bytes() == (TASK / rel).read_bytes(), rel
+    assert_make_data_reproduces(TASK, ("data/train.csv", "data/test_features.csv", "heldout/true_parameters.csv"),
+                                tmp_path)

@@ -17,6 +17,8 @@ import pytest
 from engine.assessment.parameters import law_ranges
 from engine.task import load_task
 
+from tests.example_files import assert_make_data_reproduces
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "reaction-kinetics"
 NAMES = ["k1", "k2"]
@@ -170,11 +172,8 @@ def test_a_missing_file_and_a_truth_option_are_refused(tmp_path):
 
 
 def test_make_data_reproduces_the_committed_files(tmp_path):
-    proc = subprocess.run([sys.executable, str(TASK / "make_data.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for rel in ("data/train.csv", "data/test_features.csv", "heldout/true_parameters.csv"):
-        assert (tmp_path / rel).read_bytes() == (TASK / rel).read_bytes(), rel
+    assert_make_data_reproduces(TASK, ("data/train.csv", "data/test_features.csv", "heldout/true_parameters.csv"),
+                                tmp_path)
 
 
 def test_the_same_task_with_its_law_only_in_the_text_gives_the_same_constants(tmp_path):

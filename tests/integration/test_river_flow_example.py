@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.example_files import assert_make_data_reproduces
+
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "river-flow-forecast"
 HORIZON = 8
@@ -166,11 +168,8 @@ def test_perfect_predictions_score_zero(tmp_path):
 
 
 def test_make_data_reproduces_the_committed_files(tmp_path):
-    proc = subprocess.run([sys.executable, str(TASK / "make_data.py"), str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    for rel in ("data/train.csv", "data/test_features.csv", "heldout/test_targets.csv"):
-        assert (tmp_path / rel).read_bytes() == (TASK / rel).read_bytes(), rel
+    assert_make_data_reproduces(TASK, ("data/train.csv", "data/test_features.csv", "heldout/test_targets.csv"),
+                                tmp_path)
 
 
 def test_the_official_lead_is_resampled_by_whole_stations_not_rows(tmp_path, monkeypatch):
