@@ -584,7 +584,7 @@ class SingleAgentBaseline(Strict):
 
 class OfficialGap(Strict):
     """engine.official_gap.Gap: the final team's official lead over one baseline, and whether
-    a paired bootstrap over the held-out rows puts it beyond the test set's noise."""
+    a paired bootstrap over the held-out rows (or whole series) puts it beyond the test set's noise."""
 
     baseline: str
     difference: float | None = None   # team minus baseline, positive = the team is better
@@ -595,6 +595,7 @@ class OfficialGap(Strict):
     scorer: str = ""
     verdict: Literal["better", "worse", "within noise", "identical", ""] = ""
     why: str = ""
+    resampled: str = ""               # what one resample draws when not the rows ("7 whole series")
 
 
 class RankCorrelation(Strict):
