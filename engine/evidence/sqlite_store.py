@@ -73,6 +73,9 @@ _CURRENT = "NOT EXISTS (SELECT 1 FROM records n WHERE n.lineage = r.lineage AND 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+_TABLES = frozenset(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA))
+
+
 class SqliteEvidenceStore:
     """The evidence graph of one run, in ``path`` (created if missing)."""
 
@@ -86,6 +89,12 @@ class SqliteEvidenceStore:
                 raise EvidenceError(f"no evidence graph at {self.path}")
             self._db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None,
                                        check_same_thread=False)
+            # The writer creates the file a moment before its tables: a reader in that moment sees
+            # a graph that is not there yet, not a broken one.
+            tables = {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not _TABLES <= tables:
+                self._db.close()
+                raise EvidenceError(f"the evidence graph at {self.path} is still being created")
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used by whichever thread runs the role (a lock keeps transactions whole).

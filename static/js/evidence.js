@@ -362,13 +362,15 @@
   });
 
   // --- live ---------------------------------------------------------------------------------
+  let retries = 0;  // a graph read in the instant it is created answers with an error: ask again, a few times
   function load() {
-    return fetch(panel.dataset.state).then((r) => r.json()).then((state) => {
+    return trellisJSON(panel.dataset.state).then((state) => {
+      retries = 0;
       meta = state;
       if (!document.getElementById("ev-kinds").children.length) legends();
       merge(state);
       layout();
-    });
+    }).catch(() => { if (retries++ < 5) setTimeout(load, 2000); });
   }
   document.addEventListener("trellis:message", (e) => {
     const msg = e.detail, d = msg.data || {};

@@ -41,12 +41,12 @@
 
   function load() {
     if (drawn) return;
-    fetch(card.dataset.url).then((r) => r.json()).then((d) => {
+    trellisJSON(card.dataset.url).then((d) => {
       if (d.missing) { say(d.missing); return; }
       drawn = true;
       card.querySelector(".charts").hidden = false;
       (d.kind === "classes" ? drawClasses : drawValues)(d);
-    });
+    }).catch(() => say("The held-out comparison could not be loaded; it is tried again when the run's status changes."));
   }
   window.addEventListener("load", load);
   document.body.addEventListener("htmx:afterSettle", (e) => { if (e.target.closest && e.target.closest("#run-header")) load(); });

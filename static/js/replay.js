@@ -204,7 +204,7 @@
   const ACTIVE = new Set(["queued", "running", "awaiting_decision", "pausing", "cancelling"]);
   function follow() {
     if (!ACTIVE.has(data.status)) return;
-    setTimeout(() => fetch(root.dataset.json).then((r) => r.json()).then((d) => {
+    setTimeout(() => trellisJSON(root.dataset.json).then((d) => {
       const atEnd = pos >= data.events.length - 1 && !timer;
       data = d;
       $("replay-slider").max = Math.max(0, d.events.length - 1);
@@ -213,7 +213,7 @@
     }).catch(follow), 5000);
   }
 
-  fetch(root.dataset.json).then((r) => r.json()).then((d) => {
+  trellisJSON(root.dataset.json).then((d) => {
     data = d;
     const slider = $("replay-slider");
     slider.max = Math.max(0, d.events.length - 1);
@@ -226,6 +226,7 @@
     show(at < 0 ? d.events.length - 1 : at);
     root.dataset.ready = "1";
     follow();
-  });
+  }).catch((err) => { root.dataset.error = err.message; root.prepend(Object.assign(document.createElement("p"),
+    { className: "error", textContent: "The run's events could not be loaded (" + err.message + "); reload the page to try again." })); });
   window.trellisReplay = { stateAt: (i) => stateAt(i), show: (i) => show(i) };
 })();

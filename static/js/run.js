@@ -165,7 +165,7 @@
 
   // A search that evolves programs (the tree) has no workflow panels: its tree card (tree.js) is all.
   const hasWorkflow = !!document.getElementById("dag");
-  function loadGraph() { return hasWorkflow && fetch(root.dataset.graph).then((r) => r.json()).then(drawGraph); }
+  function loadGraph() { return hasWorkflow && trellisJSON(root.dataset.graph).then(drawGraph); }
 
   const CRITERIA = { goal_alignment: "g goal", collaboration_efficiency: "c collaboration", output_quality: "q quality", answer_plausibility: "a plausibility" };
   function drawScores(s) {
@@ -194,7 +194,7 @@
   function loadScores() {
     if (!hasScores) return Promise.resolve();
     if (scoresLoading) return scoresLoading;
-    const loading = scoresLoading = fetch(root.dataset.scores).then((r) => r.json()).then((s) => {
+    const loading = scoresLoading = trellisJSON(root.dataset.scores).then((s) => {
       series = s; scoresLoading = null;
       for (const p of lateP.splice(0)) addPoint(p);
       drawScores(structuredClone(series));

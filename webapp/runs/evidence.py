@@ -35,7 +35,12 @@ def graph_path(run: Run) -> Path | None:
 def _open(run: Run) -> SqliteEvidenceStore | None:
     """The run's graph, when it exists (never created here: reading must not make one)."""
     path = graph_path(run)
-    return SqliteEvidenceStore(path, readonly=True) if path is not None and path.is_file() else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return SqliteEvidenceStore(path, readonly=True)
+    except EvidenceError:  # created this instant, its tables not yet: the run's events tell the same
+        return None
 
 
 def author_label(author: dict) -> str:
