@@ -106,3 +106,12 @@ def confined(tmp_path, monkeypatch):
     monkeypatch.setenv("TRELLIS_MCP_BASE", str(tmp_path / "task"))
     monkeypatch.setenv("TRELLIS_MCP_OUTPUT", str(tmp_path / "out"))
     return tmp_path
+
+
+# The longest single test (a real model on a CPU, 2-3 minutes) starts first: begun last, it would
+# leave the other worker idle for its whole length at the end of the suite.
+_FIRST = ("tests/integration/test_real_model.py::test_smollm2_through_llama_cpp_end_to_end",)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.nodeid not in _FIRST)  # stable: every other test keeps its order
