@@ -62,7 +62,8 @@ def group_keys(frame, columns):
     """One key per row: rows with equal values in ``columns`` share one run of the law."""
     if not columns:
         return np.zeros(len(frame), dtype=int)
-    return frame[columns].astype(str).agg("|".join, axis=1).to_numpy()
+    # numbered in order of first appearance; called on every residual of the fit, so no string keys
+    return frame.groupby(columns, sort=False, dropna=False).ngroup().to_numpy()
 
 
 def simulate(law, frame, params):
