@@ -3,13 +3,13 @@ a reviewer who was asked to break it: the text comes from whoever uploads a task
 reader returns is written into a program's source. Each of these broke the first version."""
 from __future__ import annotations
 
-import math
 import multiprocessing
 
 import numpy as np
 import pytest
 
 from engine.offline.prose_law import python_source, read_law
+from tests.unit.test_prose_law import program
 
 
 def _read_in_child(queue, args, kwargs):
@@ -28,12 +28,6 @@ def read_within(seconds: float, *args, **kwargs) -> tuple[bool, str]:
         child.kill()
         pytest.fail(f"read_law did not answer within {seconds} s")
     return queue.get(timeout=5)
-
-
-def program(law) -> dict:
-    namespace: dict = {"math": math}
-    exec(compile(python_source(law), "stated_law", "exec"), namespace)
-    return namespace
 
 
 @pytest.mark.parametrize("hostile", [
