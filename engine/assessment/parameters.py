@@ -179,7 +179,7 @@ class ParametersAssessment(Assessment):
             lines.append("the law: stated in the task's text (no law file)")
             ranges = self.ranges()
             if ranges:
-                lines.append("parameter ranges: " + ", ".join(f"`{n}` in [{lo:g}, {hi:g}]" for n, (lo, hi) in
+                lines.append("parameter ranges: " + ", ".join(f"`{n}` in [{lo:.15g}, {hi:.15g}]" for n, (lo, hi) in
                                                             ranges.items()))
             if self.options.get("time"):
                 lines.append(f"the law's time column: `{self.options['time']}`")
