@@ -75,7 +75,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
            control: Control | None = None, single_agent: bool = True, memory: bool = False,
-           warm_start: bool | None = None, executor_kind: str | None = None) -> EvolveResult:
+           warm_start: bool | None = None, executor_kind: str | None = None, start: str | None = None,
+           library=None, embedder=None, node_token_cap: int | None = None) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
@@ -94,6 +95,11 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     fixed-memory control always does): evidence.sqlite in ``run_dir``, one branch per probe.
     ``warm_start``: start from the archive's most similar workflow; by default every search but
     SciMARS and the fixed-memory control does (SciMARS adapts within the task).
+    ``start`` names the starting workflow instead (engine/synthesis/start.py): ``team``,
+    ``synthesized`` (from ``library``, ranked by ``embedder``; both default to the real ones),
+    ``archive`` (its nearest workflow, else a synthesized one) or a workflow file.
+    ``node_token_cap``: the review (``search="repair"``) repairs a node that spends more tokens in a
+    run than this.
 
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
@@ -106,6 +112,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     if warm_start is None:
         warm_start = search not in TAKES_MEMORY
     control = control or NoControl()
+    if embedder is None:
+        from .embedding import TaskEmbedder
+
+        embedder = TaskEmbedder()  # loads its model only when synthesis or a review first ranks with it
     task = load_task(task_folder)
     # Bad data is a clear error here, before anything is written or any token spent.
     preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
@@ -138,6 +148,12 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         archive = WorkflowArchive(archive_dir)
     if resume and resume.get("start"):  # the start chosen before the interruption, not a new one
         initial_wf, start_info = Workflow.from_dict(resume["start"]["workflow"]), resume["start"]["info"]
+    elif start is not None:
+        from .synthesis.start import choose_start
+
+        initial_wf, start_info = choose_start(task, start, archive=archive, tracer=tracer,
+                                              registry=tools.registry if tools else None,
+                                              library=library, embedder=embedder)
     elif archive is not None and warm_start:
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
@@ -172,7 +188,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     out.write(f"validation: {plan.describe()}\n")
     similarity = start_info.get("similarity")
     out.write(f"start: {start_info['path']}" + (f" (similarity {similarity:.3f})" if similarity is not None else "")
-              + (f" from {start_info.get('source')}" if start_info.get("source") else "") + "\n")
+              + (f" from {start_info.get('source')}" if start_info.get("source") else "")
+              + (f": {start_info.get('reason')}" if start_info.get("path") in ("synthesized", "file") else "") + "\n")
     # One graph for the search: people's notes reach every probe; with memory, the probes'
     # selected records reach the later ones too.
     shared = SharedMemory(run_dir / EVIDENCE_FILE, tracer, share=memory)
@@ -184,7 +201,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
                          tools=tools)
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
                         executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
-                        gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint)
+                        gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint,
+                        library=library, embedder=embedder, node_token_cap=node_token_cap)
     training_trace = contextlib.ExitStack()
     try:
         # the tree's programs and the official scoring train as jobs reporting into the search's trace

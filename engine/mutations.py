@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 from .errors import WorkflowValidationError
 from .harness import ROLES, Harness, MemoryPolicy
-from .workflow import Agent, Edge, Route, Workflow
+from .workflow import Agent, Attachment, Edge, Route, Workflow
 
 KINDS = ("prompt_refinement", "procedure_refinement", "agent_addition", "agent_removal", "edge_rewiring",
-         "contract_change", "route_change", "memory_policy_change", "tool_allocation")
+         "contract_change", "route_change", "memory_policy_change", "tool_allocation", "attachment_change")
 
 
 class MutationError(ValueError):
@@ -197,9 +197,58 @@ def _tools(wf: Workflow, m: Mutation) -> Workflow:
     return _agent_changed(wf, m.target, tools=tuple(t for t in agent.tools if t != tool))
 
 
+def _attachments(wf: Workflow, m: Mutation) -> Workflow:
+    """Attach a library artifact to an agent (params.add: the attachment as JSON), take one off
+    (params.remove: its name), or both at once (a skill swapped for another)."""
+    unknown = set(m.params) - {"add", "remove"}
+    if unknown or not m.params:
+        raise MutationError('attachment_change takes params {"add": {kind, name, version, title, text, '
+                            'interface, role}} and/or {"remove": <name>}')
+    agent = next((a for a in wf.agents if a.id == m.target), None)
+    if agent is None:
+        raise MutationError(f"no agent called {m.target!r}")
+    attachments, tools = list(agent.attachments), list(agent.tools)
+    if "remove" in m.params:
+        name = str(m.params["remove"]).split("@")[0].split(":")[-1]
+        gone = [x for x in attachments if x.name == name]
+        if not gone:
+            raise MutationError(f"agent {m.target!r} has no attachment {name!r}; it has "
+                                f"{', '.join(x.name for x in attachments) or 'none'}")
+        attachments = [x for x in attachments if x.name != name]
+        tools = [t for t in tools if not any(x.kind == "tool" and x.name == t for x in gone)]
+    if "add" in m.params:
+        if not isinstance(m.params["add"], dict):
+            raise MutationError("attachment_change add: give the attachment as a JSON object")
+        new = Attachment.from_dict(m.params["add"])
+        if any(x.name == new.name and x.kind == new.kind for x in attachments):
+            raise MutationError(f"agent {m.target!r} already has {new.kind} {new.name!r}")
+        attachments.append(new)
+        if new.kind == "tool" and new.name not in tools:
+            tools.append(new.name)
+    return _agent_changed(wf, m.target, attachments=tuple(attachments), tools=tuple(tools))
+
+
+def touched(parent: Workflow, child: Workflow) -> set[str]:
+    """The agents a change touches: those added, removed or changed, the ends of every edge and
+    route added or removed; a change of the harness (shared by every agent of a role) touches
+    every agent playing a role whose procedure or memory changed, and a coordination change all."""
+    d = diff(parent, child)
+    out = set(d["agents_added"]) | set(d["agents_removed"]) | set(d["agents_changed"])
+    for key in ("edges_added", "edges_removed", "routes_added", "routes_removed"):
+        for item in d[key]:
+            out |= {item["source"], item["target"]}
+    roles = set(d["procedures_changed"]) | {k.split(".")[0] for k in d["memory_changed"]}
+    everyone = {a.id for a in parent.agents} | {a.id for a in child.agents}
+    if d["coordination_changed"]:
+        return everyone
+    out |= {a.id for a in (*parent.agents, *child.agents) if set(a.roles) & roles}
+    return out
+
+
 _APPLY = {"prompt_refinement": _prompt, "procedure_refinement": _procedure, "agent_addition": _add_agent,
           "agent_removal": _remove_agent, "edge_rewiring": _rewire, "contract_change": _contract,
-          "route_change": _route, "memory_policy_change": _memory, "tool_allocation": _tools}
+          "route_change": _route, "memory_policy_change": _memory, "tool_allocation": _tools,
+          "attachment_change": _attachments}
 
 
 def diff(parent: Workflow, child: Workflow) -> dict:
@@ -255,4 +304,4 @@ def tool_lines(d: dict) -> list[str]:
             for verb, prep, key in (("adds", "to", "added"), ("removes", "from", "removed")) for tool in change[key]]
 
 
-__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty", "tool_lines"]
+__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty", "tool_lines", "touched"]

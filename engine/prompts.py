@@ -51,4 +51,23 @@ def build_messages(role: str, agent: Agent, harness: Harness, task: Task, inputs
     input named ``task`` is not repeated as a section."""
     return format_messages(role, harness.procedure(role), answer_format(role, task), task.description(),
                            {k: v for k, v in inputs.items() if k != "task"},
-                           instructions=agent.prompt.strip() or None, lessons=lessons, feedback=feedback)
+                           instructions=instructions(agent, role) or None, lessons=lessons, feedback=feedback)
+
+
+def instructions(agent: Agent, role: str) -> str:
+    """The agent's own prompt, then the skills and references attached to it for ``role``: a
+    skill as its procedure under its title, a reference as its text. Labelled lines, not
+    headings: a heading would end the prompt section they are placed in."""
+    parts = [agent.prompt.strip()] if agent.prompt.strip() else []
+    for x in agent.attachments:
+        if x.role and x.role != role:
+            continue
+        if x.kind == "skill":
+            parts.append(f"Skill: {x.title} ({x.ref})\n{_unheaded(x.text)}")
+        elif x.kind == "resource":
+            parts.append(f"Reference: {x.title} ({x.ref})\n{_unheaded(x.text)}")
+    return "\n\n".join(parts)
+
+
+def _unheaded(text: str) -> str:
+    return "\n".join(line.lstrip("#").strip() if line.startswith("#") else line for line in text.strip().splitlines())

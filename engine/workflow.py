@@ -25,10 +25,41 @@ ENGINE_INPUTS = {"task": "markdown"}  # artifacts the engine itself gives every 
 KNOWN_TOOLS = BUILTIN_TOOLS  # and the MCP tools a run discovered (engine/tools/registry.py)
 MAX_ROUTE_LOOPS = 10
 MAX_AGENT_TOOLS = 50
+MAX_ATTACHMENTS = 12
+ATTACHMENT_KINDS = ("skill", "resource", "tool", "agent")
 
 
 if TYPE_CHECKING:
     from .models import ModelOptions
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A library artifact attached to an agent by synthesis (AgentCo-op's phi: R -> 2^S) or by a
+    person: its text travels with the workflow, so the workflow alone says what the agent was
+    given and its hash changes when the attached text does."""
+
+    kind: str        # skill | resource | tool | agent
+    name: str
+    version: str     # sha256 of the artifact's text in the library it came from
+    title: str = ""
+    text: str = ""   # a skill's procedure, a resource's text (a tool's is its server's)
+    interface: str = ""
+    role: str = ""   # the role of the agent it is for ("" for every role the agent plays)
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}:{self.name}@{self.version[:12]}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "version": self.version, "title": self.title,
+                "text": self.text, "interface": self.interface, "role": self.role}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Attachment":
+        return cls(kind=str(d["kind"]), name=str(d["name"]), version=str(d.get("version", "")),
+                   title=str(d.get("title", "")), text=str(d.get("text", "")), interface=str(d.get("interface", "")),
+                   role=str(d.get("role", "")))
 
 
 @dataclass(frozen=True)
@@ -43,6 +74,7 @@ class Agent:
     # how to reach the agent's model (engine/models.py: api_base, api_key_env, max_answer_tokens,
     # context_tokens, timeout_s, prices, structured), as plain JSON so the workflow hashes as before
     model_options: dict = field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
 
     def endpoint_options(self) -> "ModelOptions | None":
         from .models import ModelOptions
@@ -58,14 +90,17 @@ class Agent:
         return {"id": self.id, "roles": list(self.roles), "inputs": dict(sorted(self.inputs.items())),
                 "outputs": dict(sorted(self.outputs.items())), "tools": sorted(set(self.tools)),
                 "model": self.model, "prompt": self.prompt,
-                **({"model_options": dict(sorted(self.model_options.items()))} if self.model_options else {})}
+                **({"model_options": dict(sorted(self.model_options.items()))} if self.model_options else {}),
+                # only when there are some, so a workflow without attachments hashes as before
+                **({"attachments": [x.to_dict() for x in self.attachments]} if self.attachments else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Agent":
         roles = d.get("roles") or ([d["role"]] if d.get("role") else [])
         return cls(id=str(d["id"]), roles=tuple(roles), inputs=dict(d.get("inputs", {})),
                    outputs=dict(d.get("outputs", {})), tools=tuple(str(t) for t in d.get("tools", ())),
-                   model=d.get("model"), prompt=d.get("prompt", ""), model_options=dict(d.get("model_options") or {}))
+                   model=d.get("model"), prompt=d.get("prompt", ""), model_options=dict(d.get("model_options") or {}),
+                   attachments=tuple(Attachment.from_dict(x) for x in d.get("attachments") or ()))
 
 
 @dataclass(frozen=True)
@@ -242,6 +277,12 @@ def _size_problems(wf: Workflow) -> list[str]:
     for a in wf.agents:
         checks.append(text_problem(f"agent id {a.id[:40]!r}", a.id, MAX_NAME_CHARS))
         checks.append(text_problem(f"agent {a.id[:40]!r} prompt", a.prompt, MAX_PROMPT_CHARS))
+        if len(a.attachments) > MAX_ATTACHMENTS:
+            checks.append(f"agent {a.id[:40]!r} has {len(a.attachments)} attachments; the limit is {MAX_ATTACHMENTS}")
+        for x in a.attachments[:MAX_ATTACHMENTS]:
+            checks.append(text_problem(f"agent {a.id[:40]!r} attachment name", x.name, MAX_NAME_CHARS * 4))
+            checks.append(text_problem(f"agent {a.id[:40]!r} attachment {x.name[:40]!r} title", x.title, MAX_NAME_CHARS * 4))
+            checks.append(text_problem(f"agent {a.id[:40]!r} attachment {x.name[:40]!r}", x.text, MAX_PROCEDURE_CHARS))
         if len(a.tools) > MAX_AGENT_TOOLS:
             checks.append(f"agent {a.id[:40]!r} has {len(a.tools)} tools; the limit is {MAX_AGENT_TOOLS}")
         if a.model is not None:
@@ -266,6 +307,14 @@ def _agent_problems(a: Agent, types: dict[tuple[str, str, str], Type]) -> list[s
     for r in a.roles:
         if r not in ROLES:
             out.append(f"agent {a.id!r} has unknown role {r!r}; roles are {', '.join(ROLES)}")
+    for x in a.attachments:
+        if x.kind not in ATTACHMENT_KINDS:
+            out.append(f"agent {a.id!r} has an attachment of unknown kind {x.kind[:40]!r}; kinds are "
+                       f"{', '.join(ATTACHMENT_KINDS)}")
+        if x.role and x.role not in a.roles:
+            out.append(f"agent {a.id!r} has {x.kind} {x.name[:80]!r} attached for the {x.role[:40]}, a role it does not play")
+        if x.kind == "tool" and x.name not in a.tools:
+            out.append(f"agent {a.id!r} has tool {x.name[:80]!r} attached but not among its tools")
     for t in a.tools:
         problem = tool_problem(t)  # against the tools the run discovered, when one is in force
         if problem:

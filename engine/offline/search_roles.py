@@ -109,3 +109,15 @@ def quality_of_skill(skill: float) -> float:
 def mutator(system: str, user: str, rng: random.Random) -> str:
     # Reasoned from the judge's scores and the failed checks (mutator.py); no chance involved.
     return "```json\n" + json.dumps(propose(system, user), indent=1) + "\n```"
+
+
+@register("reviewer")
+def reviewer(system: str, user: str, rng: random.Random) -> str:
+    """AgentCo-op's review: the repair options of the failed node arrive ranked, most specific
+    first (the next skill from the library, the failure said in the node's prompt, one more repair
+    loop), and none already tried; the offline reviewer takes the first, as a careful person would."""
+    options = json_block(input_section(user, "options"))
+    if isinstance(options, list) and options and isinstance(options[0], dict):
+        return "The first ranked repair addresses the failure at its node.\n\n```json\n" \
+            + json.dumps(options[0], indent=1) + "\n```"
+    return "No repair option is given; I cannot propose one."

@@ -79,6 +79,16 @@ class MemoryFixedState(Strict):
     best: ProbeRef | None = None
 
 
+class RepairState(Strict):
+    """AgentCo-op review (engine/search/repair.py): the first probe, the incumbent, the repairs
+    already tried (so none is proposed twice) and what each round did."""
+
+    first: ProbeRef
+    incumbent: ProbeRef
+    tried: list[str] = Field(default_factory=list)
+    history: list[str] = Field(default_factory=list)
+
+
 class TreeState(Strict):
     tree: dict                      # engine.search.tree.Tree.to_dict()
     failed: str = ""

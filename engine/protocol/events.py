@@ -431,6 +431,17 @@ class SearchStarted(Payload):
     executor_reason: str | None = None
 
 
+class SynthesisStage(Payload):
+    """One stage of retrieval-based synthesis (engine/synthesis/stages.py) or of its review
+    (engine/search/repair.py): what it was given and what it produced."""
+
+    kind: ClassVar[str] = "synthesis_stage"
+    stage: Literal["plan", "retrieve", "synthesize", "execute", "review"]
+    inputs: dict = Field(default_factory=dict)
+    outputs: dict = Field(default_factory=dict)
+    note: str = ""
+
+
 class MutationProposed(Payload):
     kind: ClassVar[str] = "mutation_proposed"
     valid: bool
@@ -854,7 +865,7 @@ PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     # the model could not be called at all (unknown model, missing key, provider down)
     RunFailed, SearchFailed,
     # search-level events (one search runs many probes, each a run with its own trace)
-    SearchStarted, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Hindsight, Archive,
+    SearchStarted, SynthesisStage, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Hindsight, Archive,
     SearchFinished,
     # evolutionary tree search
     SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,

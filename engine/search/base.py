@@ -128,6 +128,11 @@ class SearchContext:
     control: Control = field(default_factory=NoControl)
     out: TextIO | None = None
     on_checkpoint: Callable[[dict], None] | None = None
+    # AgentCo-op's review (engine/search/repair.py): the library its repairs draw on, the embedder
+    # that ranks them (None: shared words), and a node's token cap (None: cost is not reviewed)
+    library: Any = None
+    embedder: Any = None
+    node_token_cap: int | None = None
 
     @property
     def budget(self) -> Budget:

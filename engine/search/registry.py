@@ -6,11 +6,12 @@ from .base import Search, SearchContext
 from .fixed_team import FixedTeamSearch
 from .memory_fixed import MemoryFixedSearch
 from .mimosa import MimosaSearch
+from .repair import RepairSearch
 from .scimars import ScimarsSearch
 from .tree import TreeSearch
 
 REGISTRY: dict[str, type[Search]] = {cls.name: cls for cls in (MimosaSearch, ScimarsSearch, TreeSearch,
-                                                           MemoryFixedSearch, FixedTeamSearch)}
+                                                           MemoryFixedSearch, FixedTeamSearch, RepairSearch)}
 # Searches that need the shared evidence graph whatever the caller asks.
 NEEDS_MEMORY = frozenset({MemoryFixedSearch.name})
 # Searches that may share one (SciMARS + Memory); the others run each probe with its own graph.

@@ -2,9 +2,9 @@
 and a reviewer, and a single-agent baseline that plays every role alone."""
 from __future__ import annotations
 
-from .harness import Harness
-from .task import Task
-from .workflow import Agent, Edge, Route, Workflow
+from ..harness import Harness
+from ..task import Task
+from ..workflow import Agent, Edge, Route, Workflow
 
 EVIDENCE = "{exit_code:int, stdout_tail:str, files:{path: sha256}}"
 

@@ -1,0 +1,64 @@
+"""Where a run or a search starts (``--start``): the fixed team, a workflow synthesized from the
+library, the archive's nearest workflow (falling back to synthesis, as DESIGN.md says), or a
+file (a Trellis workflow JSON, or an imported graph: engine/synthesis/imports.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import TrellisError
+from ..task import Task
+from ..trace import Tracer
+from ..workflow import Workflow
+from .fixed import WORKFLOWS, team_workflow
+
+START_CHOICES = ("team", "synthesized", "archive")
+
+
+def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, library=None, embedder=None):
+    """The Synthesis of ``task`` from ``library`` (default: the library in force plus the tools
+    ``registry`` discovered), ranked by ``embedder`` (default: the real sentence model)."""
+    from ..library import Similarity, load_library
+    from .stages import synthesize
+
+    if library is None:
+        library = load_library(registry=registry)
+    elif registry is not None:
+        library = library.with_tools(registry)
+    if embedder is None:
+        from ..embedding import TaskEmbedder
+
+        embedder = TaskEmbedder()
+    return synthesize(task, library, Similarity(embedder), tracer)
+
+
+def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None = None, registry=None,
+                 library=None, embedder=None) -> tuple[Workflow, dict]:
+    """The starting workflow named by ``start`` and the StartInfo that records the choice."""
+    if start == "team" or start in WORKFLOWS:
+        workflow = WORKFLOWS.get(start, team_workflow)(task)
+        return workflow, {"path": "de_novo", "similarity": None, "reason": f"--start {start}: the fixed {start} workflow",
+                          "workflow_name": workflow.name, "workflow_hash": workflow.hash}
+    if start == "synthesized":
+        result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder)
+        return result.workflow, result.info()
+    if start == "archive":
+        if archive is None:
+            raise TrellisError("--start archive needs an archive; this run has none configured (it was turned off, "
+                               "or no archive folder is set)")
+        made: dict = {}
+
+        def fresh(t: Task) -> Workflow:
+            made["synthesis"] = synthesized(t, tracer=tracer, registry=registry, library=library, embedder=embedder)
+            return made["synthesis"].workflow
+
+        warm = archive.start_for(task, synthesize=fresh)
+        info = warm.to_dict()
+        if "synthesis" in made:
+            info["reason"] += f"; {made['synthesis'].info()['reason']}"
+            info["path"] = "synthesized"
+        return warm.workflow, info
+    from .imports import load_workflow_file
+
+    workflow, source = load_workflow_file(Path(start), task)
+    return workflow, {"path": "file", "similarity": None, "source": str(start), "reason": source,
+                      "workflow_name": workflow.name, "workflow_hash": workflow.hash}
