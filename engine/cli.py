@@ -119,6 +119,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task folder, e.g. examples/discontinuous-1d")
     parser.add_argument("--workflow", default="team",
                         help=f"starting workflow: {', '.join(WORKFLOWS)}, or a workflow JSON file")
+    parser.add_argument("--start", default=None, metavar="team|synthesized|archive|FILE",
+                        help="the starting workflow, instead of --workflow: the fixed team, one synthesized from the "
+                             "library (skills, references and tools retrieved by type and meaning; its stages are "
+                             "traced in synthesis.jsonl), the archive's nearest (--archive; else synthesized), or a "
+                             "workflow file (Trellis JSON, an AFlow operator graph, a LangGraph graph)")
+    parser.add_argument("--archive", default="var/archive", help="the workflow archive --start archive reads")
     parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
     parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=200_000,
                         help=f"token budget of the run (at most {MAX_TOKENS:,})")
@@ -162,7 +168,12 @@ def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFa
 def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResult:
     task = load_task(args.task)
     check_task(task, out, Path(args.runs_dir) / "preflight-cache")
-    if args.workflow in WORKFLOWS:
+    run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}"
+    run_dir = Path(args.runs_dir) / run_id
+    start = getattr(args, "start", None)
+    if start:
+        workflow = _start(task, start, args, run_dir, out)
+    elif args.workflow in WORKFLOWS:
         workflow = WORKFLOWS[args.workflow](task)
     else:
         try:
@@ -184,8 +195,6 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     from .runner import RunConfig, run_workflow
     from .sandbox.select import make_executor
 
-    run_id = time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}"
-    run_dir = Path(args.runs_dir) / run_id
     kind = getattr(args, "executor", None)
     # before any model call: an executor asked for that cannot run here is an error naming the fix
     choice = make_executor(kind, run_dir / "sandboxes")
@@ -195,7 +204,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                        budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost, max_calls=args.max_calls),
                        cache_dir=cache_dir, replay_only=replay_only,
                        # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
-                       discover_tools=True, allocate_tools=args.workflow in WORKFLOWS,
+                       discover_tools=True, allocate_tools=args.workflow in WORKFLOWS and not start,
                        executor_reason=choice.reason)
     result = run_workflow(task, workflow, config, executor=choice.executor,
                           sinks=[ConsoleSink(out, verbose=args.verbose)])
@@ -219,6 +228,23 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     for line in describe_gaps(list(gaps.values())):
         out.write(f"{'':10} {line}\n")
     return result
+
+
+def _start(task: Task, start: str, args: argparse.Namespace, run_dir: Path, out: TextIO) -> Workflow:
+    """The workflow ``--start`` names; synthesis's stages traced in <run>/synthesis.jsonl."""
+    from .synthesis.start import choose_start
+    from .trace import JsonlTraceSink, Tracer
+
+    archive = None
+    if start == "archive":
+        from .archive import WorkflowArchive
+
+        archive = WorkflowArchive(Path(args.archive))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tracer = Tracer(f"{run_dir.name}-synthesis", [JsonlTraceSink(run_dir / "synthesis.jsonl")])
+    workflow, info = choose_start(task, start, archive=archive, tracer=tracer)
+    out.write(f"start: {info['path']}: {info.get('reason', '')}\n")
+    return workflow
 
 
 def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,9 @@ from django.core.validators import RegexValidator
 from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
 from engine.models import STRUCTURED_MODES, ModelOptions, ModelSettings, ModelSettingsError, parse_role_setting
 from engine.search import registry
+from engine.synthesis.start import START_CHOICES
+
+START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
 from .models import EXECUTOR_CHOICES, GatePolicy, Run
@@ -60,6 +63,14 @@ class NewRunForm(forms.Form):
         self.fields["task_folder"].choices = task_choices(user)
     search = forms.ChoiceField(choices=Run.SEARCHES, initial=registry.DEFAULT)
     iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
+    start = forms.ChoiceField(label="Start from", required=False, initial="", choices=START_FORM_CHOICES,
+                              help_text="the fixed team, a workflow synthesized from the library (skills, references "
+                                        "and tools retrieved by type and meaning), or the archive's nearest workflow "
+                                        "(else a synthesized one); default: the search's own")
+    node_token_cap = forms.IntegerField(required=False, min_value=100, max_value=MAX_TOKENS,
+                                        label="Node token cap (review)",
+                                        help_text="the review search repairs a node that spends more tokens than "
+                                                  "this in one run; blank: cost is not reviewed")
     gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)
     # Ranges come from the engine (engine/limits.py), so the form refuses what a run would.
     seed = forms.IntegerField(initial=0, min_value=0, max_value=MAX_SEED)
@@ -184,6 +195,7 @@ class NewRunForm(forms.Form):
                 "seed": d["seed"], "model": d["model"].strip(), "max_tokens": d["max_tokens"],
                 "single_agent": d["single_agent"], "memory": d["memory"] or d["search"] in NEEDS_MEMORY,
                 "executor": d["executor"] or "auto",  # a form posted without it: auto
+                "start": d.get("start") or "", "node_token_cap": d.get("node_token_cap"),
                 "model_settings": self.model_settings().to_dict()}
 
 

@@ -95,6 +95,12 @@ class Run(models.Model):
     # says which one auto chose, and why.
     executor = models.CharField(max_length=12, choices=EXECUTOR_CHOICES, default="auto",
                                 help_text="sandbox of generated programs: auto, docker or subprocess")
+    # Where the search starts (engine/synthesis/start.py): team, synthesized (from the library),
+    # archive (its nearest workflow, else synthesized); blank: the search's own default.
+    start = models.CharField(max_length=20, blank=True, default="",
+                             help_text="starting workflow: team, synthesized, archive; blank: the search's default")
+    # AgentCo-op review: a node spending more tokens than this in one run is repaired (None: not reviewed)
+    node_token_cap = models.PositiveIntegerField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True)
     # A worker owns a run while its lease matches; a resumed run gets a new lease, so a

@@ -60,7 +60,8 @@ def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
                         model_override=run.model or None, models=ModelSettings.from_dict(run.model_settings)
                         if run.model_settings else None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                         run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
-                        single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor)
+                        single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
+                        start=run.start or None, node_token_cap=run.node_token_cap)
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
         status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED
         reason, extra = result.failed or result.stopped, {"result": result.to_dict()}

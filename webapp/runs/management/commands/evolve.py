@@ -1,4 +1,5 @@
-"""python manage.py evolve examples/<task> --search mimosa|scimars|tree|memory-fixed --iterations N [--memory]"""
+"""python manage.py evolve examples/<task> --search mimosa|scimars|tree|memory-fixed|fixed|repair --iterations N
+[--memory] [--start team|synthesized|archive|FILE]"""
 import argparse
 from pathlib import Path
 
@@ -34,6 +35,12 @@ class Command(BaseCommand):
         parser.add_argument("--warm-start", action="store_true",
                             help="start SciMARS from the archive's most similar workflow (other searches always do "
                                  "unless --no-archive)")
+        parser.add_argument("--start", default=None, metavar="team|synthesized|archive|FILE",
+                            help="the starting workflow: the fixed team, one synthesized from the library, the "
+                                 "archive's nearest (else synthesized), or a workflow file (Trellis JSON, an AFlow "
+                                 "operator graph, a LangGraph graph); default: the search's own")
+        parser.add_argument("--node-token-cap", type=bounded(100, MAX_TOKENS), default=None,
+                            help="review (--search repair): repair a node that spends more tokens than this in a run")
         add_executor_argument(parser)
         add_model_arguments(parser)
         studio = parser.add_argument_group("studio", "record the run in the studio, where it is seen like any "
@@ -47,6 +54,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if o["project"]:
+            from engine.synthesis.start import START_CHOICES
+
+            if o["start"] and o["start"] not in START_CHOICES:
+                raise CommandError(f"--project records a studio run, which starts from {', '.join(START_CHOICES)}; "
+                                   "a workflow file is for a run outside the studio (drop --project), or fork a "
+                                   "version in the studio")
             return self._in_studio(o)
         try:
             # the data is checked before the search spends a token on it
@@ -58,7 +71,8 @@ class Command(BaseCommand):
                             out=self.stdout, models=model_settings(args), cache_dir=cache_dir, replay_only=replay_only,
                             archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
                             single_agent=not o["no_single_agent"], memory=o["memory"],
-                            warm_start=True if o["warm_start"] else None, executor_kind=o["executor"])
+                            warm_start=True if o["warm_start"] else None, executor_kind=o["executor"],
+                            start=o["start"], node_token_cap=o["node_token_cap"])
             if result.failed:
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
@@ -99,7 +113,8 @@ class Command(BaseCommand):
         run = controls.run_here(task, user, out=self.stdout, search=o["search"], iterations=o["iterations"],
                                 seed=o["seed"], gate_policy=o["gate"], max_tokens=o["max_tokens"],
                                 model_settings=models.to_dict(),
-                                single_agent=not o["no_single_agent"], memory=o["memory"], executor=o["executor"])
+                                single_agent=not o["no_single_agent"], memory=o["memory"], executor=o["executor"],
+                                start=o["start"] or "", node_token_cap=o["node_token_cap"])
         self.stdout.write(f"run {run.pk}: {run.get_status_display()} · /runs/{run.pk}/")
         if run.status == "failed":
             raise CommandError(f"run {run.pk} failed: {run.status_reason[:2000]}")
