@@ -297,16 +297,52 @@ def _with_models(models):
     return run
 
 
+def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("export", "import"),
+                        help="export: a Trellis workflow as JSON or a runnable LangGraph program; import: an AFlow "
+                             "graph, a LangGraph graph or a Trellis JSON, grounded in a task, printed as Trellis JSON")
+    parser.add_argument("file", help="export: a workflow JSON (e.g. var/runs/<run>/final_workflow.json); import: "
+                                     "graph.py, graph.py:name, or a JSON file")
+    parser.add_argument("--to", choices=("json", "langgraph"), default="json", help="export format")
+    parser.add_argument("--task", help="import: the task folder to ground the graph in")
+    parser.add_argument("-o", "--output", help="where to write (default: standard output)")
+
+
+def workflow_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from .synthesis import export
+    from .synthesis.imports import load_workflow_file, read_text
+
+    if args.action == "export":
+        workflow = Workflow.from_json(read_text(Path(args.file)))
+        text = export.to_langgraph(workflow) if args.to == "langgraph" else export.to_json(workflow)
+    else:
+        if not args.task:
+            raise TrellisError("workflow import grounds the graph in a task: give --task TASK_FOLDER")
+        workflow, said = load_workflow_file(Path(args.file), load_task(args.task))
+        print(said, file=sys.stderr)
+        text = export.to_json(workflow)
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+        out.write(f"wrote {args.output}\n")
+    else:
+        out.write(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m engine")
     sub = parser.add_subparsers(dest="command", required=True)
     add_run_arguments(sub.add_parser("run", help="run a task folder"))
+    add_workflow_arguments(sub.add_parser("workflow", help="export a workflow (JSON, LangGraph) or import one "
+                                                           "(AFlow, LangGraph, JSON) grounded in a task"))
     add_evaluator_arguments(sub.add_parser("evaluator", help="draft evaluate.py from Evaluation.md for a person "
                                                            "to approve, or approve the draft"))
     args = parser.parse_args(argv)
     try:
         if args.command == "evaluator":
             return evaluator_from_args(args)
+        if args.command == "workflow":
+            return workflow_from_args(args)
         result = run_from_args(args)
     except TrellisError as exc:
         # one line is the answer; the traceback is for whoever debugs the engine (never for the data's problems)

@@ -8,7 +8,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .artifacts import ArtifactStore
 from .budget import Budget
@@ -60,6 +60,9 @@ class RunConfig:
     # With no ``tools`` given: start the configured MCP servers for this run alone (run_task),
     # and give the agents of a team Trellis built the tools the configuration allocates.
     discover_tools: bool = False
+    # Who walks the agents: None for the engine's loop; engine/langgraph_runtime.py passes one that
+    # runs an exported LangGraph graph whose nodes call the scheduler's ``step``.
+    driver: Callable[["_Scheduler"], tuple] | None = None
     allocate_tools: bool = False
     # Why the executor is the one it is (engine/sandbox/select.py), for the run_started event.
     executor_reason: str | None = None
@@ -159,7 +162,8 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     try:
         training_trace.enter_context(tracing_to(tracer))  # this run's training jobs report into its trace
         scheduler = _Scheduler(ctx)
-        status, reason, statuses, outputs = scheduler.run()
+        # the engine's own loop, or another that calls scheduler.step (an exported LangGraph graph)
+        status, reason, statuses, outputs = config.driver(scheduler) if config.driver else scheduler.run()
         delivered = _deliverable(ctx, outputs, statuses)
         final_code = scheduler.bags.get(delivered, {}).get("code") if delivered else None
         metric, eval_s = (None, 0.0) if status == "stopped" else \
@@ -215,6 +219,14 @@ def endpoints_of(workflow: Workflow, gateway: ModelGateway) -> dict[str, dict]:
             for role, (model, options) in roles_of(workflow).items()}
 
 
+class Stopped(Exception):
+    """The run's budget ran out during an agent's step (already traced)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
 class _Scheduler:
     def __init__(self, ctx: RunContext):
         self.ctx = ctx
@@ -227,29 +239,41 @@ class _Scheduler:
         self.bags: dict[str, dict] = {}  # what each agent last worked with, for repairs
 
     def run(self) -> tuple[str, str, dict[str, str], dict[str, dict]]:
+        """Every agent in order, following routes back; (status, reason, statuses, outputs)."""
         i = 0
-        while i < len(self.order):
-            agent_id = self.order[i]
-            if self.statuses[agent_id] != "WAITING":  # settled, and not on the way back of a route
-                i += 1
-                continue
-            try:
-                outcome = self._run_agent(agent_id)
-            except BudgetExhausted as exc:
-                self.statuses[agent_id] = "STOPPED"
-                self.ctx.tracer.emit(BudgetExhaustedEvent(reason=exc.reason,
-                                                          used=self.ctx.gateway.budget.used.to_dict(),
-                                                          limits=self.ctx.gateway.budget.limits()), agent_id)
-                self.ctx.tracer.emit(AgentFinished(status="STOPPED", message=exc.reason, outputs={}), agent_id)
-                return "stopped", exc.reason, self.statuses, self.outputs
-            except ModelUnavailable as exc:  # no later call can succeed either: stop the run
-                self.statuses[agent_id] = "FAILURE"
-                self.ctx.tracer.emit(AgentFinished(
-                    status="FAILURE", outputs={},
-                    message=f"stopped: model {exc.model} is unavailable (run_failed says why)"), agent_id)
-                raise
-            jump = self._route(agent_id, outcome)
-            i = self.order.index(jump) if jump else i + 1
+        try:
+            while i < len(self.order):
+                agent_id = self.order[i]
+                if self.statuses[agent_id] != "WAITING":  # settled, and not on the way back of a route
+                    i += 1
+                    continue
+                jump = self.step(agent_id)
+                i = self.order.index(jump) if jump else i + 1
+        except Stopped as stop:
+            return "stopped", stop.reason, self.statuses, self.outputs
+        return self.finished()
+
+    def step(self, agent_id: str) -> str | None:
+        """Run one agent and follow its route: the agent to go back to, or None to go on.
+        Raises Stopped when the budget ran out (traced), ModelUnavailable when no model answers."""
+        try:
+            outcome = self._run_agent(agent_id)
+        except BudgetExhausted as exc:
+            self.statuses[agent_id] = "STOPPED"
+            self.ctx.tracer.emit(BudgetExhaustedEvent(reason=exc.reason,
+                                                      used=self.ctx.gateway.budget.used.to_dict(),
+                                                      limits=self.ctx.gateway.budget.limits()), agent_id)
+            self.ctx.tracer.emit(AgentFinished(status="STOPPED", message=exc.reason, outputs={}), agent_id)
+            raise Stopped(exc.reason) from exc
+        except ModelUnavailable as exc:  # no later call can succeed either: stop the run
+            self.statuses[agent_id] = "FAILURE"
+            self.ctx.tracer.emit(AgentFinished(
+                status="FAILURE", outputs={},
+                message=f"stopped: model {exc.model} is unavailable (run_failed says why)"), agent_id)
+            raise
+        return self._route(agent_id, outcome)
+
+    def finished(self) -> tuple[str, str, dict[str, str], dict[str, dict]]:
         failed = [a for a, s in self.statuses.items() if s in {"FAILURE", "SKIPPED"}]
         return "completed", (f"agents did not finish: {', '.join(failed)}" if failed else ""), self.statuses, self.outputs
 

@@ -145,8 +145,10 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
                     tools.append(hit.artifact.name)
                 chosen.setdefault(role, []).append({**hit.to_dict(), "agent": agent.id, "why": why})
         agents.append(replace(agent, attachments=tuple(attachments), tools=tuple(tools)))
-    workflow = replace(base, name=f"{task.name}-synthesized", agents=tuple(agents),
-                       note=f"synthesized from the library ({similarity.ranked_by})").validate()
+    name = f"{base.name}-synthesized" if "-imported-" in base.name else f"{task.name}-synthesized"
+    workflow = replace(base, name=name, agents=tuple(agents),
+                       note=(base.note + "; " if base.note else "")
+                       + f"synthesized from the library ({similarity.ranked_by})").validate()
     result = Synthesis(workflow, slots, retrievals, chosen)
     if tracer is not None:
         tracer.emit(SynthesisStage(stage="synthesize", inputs={"base": base.name},

@@ -14,7 +14,8 @@ from .fixed import WORKFLOWS, team_workflow
 START_CHOICES = ("team", "synthesized", "archive")
 
 
-def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, library=None, embedder=None):
+def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, library=None, embedder=None,
+                base: Workflow | None = None):
     """The Synthesis of ``task`` from ``library`` (default: the library in force plus the tools
     ``registry`` discovered), ranked by ``embedder`` (default: the real sentence model)."""
     from ..library import Similarity, load_library
@@ -28,7 +29,7 @@ def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, libr
         from ..embedding import TaskEmbedder
 
         embedder = TaskEmbedder()
-    return synthesize(task, library, Similarity(embedder), tracer)
+    return synthesize(task, library, Similarity(embedder), tracer, base=base)
 
 
 def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None = None, registry=None,
@@ -59,6 +60,13 @@ def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None 
         return warm.workflow, info
     from .imports import load_workflow_file
 
-    workflow, source = load_workflow_file(Path(start), task)
-    return workflow, {"path": "file", "similarity": None, "source": str(start), "reason": source,
-                      "workflow_name": workflow.name, "workflow_hash": workflow.hash}
+    workflow, source = load_workflow_file(Path(start), task, tracer=tracer)
+    info = {"path": "file", "similarity": None, "source": str(start), "reason": source,
+            "workflow_name": workflow.name, "workflow_hash": workflow.hash}
+    if "-imported-" in workflow.name:  # a structural prior: grounded, then given the library's skills
+        result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder,
+                             base=workflow)
+        workflow = result.workflow
+        info.update(reason=f"{source}; {result.info()['reason']}", workflow_name=workflow.name,
+                    workflow_hash=workflow.hash)
+    return workflow, info
