@@ -125,6 +125,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "traced in synthesis.jsonl), the archive's nearest (--archive; else synthesized), or a "
                              "workflow file (Trellis JSON, an AFlow operator graph, a LangGraph graph)")
     parser.add_argument("--archive", default="var/archive", help="the workflow archive --start archive reads")
+    parser.add_argument("--external-agents", action="store_true",
+                        help="with --start synthesized: a built external agent (python -m engine.external build) may "
+                             "play a role it fits, in its own container")
     parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
     parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=200_000,
                         help=f"token budget of the run (at most {MAX_TOKENS:,})")
@@ -242,7 +245,8 @@ def _start(task: Task, start: str, args: argparse.Namespace, run_dir: Path, out:
         archive = WorkflowArchive(Path(args.archive))
     run_dir.mkdir(parents=True, exist_ok=True)
     tracer = Tracer(f"{run_dir.name}-synthesis", [JsonlTraceSink(run_dir / "synthesis.jsonl")])
-    workflow, info = choose_start(task, start, archive=archive, tracer=tracer)
+    workflow, info = choose_start(task, start, archive=archive, tracer=tracer,
+                                  external_agents=getattr(args, "external_agents", False))
     out.write(f"start: {info['path']}: {info.get('reason', '')}\n")
     return workflow
 

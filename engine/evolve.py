@@ -76,7 +76,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
            control: Control | None = None, single_agent: bool = True, memory: bool = False,
            warm_start: bool | None = None, executor_kind: str | None = None, start: str | None = None,
-           library=None, embedder=None, node_token_cap: int | None = None) -> EvolveResult:
+           library=None, embedder=None, node_token_cap: int | None = None,
+           external_agents: bool = False) -> EvolveResult:
     """Run one search and the official evaluation after it.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
@@ -98,6 +99,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     ``start`` names the starting workflow instead (engine/synthesis/start.py): ``team``,
     ``synthesized`` (from ``library``, ranked by ``embedder``; both default to the real ones),
     ``archive`` (its nearest workflow, else a synthesized one) or a workflow file.
+    ``external_agents``: synthesis may give a role to a built external agent (engine/external/).
     ``node_token_cap``: the review (``search="repair"``) repairs a node that spends more tokens in a
     run than this.
 
@@ -153,7 +155,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 
         initial_wf, start_info = choose_start(task, start, archive=archive, tracer=tracer,
                                               registry=tools.registry if tools else None,
-                                              library=library, embedder=embedder)
+                                              library=library, embedder=embedder, external_agents=external_agents)
     elif archive is not None and warm_start:
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()

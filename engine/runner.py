@@ -22,6 +22,7 @@ from .plausibility import Reference, beats_trivial, claims_match, measured_in
 from .prompt_format import extract_strategy, strategy_line
 from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
                               Check as CheckEvent, Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted)
+from .external.step import external_for, external_step
 from .roles import ROLE_STEPS, RunContext, StepOutcome
 from .control import Control, NoControl
 from .sandbox import Executor
@@ -337,8 +338,11 @@ class _Scheduler:
             # model, so it is given nothing.
             quiet = role == "debugger" and feedback is None
             self.ctx.recalled = [] if quiet or self.ctx.memory is None else self.ctx.memory.recall(agent.id, role)
+            external = external_for(agent, role)
             try:
-                step = ROLE_STEPS[role](self.ctx, agent, bag, feedback)
+                # an external agent attached for this role plays it in its own container (engine/external/)
+                step = external_step(self.ctx, agent, external, role, bag) if external is not None else \
+                    ROLE_STEPS[role](self.ctx, agent, bag, feedback)
             except ModelCallError as exc:
                 step = StepOutcome("FAILURE", message=f"{role}: {exc}")
             feedback = None  # feedback is for the first role the route lands on

@@ -39,6 +39,9 @@ def incompatibility(artifact: LibraryArtifact, slot: Slot) -> str | None:
     """Why ``artifact`` cannot serve ``slot``, in words; None when it can."""
     if artifact.kind == "tool":
         return None if slot.role in TOOL_ROLES else f"the {slot.role} is not offered tools"
+    if artifact.kind == "agent" and artifact.outputs and not set(slot.required) <= set(artifact.outputs):
+        missing = sorted(set(slot.required) - set(artifact.outputs))
+        return f"an external agent playing the {slot.role} must hand on {', '.join(missing)} too"
     if artifact.roles and slot.role not in artifact.roles:
         return f"serves {', '.join(artifact.roles)}, not the {slot.role}"
     if artifact.applies_to and slot.task_kind not in artifact.applies_to:

@@ -128,10 +128,20 @@ def tool_artifacts(registry) -> list[LibraryArtifact]:
     return out
 
 
+def external_agents(library: Library) -> None:
+    """The external agents (engine/external/) as library artifacts of kind ``agent``."""
+    from ..external.spec import load_agents
+
+    agents, problems = load_agents()
+    library.problems += problems
+    for agent in agents:
+        library.add(agent.artifact())
+
+
 def load_library(folder: Path | None = None, *, starter: bool = True, knowledge: bool = True,
-                 registry=None) -> Library:
-    """The library in force: shipped starter, knowledge resources, then the user's ``folder``
-    (default ``$TRELLIS_LIBRARY`` or var/library), then discovered tools."""
+                 agents: bool = True, registry=None) -> Library:
+    """The library in force: shipped starter, knowledge resources, external agents, then the
+    user's ``folder`` (default ``$TRELLIS_LIBRARY`` or var/library), then discovered tools."""
     folder = Path(folder) if folder is not None else user_dir()
     library = Library(folder=folder)
     if starter:
@@ -139,5 +149,7 @@ def load_library(folder: Path | None = None, *, starter: bool = True, knowledge:
     if knowledge:
         for artifact in knowledge_resources():
             library.add(artifact)
+    if agents:
+        external_agents(library)
     _read_folder(library, folder, "user")
     return library.with_tools(registry) if registry is not None else library

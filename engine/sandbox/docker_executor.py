@@ -57,6 +57,8 @@ class DockerExecutor:
     """Runs each request in a fresh container of ``image`` (the current definition's
     ``trellis-sandbox:<tag>`` unless given), its working directory under ``root``.
 
+    ``extra_read_paths``: trees of the image, besides the interpreter's, its programs may read
+    (an external agent's code, engine/external/).
     ``cpus``: the CPU quota of each container (default: every CPU of the machine, as the
     subprocess sandbox allows; programs are single-threaded by their environment anyway).
     Raises ImageError when no daemon answers or the image is not built."""
@@ -65,7 +67,7 @@ class DockerExecutor:
 
     def __init__(self, root: str | Path | None = None, keep: bool = True, *, image: str | None = None,
                  client=None, cpus: float | None = None,
-                 output_cap_bytes: int = DEFAULT_OUTPUT_CAP) -> None:
+                 output_cap_bytes: int = DEFAULT_OUTPUT_CAP, extra_read_paths: tuple[str, ...] = ()) -> None:
         self.client = client or docker_client()
         self.image = image or image_ref()
         if not image_present(self.client, self.image):
@@ -77,6 +79,8 @@ class DockerExecutor:
         self.keep = keep
         self.cpus = float(cpus or os.environ.get("TRELLIS_SANDBOX_CPUS") or os.cpu_count() or 1)
         self.output_cap_bytes = output_cap_bytes
+        # trees of the image the programs may read besides the interpreter's (an external agent's code)
+        self.extra_read_paths = tuple(extra_read_paths)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         remove_orphans(self.client)
         unmount_orphans(self.root)
@@ -103,7 +107,7 @@ class DockerExecutor:
 
         limits = request.limits
         config = {"workdir": WORKDIR, "entrypoint": str(entrypoint), "args": list(request.args),
-                  "extra_read": [], "max_processes": limits.max_processes}
+                  "extra_read": list(self.extra_read_paths), "max_processes": limits.max_processes}
         mounts = [Mount(WORKDIR, str(workdir), type="bind", read_only=False)]
         # the inputs, read-only over their copies (a mount each: a folder input is one mount)
         mounts += [Mount(f"{WORKDIR}/{rel}", str(workdir / rel), type="bind", read_only=True) for rel in inputs]

@@ -112,8 +112,11 @@ def _attachment(hit, role: str) -> Attachment:
 
 
 def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tracer | None = None,
-               base: Workflow | None = None) -> Synthesis:
-    """The synthesized workflow for ``task``, each stage traced (``synthesis_stage``)."""
+               base: Workflow | None = None, external_agents: bool = False) -> Synthesis:
+    """The synthesized workflow for ``task``, each stage traced (``synthesis_stage``).
+    ``external_agents``: an external agent whose image is built may play a role it fits (by
+    type, and at least as close in meaning as the role's best skill); off by default, so that
+    what a synthesized team does never depends on which images a machine happens to have."""
     from ..protocol.events import SynthesisStage
 
     base = base or team_workflow(task, Harness())
@@ -124,7 +127,8 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
                                    note=f"{len(slots)} slot(s): the roles of {base.name}, typed by this task"),
                     "synthesis")
     artifacts = list(library.artifacts.values())
-    retrievals = {s.role: retrieve(s, artifacts, similarity, ("skill", "resource", "tool"), limit=4) for s in slots}
+    retrievals = {s.role: retrieve(s, artifacts, similarity, ("skill", "resource", "tool", "agent"), limit=4)
+                  for s in slots}
     if tracer is not None:
         tracer.emit(SynthesisStage(stage="retrieve", inputs={"library": len(artifacts),
                                                             "library_problems": library.problems[:20]},
@@ -138,7 +142,7 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
         attachments, tools = list(agent.attachments), list(agent.tools)
         for role in agent.roles:
             got = retrievals[role]
-            picked = _pick(got, role, floor)
+            picked = _pick(got, role, floor, external_agents)
             for hit, why in picked:
                 attachments.append(_attachment(hit, role))
                 if hit.artifact.kind == "tool" and hit.artifact.name not in tools:
@@ -158,8 +162,17 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
     return result
 
 
-def _pick(got: Retrieval, role: str, floor: float) -> list[tuple]:
+def _pick(got: Retrieval, role: str, floor: float, external_agents: bool = False) -> list[tuple]:
     skills = [h for h in got.hits if h.artifact.kind == "skill"]
+    if external_agents:
+        from ..external.build import is_built
+        from ..external.spec import find_agent
+
+        best = skills[0].similarity if skills else floor
+        for hit in (h for h in got.hits if h.artifact.kind == "agent" and h.similarity >= max(best, floor)):
+            if is_built(find_agent(hit.artifact.name)):
+                return [(hit, f"the external agent {hit.artifact.name} fits the {role}'s slot by type and is at least "
+                              f"as close as its best skill ({hit.similarity:.3f}); it plays the role in its container")]
     out = []
     if skills:
         out.append((skills[0], f"the best-fitting {role} skill by type and meaning ({skills[0].similarity:.3f})"))

@@ -15,7 +15,7 @@ START_CHOICES = ("team", "synthesized", "archive")
 
 
 def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, library=None, embedder=None,
-                base: Workflow | None = None):
+                base: Workflow | None = None, external_agents: bool = False):
     """The Synthesis of ``task`` from ``library`` (default: the library in force plus the tools
     ``registry`` discovered), ranked by ``embedder`` (default: the real sentence model)."""
     from ..library import Similarity, load_library
@@ -29,18 +29,19 @@ def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, libr
         from ..embedding import TaskEmbedder
 
         embedder = TaskEmbedder()
-    return synthesize(task, library, Similarity(embedder), tracer, base=base)
+    return synthesize(task, library, Similarity(embedder), tracer, base=base, external_agents=external_agents)
 
 
 def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None = None, registry=None,
-                 library=None, embedder=None) -> tuple[Workflow, dict]:
+                 library=None, embedder=None, external_agents: bool = False) -> tuple[Workflow, dict]:
     """The starting workflow named by ``start`` and the StartInfo that records the choice."""
     if start == "team" or start in WORKFLOWS:
         workflow = WORKFLOWS.get(start, team_workflow)(task)
         return workflow, {"path": "de_novo", "similarity": None, "reason": f"--start {start}: the fixed {start} workflow",
                           "workflow_name": workflow.name, "workflow_hash": workflow.hash}
     if start == "synthesized":
-        result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder)
+        result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder,
+                             external_agents=external_agents)
         return result.workflow, result.info()
     if start == "archive":
         if archive is None:
@@ -49,7 +50,8 @@ def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None 
         made: dict = {}
 
         def fresh(t: Task) -> Workflow:
-            made["synthesis"] = synthesized(t, tracer=tracer, registry=registry, library=library, embedder=embedder)
+            made["synthesis"] = synthesized(t, tracer=tracer, registry=registry, library=library, embedder=embedder,
+                             external_agents=external_agents)
             return made["synthesis"].workflow
 
         warm = archive.start_for(task, synthesize=fresh)
@@ -65,7 +67,7 @@ def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None 
             "workflow_name": workflow.name, "workflow_hash": workflow.hash}
     if "-imported-" in workflow.name:  # a structural prior: grounded, then given the library's skills
         result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder,
-                             base=workflow)
+                             base=workflow, external_agents=external_agents)
         workflow = result.workflow
         info.update(reason=f"{source}; {result.info()['reason']}", workflow_name=workflow.name,
                     workflow_hash=workflow.hash)

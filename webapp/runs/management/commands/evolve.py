@@ -39,6 +39,8 @@ class Command(BaseCommand):
                             help="the starting workflow: the fixed team, one synthesized from the library, the "
                                  "archive's nearest (else synthesized), or a workflow file (Trellis JSON, an AFlow "
                                  "operator graph, a LangGraph graph); default: the search's own")
+        parser.add_argument("--external-agents", action="store_true",
+                            help="with --start synthesized: a built external agent may play a role it fits")
         parser.add_argument("--node-token-cap", type=bounded(100, MAX_TOKENS), default=None,
                             help="review (--search repair): repair a node that spends more tokens than this in a run")
         add_executor_argument(parser)
@@ -72,7 +74,8 @@ class Command(BaseCommand):
                             archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
                             single_agent=not o["no_single_agent"], memory=o["memory"],
                             warm_start=True if o["warm_start"] else None, executor_kind=o["executor"],
-                            start=o["start"], node_token_cap=o["node_token_cap"])
+                            start=o["start"], node_token_cap=o["node_token_cap"],
+                            external_agents=o["external_agents"])
             if result.failed:
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:

@@ -1,0 +1,42 @@
+"""An external agent playing a role in a Trellis run: an agent of the workflow with an ``agent``
+attachment for that role is not asked a model; the external agent runs in its container through
+its adapter, and what it returns goes downstream through the workflow's typed edges like any
+agent's output (engine/runner.py checks each handoff against the edge's contract)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..protocol.events import CodeExecution
+from ..sandbox.image import ImageError
+from ..workflow import Agent, Attachment
+from .adapter import run_agent
+from .spec import ExternalAgentError, find_agent
+
+
+def external_for(agent: Agent, role: str) -> Attachment | None:
+    return next((x for x in agent.attachments if x.kind == "agent" and x.role in ("", role)), None)
+
+
+def external_step(ctx, agent: Agent, attachment: Attachment, role: str, bag: dict):
+    from ..roles import StepOutcome
+    from .build import agent_image, executor, is_built
+
+    try:
+        spec = find_agent(attachment.name)
+        if not is_built(spec):
+            return StepOutcome("FAILURE", message=f"{role}: external agent {spec.name}'s image is not built here; "
+                                                  f"run `python -m engine.external build {spec.folder}`")
+        ref = agent_image(spec)
+        root = Path(ctx.store.root).parent / "agent-sandboxes"
+        run = run_agent(spec, bag, ctx.task.input_files(), executor(ref, root))
+    except (ExternalAgentError, ImageError) as exc:
+        return StepOutcome("FAILURE", message=f"{role}: {exc}")
+    if run.result is not None:
+        result = run.result
+        ctx.tracer.emit(CodeExecution(purpose=f"external agent {spec.name} ({ref}) as the {role}", **result.evidence(),
+                                      stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
+                                      workdir=str(result.workdir)), agent.id)
+        ctx.execution_seconds += result.duration_s
+    if not run.ok:
+        return StepOutcome("FAILURE", message=f"{role}: " + "; ".join(run.errors)[:2000])
+    return StepOutcome("SUCCESS", run.produced, f"{role}: played by external agent {spec.name} in its container {ref}")
