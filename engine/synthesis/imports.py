@@ -28,6 +28,8 @@ LANGGRAPH_TIMEOUT_S = 60
 
 
 def read_text(path: Path) -> str:
+    if path.is_symlink():  # a link could point at any file the engine may read; its lines would show in errors
+        raise TrellisError(f"{path}: a symbolic link; give the workflow file itself")
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise TrellisError(f"{path}: {path.stat().st_size:,} bytes; a workflow file is at most {MAX_FILE_BYTES:,}")
@@ -43,7 +45,7 @@ def load_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow
         spec, name = spec.rsplit(":", 1)
     path = Path(spec)
     if path.suffix == ".py":
-        text = read_text(path)
+        text = read_text(path)  # also refuses a link, before the sandbox is handed a copy of what it points at
         if _looks_like_aflow(text):
             prior = aflow_prior_from_source(text, str(path))
         else:
