@@ -188,13 +188,7 @@ class RepairSearch(Search):
         groups: list[Group] = []
         for e in events:
             p = e.payload
-            if e.kind == "synthesis_stage" and p.get("stage") == "synthesize":
-                lines = [f"{role}: " + ", ".join(f"{x.get('title') or x.get('name')} ({x.get('kind')}, {x.get('why', '')})"
-                                                 for x in chosen)
-                         for role, chosen in (p.get("outputs", {}).get("attachments") or {}).items()]
-                groups.append(Group("Synthesis", [Card("attachments from the library", "synthesized", "good",
-                                                      lines[:12])]))
-            elif e.kind == "synthesis_stage" and p.get("stage") == "review":
+            if e.kind == "synthesis_stage" and p.get("stage") == "review":
                 found = p.get("inputs", {}).get("failures") or []
                 if not found:
                     groups.append(Group(f"Round {e.iteration}", [Card("review: the workflow passes", "halted", "good",

@@ -45,8 +45,36 @@ def _prompt(messages: list) -> str:
     return "\n\n".join(parts)
 
 
+def attachment_parts(run: Run, agent: str) -> list[Part]:
+    """What the agent was given from the library, in the run's latest version of the workflow,
+    and where synthesis got each (the ``synthesize`` stage's reasons)."""
+    version = run.versions.order_by("-number").first()
+    agents = (version.data if version is not None else {}).get("agents") or []
+    attached = next((a.get("attachments") or [] for a in agents if a.get("id") == agent), [])
+    if not attached:
+        return []
+    stage = run.events.filter(kind="synthesis_stage", payload__stage="synthesize").order_by("-seq").first()
+    why = {}
+    if stage is not None:
+        for chosen in (stage.payload.get("outputs", {}).get("attachments") or {}).values():
+            for c in chosen:
+                if c.get("agent") == agent:
+                    why[str(c.get("ref", "")).split("@")[0]] = f"{c.get('why', '')} · from {c.get('source', '')}"
+    parts = []
+    for x in attached:
+        ref = f"{x.get('kind')}:{x.get('name')}"
+        text = str(x.get("text", ""))
+        parts.append(Part(f"From the library: {x.get('title') or x.get('name')}", stage.seq if stage else 0,
+                          stage.iteration if stage else 0, cut_at_word(text, PREVIEW_CHARS), len(text),
+                          facts=[("artifact", f"{ref}@{str(x.get('version', ''))[:12]}"),
+                                 ("for the role", x.get("role") or "every role it plays"),
+                                 ("interface", x.get("interface") or "-")]
+                          + ([("why", why[ref])] if ref in why else [])))
+    return parts
+
+
 def agent_parts(run: Run, agent: str) -> list[Part]:
-    parts: list[Part] = []
+    parts: list[Part] = attachment_parts(run, agent)
     started = _latest(run, agent, "agent_started")
     if started is not None:
         p = started.payload

@@ -76,12 +76,18 @@ def mutation(row: Mutation, role: Role | None) -> str:
 
 
 def search_panels(run: Run) -> list[dict]:
-    """What the run's search did, as it presents itself (engine/search/presentation.py)."""
+    """How the run started, when it was synthesized from the library (engine/synthesis/
+    presentation.py), then what its search did, as it presents itself (engine/search/presentation.py)."""
+    from engine.synthesis.presentation import STAGES, present as present_synthesis
+
+    synthesis = run.events.filter(kind="synthesis_stage", payload__stage__in=STAGES).order_by("seq") \
+        .only("kind", "agent", "iteration", "payload")
+    panels = [panel.to_dict() for panel in present_synthesis(list(synthesis))]
     search = registry.search_class(run.search)
     if not search.presents:
-        return []
+        return panels
     events = run.events.filter(kind__in=search.presents).order_by("seq").only("kind", "agent", "iteration", "payload")
-    return [panel.to_dict() for panel in search.present(list(events))]
+    return panels + [panel.to_dict() for panel in search.present(list(events))]
 
 
 def search(run: Run, role: Role | None = None) -> str:

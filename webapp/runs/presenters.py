@@ -91,12 +91,25 @@ def short(text: str, limit: int = 34) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def attachments_line(attachments: list[dict]) -> str:
+    """What an agent was given from the library, on its node: an external agent by name, else
+    how many skills and references (the panel a click opens lists them)."""
+    external = [x.get("name", "") for x in attachments if x.get("kind") == "agent"]
+    if external:
+        return f"\n[external: {external[0]}]"
+    counts = [(sum(1 for x in attachments if x.get("kind") == k), word) for k, word in
+              (("skill", "skill"), ("resource", "ref"), ("tool", "tool"))]
+    said = ", ".join(f"{n} {word}{'s' if n > 1 else ''}" for n, word in counts if n)
+    return f"\n+ {said}" if said else ""
+
+
 def cytoscape_elements(workflow: dict, states: dict[str, str]) -> list[dict]:
     els: list[dict] = []
     pos = layered_positions(workflow)
     for a in workflow.get("agents", []):
         roles = a.get("roles", [])
         label = a["id"] if roles == [a["id"]] else f"{a['id']}\n({' + '.join(roles)})"
+        label += attachments_line(a.get("attachments") or [])
         els.append({"data": {"id": a["id"], "label": label, "state": states.get(a["id"], "waiting")},
                     "position": pos.get(a["id"], {"x": 0, "y": 0})})
     side = 1

@@ -1,0 +1,98 @@
+"""The library in the studio (AgentCo-op's S): every skill, reference, tool and external agent
+synthesis can draw on, browsable by kind and words, each with its typed interface and where it
+comes from; a skill or reference written or edited here is checked as the engine reads it and,
+only then, saved to the library folder (the engine's truth) with a LibraryEdit row (who, when,
+every version's text). Tools come from MCP servers and external agents from their folders: those
+are shown, not edited here."""
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods
+
+from engine.library import KINDS, LibraryError, load_library, parse_artifact
+from engine.library.artifact import NAME
+
+from . import access
+from .models import LibraryEdit, Membership
+
+EDITABLE = ("skill", "resource")
+TEMPLATE = """# A short title saying what the skill does
+
+kind: skill
+roles: planner
+inputs: report: markdown
+outputs: plan: markdown
+applies to: table
+tags: a few, words, retrieval matches
+
+## Procedure
+What the agent does, step by step. This text is added to the agent's prompt.
+
+## When to use
+What in a task calls for it.
+"""
+
+
+def may_edit(user) -> bool:
+    """Reviewers of any project (they may start runs, which read the library) and staff."""
+    return bool(user.is_staff or Membership.objects.filter(user=user, role__gte=access.REVIEW).exists())
+
+
+def _matches(artifact, words: str) -> bool:
+    text = " ".join([artifact.name, artifact.title, artifact.when, " ".join(artifact.tags), " ".join(artifact.roles),
+                     " ".join(artifact.applies_to)]).lower()
+    return all(w in text for w in words.lower().split())
+
+
+@login_required
+def library_page(request: HttpRequest) -> HttpResponse:
+    library = load_library()
+    kind, words = request.GET.get("kind", ""), request.GET.get("q", "").strip()[:200]
+    shown = [a for a in library.artifacts.values() if (not kind or a.kind == kind) and _matches(a, words)]
+    shown.sort(key=lambda a: (KINDS.index(a.kind) if a.kind in KINDS else 9, a.name))
+    counts = {k: sum(1 for a in library.artifacts.values() if a.kind == k) for k in KINDS}
+    return render(request, "runs/library.html", {
+        "artifacts": shown, "counts": counts, "kind": kind, "q": words, "problems": library.problems,
+        "can_edit": may_edit(request.user), "folder": library.folder,
+        "edits": LibraryEdit.objects.select_related("author")[:10]})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse:
+    if kind not in KINDS or len(name) > 200:
+        raise Http404("no such library artifact")
+    library = load_library()
+    new = name == "new"
+    artifact = None if new else library.artifacts.get(f"{kind}:{name}")
+    if artifact is None and not new:
+        raise Http404(f"no {kind} {name!r} in the library")
+    editable = kind in EDITABLE and may_edit(request.user)
+    error, text, save_as = None, (artifact.to_markdown() if artifact else TEMPLATE.replace("kind: skill", f"kind: {kind}")), \
+        (artifact.name if artifact else "")
+    status = 200
+    if request.method == "POST":
+        if not editable:
+            raise PermissionDenied("only a reviewer of a project may edit the library")
+        text = request.POST.get("text", "").replace("\r\n", "\n")
+        save_as = request.POST.get("name", "").strip() if new else name
+        try:
+            if not NAME.fullmatch(save_as):
+                raise LibraryError(f"the name {save_as!r} must be lower-case letters, digits and hyphens")
+            if parse_artifact(text, save_as).kind != kind:
+                raise LibraryError(f"this page edits a {kind}; the text says `kind: {parse_artifact(text, save_as).kind}`")
+            saved = library.save(save_as, text)
+            LibraryEdit.objects.create(name=saved.name, kind=saved.kind, text=text, version=saved.version,
+                                       author=request.user, note=request.POST.get("note", "")[:500])
+            messages.success(request, f"{saved.kind} {saved.name!r} saved ({saved.version[:12]}); new runs use it")
+            return redirect("library_artifact", kind=saved.kind, name=saved.name)
+        except LibraryError as exc:
+            error, status = str(exc), 400
+    history = LibraryEdit.objects.filter(kind=kind, name=name).select_related("author")[:20] if not new else []
+    return render(request, "runs/library_artifact.html", {
+        "artifact": artifact, "kind": kind, "new": new, "editable": editable, "error": error, "text": text,
+        "name": save_as, "history": history}, status=status)
