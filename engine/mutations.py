@@ -270,6 +270,14 @@ def diff(parent: Workflow, child: Workflow) -> dict:
     tools = [{"agent": aid, "added": sorted(set(ca[aid]["tools"]) - set(pa[aid]["tools"])),
               "removed": sorted(set(pa[aid]["tools"]) - set(ca[aid]["tools"]))}
              for aid in sorted(changed_agents) if "tools" in changed_agents[aid]]
+    attachments = []
+    for aid in sorted(changed_agents):
+        if "attachments" in changed_agents[aid]:
+            before = {f"{x['kind']}:{x['name']}": x for x in pa[aid].get("attachments", [])}
+            after = {f"{x['kind']}:{x['name']}": x for x in ca[aid].get("attachments", [])}
+            attachments.append({"agent": aid,
+                                "added": [f"{k} ({after[k].get('title', '')})" for k in sorted(set(after) - set(before))],
+                                "removed": [f"{k} ({before[k].get('title', '')})" for k in sorted(set(before) - set(after))]})
     return {
         "from": {"version": parent.version, "hash": parent.hash}, "to": {"version": child.version, "hash": child.hash},
         "agents_added": sorted(set(ca) - set(pa)), "agents_removed": sorted(set(pa) - set(ca)),
@@ -280,6 +288,7 @@ def diff(parent: Workflow, child: Workflow) -> dict:
         "coordination_changed": ph["coordination"] != ch["coordination"],
         "memory_changed": _memory_diff(ph["memory"]["roles"], ch["memory"]["roles"]),
         "tools_changed": tools,  # also in agents_changed; said per tool here: "removes X from planner"
+        "attachments_changed": attachments,  # also in agents_changed; said per artifact: "attaches skill:x to planner"
     }
 
 

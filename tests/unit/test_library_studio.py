@@ -93,6 +93,7 @@ def test_a_synthesized_review_run_shows_its_attachments_and_queues_each_repair(d
     assert set(proposal["diff"]["agents_changed"]) == {"planner"}
     queue = c.get(f"/runs/{run.pk}/queue").content.decode()
     assert "on planner" in queue and "attachment change" in queue and "the first ranked" not in queue
+    assert "+ attaches skill:" in html.unescape(queue) and "− takes skill:" in html.unescape(queue)
     # the synthesized graph: attachments on the nodes, the reasons in the panel and the agent's detail
     state = c.get(f"/runs/{run.pk}/graph.json").json()
     labels = {e["data"]["id"]: e["data"]["label"] for e in state["elements"] if "source" not in e["data"]}
