@@ -236,6 +236,8 @@ class RepairSearch(Search):
         return self.incumbent.workflow
 
     def stop_reason(self) -> str | None:
+        if self.incumbent.result.status == "stopped":  # a run cut short by the budget passes nothing
+            return "budget exhausted during a probe"
         found = failures(self.incumbent, self.ctx.node_token_cap)
         if not found:
             self.ctx.tracer.emit(SynthesisStage(stage="review", inputs={"failures": []}, outputs={},
@@ -345,12 +347,19 @@ class RepairSearch(Search):
             decided_by=decision.decided_by if decision else "", reason=decision.reason if decision else "",
             checks=candidate.probe.checks, budget_left=self.ctx.budget.remaining(),
             workflow_hash=candidate.child.hash, workflow=candidate.child.to_dict() if accepted else None))
-        self.records.append({"n": n, "mutation": m.to_dict(), "accepted": accepted})
+        self.records.append({"n": n, "mutation": m.to_dict(), "accepted": accepted,
+                             "status": candidate.probe.result.status})
         self.ctx.say(f"round {n:>2}  repair {m.kind} on {m.target}: {shorten(m.rationale, 160)}\n"
                      f"          {'KEPT' if accepted else 'rejected'} ({decision.decided_by if decision else ''}): "
                      f"{shorten(decision.reason if decision else '', 160)}")
         if accepted:
             self.incumbent = candidate.probe
+
+    def finish_iteration(self, n: int) -> str | None:
+        last = self.records[-1] if self.records else None
+        if last is not None and last["n"] == n and last.get("status") == "stopped":
+            return "budget exhausted during a probe"
+        return None
 
     def pending_state(self, candidate: Candidate) -> dict:
         return {"mutation": candidate.mutation.to_dict(), "child": candidate.child.to_dict(),

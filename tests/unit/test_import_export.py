@@ -22,7 +22,7 @@ from engine.trace import read_events
 from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
 from tests.unit.test_library import WordsEmbedder
 
-IMPORTED = Path(__file__).resolve().parents[2] / "examples" / "imported-workflows"
+IMPORTED = Path(__file__).resolve().parents[2] / "imported_workflows"
 
 
 @pytest.fixture

@@ -72,7 +72,7 @@ def test_the_library_names_a_broken_file_and_loses_nothing(tmp_path):
     (tmp_path / "good.md").write_text(SKILL)
     (tmp_path / "bad.md").write_text(SKILL.replace("roles: coder", "roles: wizard"))
     (tmp_path / "link.md").symlink_to(tmp_path / "good.md")
-    library = load_library(tmp_path, starter=False, knowledge=False)
+    library = load_library(tmp_path, starter=False, knowledge=False, agents=False)
     assert list(library.artifacts) == ["skill:good"]
     assert any("bad.md" in p and "wizard" in p for p in library.problems)
     assert any("link.md" in p and "symbolic link" in p for p in library.problems)
@@ -94,7 +94,7 @@ def test_the_starter_library_loads_whole_and_a_users_file_overrides_a_shipped_on
 
 
 def test_saving_an_edit_checks_it_first_and_writes_nothing_when_it_is_broken(tmp_path):
-    library = load_library(tmp_path, starter=False, knowledge=False)
+    library = load_library(tmp_path, starter=False, knowledge=False, agents=False)
     library.save("forecast-program", SKILL)
     with pytest.raises(LibraryError):
         library.save("forecast-program", SKILL.replace("roles: coder", "roles: wizard"))

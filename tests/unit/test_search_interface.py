@@ -51,7 +51,7 @@ class WaitOnce(AutoGate):
 
 
 def test_the_registry_is_the_one_list_of_searches():
-    assert SEARCHES == ("mimosa", "scimars", "tree", "memory-fixed", "fixed")
+    assert SEARCHES == ("mimosa", "scimars", "tree", "memory-fixed", "fixed", "repair")
     assert [name for name, _ in choices()] == list(SEARCHES)
     with pytest.raises(ValueError, match="unknown search 'annealing'"):
         search_class("annealing")

@@ -188,3 +188,12 @@ def test_local_problem_names_what_reaches_beyond_the_node(examples):
     loop = Mutation("route_change", "verifier", {"on": "RETRY", "target": "debugger", "max_loops": 4}).apply(wf)
     assert local_problem(wf, loop, "verifier") is None and local_problem(wf, loop, "debugger") is None  # both ends
     assert "does not touch planner" in local_problem(wf, loop, "planner")
+
+
+def test_the_review_halts_when_the_budget_is_spent(examples, tmp_path):
+    gate = RecordingGate()
+    result = evolve(examples / "diabetes-progression", "repair", iterations=5, runs_dir=tmp_path, out=io.StringIO(),
+                    executor=OffTarget(tmp_path / "sandbox", shift=2.0), single_agent=False, start="synthesized",
+                    embedder=WordsEmbedder(), gate=gate, budget=Budget(max_tokens=30_000))
+    assert "budget" in result.stopped
+    assert result.iterations < 5

@@ -1,6 +1,6 @@
 """An AFlow workflow as AFlow's optimizer writes it (graph.py of a round): operators made in
 __init__, awaited in __call__. Trellis reads this as a syntax tree and never runs it:
-  python manage.py evolve examples/diabetes-progression --start examples/imported-workflows/aflow_graph.py
+  python manage.py evolve examples/diabetes-progression --start imported_workflows/aflow_graph.py
 """
 from typing import Literal
 

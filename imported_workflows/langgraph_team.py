@@ -1,7 +1,7 @@
 """A LangGraph StateGraph someone built for data analysis: explore, plan, write code, run it and
 loop back on failure, then report. Trellis imports it through langgraph's own API (the graph is
 loaded in the sandbox and read with get_graph()), grounds each node in a Trellis role and runs it:
-  python manage.py evolve examples/soil-respiration-sites --start examples/imported-workflows/langgraph_team.py:graph
+  python manage.py evolve examples/soil-respiration-sites --start imported_workflows/langgraph_team.py:graph
 """
 from typing import TypedDict
 
