@@ -228,23 +228,6 @@ def _attachments(wf: Workflow, m: Mutation) -> Workflow:
     return _agent_changed(wf, m.target, attachments=tuple(attachments), tools=tuple(tools))
 
 
-def touched(parent: Workflow, child: Workflow) -> set[str]:
-    """The agents a change touches: those added, removed or changed, the ends of every edge and
-    route added or removed; a change of the harness (shared by every agent of a role) touches
-    every agent playing a role whose procedure or memory changed, and a coordination change all."""
-    d = diff(parent, child)
-    out = set(d["agents_added"]) | set(d["agents_removed"]) | set(d["agents_changed"])
-    for key in ("edges_added", "edges_removed", "routes_added", "routes_removed"):
-        for item in d[key]:
-            out |= {item["source"], item["target"]}
-    roles = set(d["procedures_changed"]) | {k.split(".")[0] for k in d["memory_changed"]}
-    everyone = {a.id for a in parent.agents} | {a.id for a in child.agents}
-    if d["coordination_changed"]:
-        return everyone
-    out |= {a.id for a in (*parent.agents, *child.agents) if set(a.roles) & roles}
-    return out
-
-
 _APPLY = {"prompt_refinement": _prompt, "procedure_refinement": _procedure, "agent_addition": _add_agent,
           "agent_removal": _remove_agent, "edge_rewiring": _rewire, "contract_change": _contract,
           "route_change": _route, "memory_policy_change": _memory, "tool_allocation": _tools,
@@ -313,4 +296,4 @@ def tool_lines(d: dict) -> list[str]:
             for verb, prep, key in (("adds", "to", "added"), ("removes", "from", "removed")) for tool in change[key]]
 
 
-__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty", "tool_lines", "touched"]
+__all__ = ["KINDS", "Mutation", "MutationError", "WorkflowValidationError", "diff", "is_empty", "tool_lines"]

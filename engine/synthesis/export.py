@@ -9,12 +9,10 @@ LangGraph walking the graph.
 """
 from __future__ import annotations
 
-import json
 import pprint
-import keyword
-import re
 from pathlib import Path
 
+from ..errors import WorkflowValidationError
 from ..workflow import Workflow
 
 TRELLIS_ROOT = Path(__file__).resolve().parents[2]
@@ -24,14 +22,13 @@ def to_json(workflow: Workflow) -> str:
     return workflow.to_json() + "\n"
 
 
-def _node_name(agent_id: str) -> str:
-    # LangGraph reserves __start__/__end__; any other string is a node name
-    return agent_id
-
-
 def to_langgraph(workflow: Workflow) -> str:
     """Python source of a module that builds ``workflow`` as a LangGraph StateGraph and runs it."""
     workflow.validate()
+    reserved = sorted({a.id for a in workflow.agents} & {"__start__", "__end__"})
+    if reserved:
+        raise WorkflowValidationError([f"agent {reserved[0]!r} is named like LangGraph's own start or end node; "
+                                       "rename it to export the workflow"])
     order = workflow.order()
     lines = [
         f'"""The Trellis workflow {workflow.name!r} (version {workflow.version}, {workflow.hash[:12]}) as a LangGraph graph.',
@@ -60,8 +57,8 @@ def to_langgraph(workflow: Workflow) -> str:
         "    graph = StateGraph(State)",
     ]
     for agent_id in order:
-        lines.append(f"    graph.add_node({_node_name(agent_id)!r}, team.node({agent_id!r}))")
-    lines.append(f"    graph.add_edge(START, {_node_name(order[0])!r})")
+        lines.append(f"    graph.add_node({agent_id!r}, team.node({agent_id!r}))")
+    lines.append(f"    graph.add_edge(START, {order[0]!r})")
     for i, agent_id in enumerate(order):
         nxt = order[i + 1] if i + 1 < len(order) else None
         targets = sorted({r.target for r in workflow.routes if r.source == agent_id})
@@ -88,8 +85,3 @@ def to_langgraph(workflow: Workflow) -> str:
     source = "\n".join(lines)
     compile(source, "<exported>", "exec")  # a generated module that does not compile is a bug here
     return source
-
-
-def safe_identifier(text: str) -> str:
-    name = re.sub(r"\W+", "_", text).strip("_") or "graph"
-    return f"_{name}" if name[0].isdigit() or keyword.iskeyword(name) else name

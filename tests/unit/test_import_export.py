@@ -3,7 +3,6 @@ JSON) and a LangGraph StateGraph (introspected through langgraph's API, in the s
 grounded in a task and run; a Trellis workflow exported as a LangGraph program runs under
 LangGraph, following its routes."""
 import importlib.util
-import io
 import json
 from pathlib import Path
 
@@ -11,14 +10,15 @@ import pytest
 
 from engine.budget import Budget
 from engine.errors import WorkflowValidationError
-from engine.evolve import evolve
+from engine.library import load_library
 from engine.runner import RunConfig, run_workflow
 from engine.synthesis.export import to_langgraph
 from engine.synthesis.fixed import team_workflow
 from engine.synthesis.imports import aflow_prior_from_json, load_workflow_file
 from engine.synthesis.langgraph_runtime import drive
 from engine.task import load_task
-from engine.trace import read_events
+from engine.synthesis.start import choose_start
+from engine.trace import ListSink, Tracer, read_events
 from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
 from tests.unit.test_library import WordsEmbedder
 
@@ -82,18 +82,18 @@ def test_a_langgraph_graph_is_introspected_in_the_sandbox_and_grounded(diabetes)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("graph", ["aflow_graph.py", "langgraph_team.py"])
-def test_an_imported_graph_runs_grounded_and_given_the_librarys_skills(examples, tmp_path, graph):
-    result = evolve(examples / "diabetes-progression", "fixed", iterations=1, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False,
-                    start=str(IMPORTED / graph), embedder=WordsEmbedder())
-    events = list(read_events(result.run_dir / "search.jsonl"))
-    started = next(e.payload for e in events if e.kind == "search_started")
-    assert started["start"]["path"] == "file" and "grounded" in started["start"]["reason"]
-    assert started["workflow"]["name"].endswith("-synthesized") and "-imported-" in started["workflow"]["name"]
-    assert any(a.get("attachments") for a in started["workflow"]["agents"])
-    stages = [e.payload["stage"] for e in events if e.kind == "synthesis_stage"]
+def test_an_imported_graph_runs_grounded_and_given_the_librarys_skills(diabetes, tmp_path, graph):
+    sink = ListSink()
+    wf, info = choose_start(diabetes, str(IMPORTED / graph), tracer=Tracer("start", [sink]),
+                            library=load_library(tmp_path / "library"), embedder=WordsEmbedder())
+    assert info["path"] == "file" and "grounded" in info["reason"]
+    assert wf.name.endswith("-synthesized") and "-imported-" in wf.name
+    assert any(a.attachments for a in wf.agents)
+    stages = [e.payload["stage"] for e in sink.events if e.kind == "synthesis_stage"]
     assert stages[0] == "plan" and "synthesize" in stages
-    assert result.final["official"]["ok"]
+    result = run_workflow(diabetes, wf, RunConfig(run_dir=tmp_path / "run", budget=Budget(max_tokens=500_000)),
+                          executor=FakeExecutor(tmp_path / "sandbox"))
+    assert result.status == "completed" and result.metric["ok"]
 
 
 def _load(source: str, tmp_path: Path):
@@ -140,3 +140,13 @@ class _NoTeam:
 
     def route(self, agent_id, otherwise):
         return lambda state: otherwise
+
+
+def test_an_agent_named_like_langgraphs_own_nodes_is_refused_for_export(diabetes):
+    from dataclasses import replace
+
+    wf = team_workflow(diabetes)
+    renamed = replace(wf, agents=tuple(replace(a, id="__end__") if a.id == "finalizer" else a for a in wf.agents),
+                      edges=tuple(replace(e, target="__end__") if e.target == "finalizer" else e for e in wf.edges))
+    with pytest.raises(WorkflowValidationError, match="LangGraph's own start or end node"):
+        to_langgraph(renamed)

@@ -27,7 +27,9 @@ from engine.search.tree import TreeConfig
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import Event, JsonlTraceSink, ListSink, Tracer, read_events
-from tests.fakes import FakeExecutor, OffTarget, Outcome, fail_first, traceback_of
+from engine.library import Similarity, load_library
+from engine.synthesis.stages import synthesize
+from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DISC = ROOT / "examples" / "discontinuous-1d"
@@ -198,11 +200,8 @@ def emitted(tmp_path_factory) -> list[Event]:
             evolve(task, search, iterations=iterations, seed=1, budget=Budget(max_tokens=2_000_000),
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
                    executor=FakeExecutor(tmp / f"{search}-sandbox"), memory=search == "scimars")
-        # AgentCo-op: synthesis's stages, then a review whose repair goes through the gate
-        mp.setenv("TRELLIS_MCP_CONFIG", "none")
-        evolve(DIABETES, "repair", iterations=1, seed=1, run_dir=tmp / "repair", out=quiet, sinks=[sink],
-               executor=OffTarget(tmp / "repair-sandbox", shift=2.0), start="synthesized", embedder=_Embedder(),
-               single_agent=False)
+        # AgentCo-op: synthesis's stages (the review's events are tests/unit/test_synthesis.py's)
+        synthesize(load_task(DIABETES), load_library(tmp / "library"), Similarity(_Embedder()), Tracer("synthesis", [sink]))
         _reuse_twice(load_task(DIABETES), tmp / "reuse", Tracer("reuse", [sink]))
         _train_once(tmp, Tracer("training", [sink]))
         # faults
@@ -243,7 +242,7 @@ def test_each_shape_of_a_many_shaped_kind_is_seen_and_validated(emitted):
         return [parse_payload(e.kind, e.payload) for e in emitted if e.kind == kind]
 
     iterations = of("search_iteration")
-    assert {p.search for p in iterations} - {None} == {"mimosa", "scimars", "repair"}
+    assert {p.search for p in iterations} - {None} == {"mimosa", "scimars"}
     assert {"vote", "started", "finished"} <= {p.phase for p in iterations}
     assert all((p.search is None) != (p.phase is None) for p in iterations)
     assert {r.verified for r in of("reuse_receipt")} == {True, False}  # reused, and run again

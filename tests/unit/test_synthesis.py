@@ -91,14 +91,20 @@ def test_evolve_starts_from_a_synthesized_workflow_and_traces_its_stages_first(e
 
 
 def test_start_team_and_a_workflow_file(examples, tmp_path):
+    from engine.errors import TrellisError
+    from engine.synthesis.start import choose_start
+
     task = load_task(examples / "diabetes-progression")
+    wf, info = choose_start(task, "team")
+    assert wf.hash == team_workflow(task).hash and info["path"] == "de_novo"
     path = tmp_path / "wf.json"
     path.write_text(team_workflow(task).derive(note="mine").to_json())
-    result = evolve(examples / "diabetes-progression", "fixed", iterations=1, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False, start=str(path),
-                    embedder=WordsEmbedder())
-    started = next(e.payload for e in read_events(result.run_dir / "search.jsonl") if e.kind == "search_started")
-    assert started["start"]["path"] == "file" and started["start"]["source"] == str(path)
+    wf, info = choose_start(task, str(path))
+    assert info["path"] == "file" and info["source"] == str(path) and wf.note == "mine"
+    with pytest.raises(TrellisError, match="needs an archive"):
+        choose_start(task, "archive")
+    with pytest.raises(TrellisError, match="not a readable workflow file"):
+        choose_start(task, str(tmp_path / "missing.json"))
 
 
 class RecordingGate(AutoGate):

@@ -58,7 +58,7 @@ class Command(BaseCommand):
         if o["project"]:
             from engine.synthesis.start import START_CHOICES
 
-            if o["start"] and o["start"] not in START_CHOICES:
+            if o.get("start") and o["start"] not in START_CHOICES:
                 raise CommandError(f"--project records a studio run, which starts from {', '.join(START_CHOICES)}; "
                                    "a workflow file is for a run outside the studio (drop --project), or fork a "
                                    "version in the studio")
@@ -117,7 +117,7 @@ class Command(BaseCommand):
                                 seed=o["seed"], gate_policy=o["gate"], max_tokens=o["max_tokens"],
                                 model_settings=models.to_dict(),
                                 single_agent=not o["no_single_agent"], memory=o["memory"], executor=o["executor"],
-                                start=o["start"] or "", node_token_cap=o["node_token_cap"])
+                                start=o.get("start") or "", node_token_cap=o.get("node_token_cap"))
         self.stdout.write(f"run {run.pk}: {run.get_status_display()} · /runs/{run.pk}/")
         if run.status == "failed":
             raise CommandError(f"run {run.pk} failed: {run.status_reason[:2000]}")
