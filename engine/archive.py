@@ -9,6 +9,8 @@ Layout under the archive root (plain files, so an archive can be copied, inspect
 
     entries/<id>.json   one entry: task, embedding, workflow, official metric, search procedure
     index.jsonl         append-only journal of additions, one line per entry
+    vectors.sqlite      the vectors as one matrix for lookups (engine/archive_index.py), rebuilt
+                        from the entry files whenever they change; safe to delete
 
 The entry files are the truth; the index is for people and tools that want the history at a
 glance, so a lost or damaged index line never loses an entry.
@@ -19,6 +21,7 @@ import json
 import math
 import os
 import re
+import sqlite3
 import tempfile
 import threading
 import uuid
@@ -36,6 +39,7 @@ from .task import Task
 from .workflow import Workflow
 
 DEFAULT_THRESHOLD = 0.7
+INDEX_FILE = "vectors.sqlite"
 WARM_START = "warm_start"
 DE_NOVO = "de_novo"
 ENTRY_FORMAT = 1
@@ -119,6 +123,7 @@ class WorkflowArchive:
         self.root = Path(root)
         self.embedder: Embedder = embedder if embedder is not None else TaskEmbedder()
         self._lock = threading.Lock()  # one writer at a time per archive object (ids are unique anyway)
+        self._vector_index = None       # engine/archive_index.py, opened at the first lookup
 
     def __repr__(self) -> str:
         return f"WorkflowArchive({str(self.root)!r}, embedder={embedder_name(self.embedder)!r})"
@@ -164,7 +169,61 @@ class WorkflowArchive:
 
     def nearest(self, task: Task) -> tuple[ArchiveEntry | None, float | None]:
         """The archived entry most similar to ``task`` and its cosine; (None, None) when empty.
-        Ties (the same task archived twice) go to the better official metric, then the newer."""
+        Ties (the same task archived twice) go to the better official metric, then the newer.
+        Ranked by the archive's vector index (engine/archive_index.py); only the winner's file is
+        read and checked, and one that no longer reads gives way to the next."""
+        if not self.entries_dir.is_dir():
+            return None, None
+        query = self.embedder.embed(task_text(task))
+        try:
+            ranked = self._ranked(query)
+        except sqlite3.DatabaseError as exc:  # a damaged index: it is derived, so it is set aside and rebuilt
+            self._set_index_aside(exc)
+            try:
+                ranked = self._ranked(query)
+            except (sqlite3.Error, OSError) as again:
+                return self._scan_instead(task, again)
+        except (sqlite3.Error, OSError) as exc:  # an archive on a read-only disk is still read, slowly
+            return self._scan_instead(task, exc)
+        for file, _ in ranked:
+            entry = _read_entry(self.entries_dir / file)
+            if entry is not None:
+                return entry, self._similarity(query, entry)
+        return None, None
+
+    def _ranked(self, query: list[float]) -> list[tuple[str, float]]:
+        index = self._index()
+        index.refresh(_indexed_fields)
+        return index.ranked(query, embedder_name(self.embedder), self.embedder.embed)
+
+    def _set_index_aside(self, exc: Exception) -> None:
+        path = self.root / INDEX_FILE
+        with self._lock:
+            if self._vector_index is not None:
+                self._vector_index.close()
+                self._vector_index = None
+        aside = path.with_name(f"{INDEX_FILE}.damaged-{uuid.uuid4().hex[:8]}")
+        try:
+            path.replace(aside)
+        except OSError:
+            return
+        warnings.warn(f"the archive's index {path} was damaged ({exc}); kept as {aside.name} and rebuilt "
+                      "from the entry files", ArchiveWarning, stacklevel=3)
+
+    def _scan_instead(self, task: Task, exc: Exception) -> tuple[ArchiveEntry | None, float | None]:
+        warnings.warn(f"the archive's index {self.root / INDEX_FILE} cannot be used ({exc}); reading every "
+                      "entry", ArchiveWarning, stacklevel=3)
+        return self._nearest_by_scan(task)
+
+    def _index(self):
+        from .archive_index import ArchiveIndex
+
+        with self._lock:
+            if self._vector_index is None:
+                self._vector_index = ArchiveIndex(self.entries_dir, self.root / INDEX_FILE)
+            return self._vector_index
+
+    def _nearest_by_scan(self, task: Task) -> tuple[ArchiveEntry | None, float | None]:
         entries = self.entries()
         if not entries:
             return None, None
@@ -228,6 +287,16 @@ def fit_problems(workflow: Workflow, task: Task) -> list[str]:
     return out
 
 
+def _indexed_fields(path: Path) -> dict | None:
+    """What the vector index keeps of an entry file; a file it cannot read is said once, when indexed."""
+    from .archive_index import entry_fields
+
+    fields = entry_fields(path, _rank_of)
+    if fields is None:
+        warnings.warn(f"skipping unreadable archive entry {path}", ArchiveWarning, stacklevel=3)
+    return fields
+
+
 def _read_entry(path: Path) -> ArchiveEntry | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -241,7 +310,11 @@ def _read_entry(path: Path) -> ArchiveEntry | None:
 
 
 def _metric_rank(entry: ArchiveEntry) -> float:
-    m = entry.metric or {}
+    return _rank_of(entry.metric)
+
+
+def _rank_of(metric: dict | None) -> float:
+    m = metric if isinstance(metric, dict) else {}
     try:
         value = float(m["value"])
     except (KeyError, TypeError, ValueError):

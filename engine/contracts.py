@@ -14,6 +14,7 @@ The grammar is tiny, so it is parsed by hand rather than with a parser generator
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import re
@@ -205,11 +206,21 @@ def parse_type(text: str) -> Type:
     """Parse a contract type, raising :class:`ContractSyntaxError` with a pointer on error."""
     if not isinstance(text, str):
         raise ContractSyntaxError(repr(text), 0, "a contract type must be written as text")
+    return _parsed(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> Type:
+    # Types are frozen, so one parse serves every edge, agent and handoff that writes the same
+    # text (a 1000-agent workflow writes a handful of types 4000 times); a syntax error is not
+    # cached and is raised again, with its pointer, each time.
     return _Parser(text).parse()
 
 
 def is_assignable(produced: Type, expected: Type) -> bool:
     """Can a value of type ``produced`` be handed to a consumer that expects ``expected``?"""
+    if produced is expected:  # the same parsed text (parse_type caches): a type satisfies itself
+        return True
     if isinstance(expected, Prim):
         if expected.name in {"any", "json"}:
             return True

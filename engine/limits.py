@@ -8,6 +8,8 @@ The caps are generous for real work and small enough that no single input can tu
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import re
 
@@ -95,16 +97,23 @@ def contract_problem(label: str, text: object) -> str | None:
     problem = text_problem(label, text, MAX_CONTRACT_CHARS)
     if problem:
         return problem
+    deepest = _nesting(str(text))
+    if deepest > MAX_CONTRACT_DEPTH:
+        return f"{label} nests {deepest} levels deep; the limit is {MAX_CONTRACT_DEPTH}"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _nesting(text: str) -> int:
+    # a workflow writes the same few contracts on thousands of edges: each is scanned once
     depth = deepest = 0
-    for ch in str(text):
+    for ch in text:
         if ch in "[{":
             depth += 1
             deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
-    if deepest > MAX_CONTRACT_DEPTH:
-        return f"{label} nests {deepest} levels deep; the limit is {MAX_CONTRACT_DEPTH}"
-    return None
+    return deepest
 
 
 def model_problem(label: str, value: object) -> str | None:

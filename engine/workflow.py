@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
@@ -201,10 +203,18 @@ class Workflow:
 
     # --- graph ----------------------------------------------------------------------------
     def agent(self, agent_id: str) -> Agent:
+        try:
+            return self._by_id[agent_id]
+        except KeyError:
+            raise KeyError(agent_id) from None
+
+    @cached_property
+    def _by_id(self) -> dict[str, Agent]:
+        # the first agent of a name, as the linear lookup found it (a duplicate is a rule broken)
+        out: dict[str, Agent] = {}
         for a in self.agents:
-            if a.id == agent_id:
-                return a
-        raise KeyError(agent_id)
+            out.setdefault(a.id, a)
+        return out
 
     def graph(self) -> nx.MultiDiGraph:
         g = nx.MultiDiGraph()
@@ -244,7 +254,7 @@ class Workflow:
         sizes = _size_problems(self)
         if sizes:  # reported alone, so that no later message repeats a megabyte of text
             return sizes
-        for dup in sorted({i for i in ids if ids.count(i) > 1}):
+        for dup in sorted(i for i, n in Counter(ids).items() if n > 1):
             out.append(f"two agents are both called {dup!r}; agent names must be unique")
         known = set(ids)
         types: dict[tuple[str, str, str], Type] = {}
