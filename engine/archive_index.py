@@ -31,6 +31,9 @@ CREATE TABLE IF NOT EXISTS vectors (
 """
 
 
+TOP = 64   # candidates handed back: the winner, and the next ones should its file no longer read
+
+
 class ArchiveIndex:
     def __init__(self, entries_dir: Path, db_path: Path):
         self.entries_dir = Path(entries_dir)
@@ -136,8 +139,12 @@ class ArchiveIndex:
             return []
         norm = float(np.linalg.norm(q))
         sims = matrix @ (q / norm) if norm else np.zeros(len(files), dtype=np.float32)
-        order = np.lexsort((np.arange(len(files)), ranks, sims.astype(np.float64)))[::-1]
-        return [(files[i], float(sims[i])) for i in order[:64]]
+        # the best few by a partial sort (a full sort of 100k costs more than the product), every
+        # entry tied with the best among them, then the archive's tie rule on those alone
+        top = np.argpartition(-sims, min(TOP, len(sims) - 1))[:TOP] if len(sims) > TOP else np.arange(len(sims))
+        top = np.union1d(top, np.flatnonzero(sims == sims[top].max()))
+        order = top[np.lexsort((top, ranks[top], sims[top].astype(np.float64)))[::-1]]
+        return [(files[i], float(sims[i])) for i in order[:TOP]]
 
 
 def entry_fields(path: Path, metric_rank: Callable[[dict | None], float]) -> dict | None:
