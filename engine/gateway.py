@@ -17,8 +17,8 @@ from typing import Mapping
 from .budget import Budget
 from .control import Control, NoControl
 from .errors import ModelCallError, ModelUnavailable, first_line
-from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, provider_of
-from .models import MIN_ANSWER_TOKENS, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
+from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, offline_completion, provider_of
+from .models import OFFLINE_MODEL, MIN_ANSWER_TOKENS, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
 from .prompt_format import fit_prompt
 from .protocol.events import ModelCall, ModelCallFailed
 from .trace import Tracer
@@ -198,9 +198,14 @@ class ModelGateway:
             attempt += 1
             wait = 0.0
             try:
-                # The gateway does the retrying, so litellm and the provider SDK must not retry too.
-                response = litellm.completion(**request, **endpoint.litellm_arguments(), num_retries=0,
-                                              metadata={"trellis_agent": agent, "trellis_role": role})
+                if offline and request["model"] == OFFLINE_MODEL:
+                    # the in-process offline scientist, answered directly: litellm's call path (cost
+                    # calculation, logging, response metadata) was most of a node's time, for nothing
+                    response = offline_completion(request)  # engine/llm.py: the one module that imports it
+                else:
+                    # The gateway does the retrying, so litellm and the provider SDK must not retry too.
+                    response = litellm.completion(**request, **endpoint.litellm_arguments(), num_retries=0,
+                                                  metadata={"trellis_agent": agent, "trellis_role": role})
             except Exception as exc:  # noqa: BLE001 - classified below; nothing is swallowed
                 kind = provider_error_kind(exc)
                 if kind is None:  # this request's own problem (too long, refused content)

@@ -40,6 +40,26 @@ def get_litellm() -> ModuleType:
         return _litellm
 
 
+def offline_completion(request: dict):
+    """The offline scientist's answer to ``request`` in the shape litellm's response has (what
+    ``_call`` reads: the message, its tool calls, the finish reason, the usage), with the same
+    token counts the litellm provider reports."""
+    from types import SimpleNamespace
+
+    get_litellm()  # the offline package is imported with litellm, and counts tokens with it
+    from .offline.provider import answer_request
+
+    message, finish, usage = answer_request(request["messages"], int(request.get("seed") or 0),
+                                            request.get("tools"), request.get("tool_choice"))
+    calls = [SimpleNamespace(id=c["id"], type="function",
+                             function=SimpleNamespace(name=c["function"]["name"], arguments=c["function"]["arguments"]))
+             for c in message.get("tool_calls") or []]
+    return SimpleNamespace(choices=[SimpleNamespace(
+        finish_reason=finish, message=SimpleNamespace(content=message.get("content"), tool_calls=calls or None,
+                                                      refusal=None))],
+        usage=SimpleNamespace(prompt_tokens=usage[0], completion_tokens=usage[1]))
+
+
 def provider_of(model: str) -> str:
     if model.startswith(OFFLINE_PROVIDER + "/"):
         return OFFLINE_PROVIDER_LABEL

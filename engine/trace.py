@@ -39,7 +39,11 @@ class Event:
     payload: dict = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, default=str)
+        # the fields as asdict() lists them, without its deep copy of the payload (a workflow, a
+        # prompt): json.dumps reads the nested values as they are
+        return json.dumps({"run_id": self.run_id, "seq": self.seq, "ts": self.ts, "kind": self.kind,
+                           "agent": self.agent, "iteration": self.iteration, "payload": self.payload},
+                          ensure_ascii=False, default=str)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Event":

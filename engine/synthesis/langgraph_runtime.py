@@ -15,7 +15,11 @@ from ..runner import RunConfig, Stopped, run_workflow
 from ..task import load_task
 from ..workflow import Workflow
 
-RECURSION_LIMIT = 500   # LangGraph's step cap; a workflow's routes have loop caps of their own
+def step_cap(workflow: Workflow) -> int:
+    """LangGraph's step cap for ``workflow``: every agent once, and again on every loop its routes
+    allow (a route sends the work back over at most every agent); the routes' caps stop loops first."""
+    loops = sum(r.max_loops for r in workflow.routes)
+    return len(workflow.agents) * (1 + loops) + 10
 
 
 class Team:
@@ -44,7 +48,7 @@ def drive(build: Callable) -> Callable:
     def run(scheduler) -> tuple:
         graph = build(Team(scheduler))
         try:
-            graph.invoke({"steps": []}, {"recursion_limit": RECURSION_LIMIT})
+            graph.invoke({"steps": []}, {"recursion_limit": step_cap(scheduler.wf)})
         except Stopped as stop:
             return "stopped", stop.reason, scheduler.statuses, scheduler.outputs
         return scheduler.finished()

@@ -150,3 +150,18 @@ def test_an_agent_named_like_langgraphs_own_nodes_is_refused_for_export(diabetes
                       edges=tuple(replace(e, target="__end__") if e.target == "finalizer" else e for e in wf.edges))
     with pytest.raises(WorkflowValidationError, match="LangGraph's own start or end node"):
         to_langgraph(renamed)
+
+
+def test_an_exported_workflow_of_hundreds_of_agents_runs_under_langgraph(diabetes, tmp_path):
+    """LangGraph's own step cap (its recursion limit) is set from the workflow, not a constant."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from engine_overhead import wide_workflow
+
+    wf = wide_workflow(load_task(Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"), 600)
+    module = _load(to_langgraph(wf), tmp_path)
+    task = load_task(Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d")
+    result = run_workflow(task, wf, RunConfig(run_dir=tmp_path / "run", budget=Budget(max_tokens=5_000_000),
+                                              driver=drive(module.build)), executor=FakeExecutor(tmp_path / "s"))
+    assert result.status == "completed" and len(result.agent_status) == 600
