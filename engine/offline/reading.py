@@ -9,6 +9,8 @@ language scientists write tasks in, not words of any one task.
 """
 from __future__ import annotations
 
+import functools
+
 import json
 import re
 from dataclasses import dataclass, field
@@ -254,8 +256,10 @@ def report_text(user: str) -> str:
 
 
 # --- reading ----------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=128)
 def read_facts(system: str, user: str) -> TaskFacts:
-    """The facts of one prompt (system: the agent's instructions; user: task, inputs)."""
+    """The facts of one prompt (system: the agent's instructions; user: task, inputs). Kept for
+    the same prompt asked again (many agents of one role read the same one): TaskFacts is frozen."""
     parts = task_sections(user)
     prose = "\n".join(parts[k] for k in ("Goal", "Context", "Constraints"))
     evaluation, resources = parts["Evaluation"], parts["Resources"]
