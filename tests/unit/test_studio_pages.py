@@ -356,3 +356,18 @@ def test_an_executions_artifacts_can_be_opened_and_annotated_from_its_event(run,
     assert f"target_kind=artifact&target_ref={sha}" in detail and "Artifact predictions.csv" in detail
     listing = client.get(f"/runs/{run.pk}/annotations", {"target_kind": "artifact", "target_ref": sha})
     assert listing.status_code == 200 and b"Annotations of this artifact" in listing.content
+
+
+def test_the_trace_page_counts_and_choices_follow_new_events(run, client):
+    for i in range(3):
+        _event(run, i + 1, "check", "verifier", 0, {})
+    Run.objects.filter(pk=run.pk).update(last_seq=3)
+    page = client.get(f"/runs/{run.pk}/trace")
+    assert page.context["page"].paginator.count == 3 and page.context["kinds"] == ["check"]
+    # what the bridge does for each event: the row, then the run's last number
+    _event(run, 4, "route", "router7", 1, {})
+    Run.objects.filter(pk=run.pk).update(last_seq=4)
+    page = client.get(f"/runs/{run.pk}/trace")
+    assert page.context["page"].paginator.count == 4
+    assert page.context["kinds"] == ["check", "route"] and "router7" in page.context["agents"]
+    assert client.get(f"/runs/{run.pk}/trace", {"kind": "route"}).context["page"].paginator.count == 1

@@ -232,6 +232,10 @@ class Event(models.Model):
     class Meta:
         unique_together = [("run", "seq")]
         ordering = ["seq"]
+        # the trace page's filters and option lists within one run, read from the index alone
+        indexes = [models.Index(fields=["run", "kind", "seq"], name="event_run_kind"),
+                   models.Index(fields=["run", "agent", "seq"], name="event_run_agent"),
+                   models.Index(fields=["run", "iteration", "seq"], name="event_run_iteration")]
 
 
 class MutationStatus(models.TextChoices):

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
@@ -419,6 +420,47 @@ def editor(request: HttpRequest, run_id: int) -> HttpResponse:
     return render(request, "runs/_editor.html", context, status=422 if errors else 200)
 
 
+def _run_key(run: Run) -> str:
+    # the run's number, when it was made (a reset database numbers runs from 1 again) and how many
+    # events it has had: a key no other run, and no later state of this one, shares
+    return f"{run.pk}:{run.created.timestamp() if run.created else 0}:{run.last_seq}"
+
+
+def trace_options(run: Run) -> dict:
+    """The trace filters' choices (the run's agents, kinds, iterations): three scans of a run's
+    events, kept until the run has another event (its ``last_seq`` is in the key)."""
+    key = f"trellis:trace-options:{_run_key(run)}"
+    options = cache.get(key)
+    if options is None:
+        options = {"agents": list(run.events.exclude(agent="").values_list("agent", flat=True).distinct().order_by("agent")),
+                   "kinds": list(run.events.values_list("kind", flat=True).distinct().order_by("kind")),
+                   "iterations": list(run.events.values_list("iteration", flat=True).distinct().order_by("iteration"))}
+        cache.set(key, options, 3600)
+    return options
+
+
+class CountedOnce:
+    """A trace query whose row count is counted once per filter and number of events (the
+    paginator asks for it on every page)."""
+
+    def __init__(self, qs, run: Run, filters: dict):
+        self.qs = qs
+        self.key = f"trellis:trace-count:{_run_key(run)}:" + "|".join(f"{k}={v}" for k, v in sorted(filters.items()))
+
+    def count(self) -> int:
+        n = cache.get(self.key)
+        if n is None:
+            n = self.qs.count()
+            cache.set(self.key, n, 3600)
+        return n
+
+    def __getitem__(self, item):
+        return self.qs[item]
+
+    def __len__(self) -> int:
+        return self.count()
+
+
 def trace(request: HttpRequest, run_id: int) -> HttpResponse:
     run, _ = access.run_for(request.user, run_id)
     qs = run.events.all()
@@ -429,11 +471,8 @@ def trace(request: HttpRequest, run_id: int) -> HttpResponse:
         qs = qs.filter(kind=filters["kind"])
     if re.fullmatch(r"-?[0-9]{1,9}", filters["iteration"]):  # ASCII digits only: int("²") raised a 500
         qs = qs.filter(iteration=int(filters["iteration"]))
-    page = Paginator(qs, 50).get_page(request.GET.get("page"))
-    context = {"run": run, "page": page, "filters": filters,
-               "agents": run.events.exclude(agent="").values_list("agent", flat=True).distinct().order_by("agent"),
-               "kinds": run.events.values_list("kind", flat=True).distinct().order_by("kind"),
-               "iterations": run.events.values_list("iteration", flat=True).distinct().order_by("iteration")}
+    page = Paginator(CountedOnce(qs, run, filters), 50).get_page(request.GET.get("page"))
+    context = {"run": run, "page": page, "filters": filters, **trace_options(run)}
     template = "runs/_trace_rows.html" if request.headers.get("HX-Request") else "runs/trace.html"
     return render(request, template, context)
 

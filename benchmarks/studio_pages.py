@@ -1,0 +1,91 @@
+"""The studio's trace page at lab scale: a run of 100k events (the default) in a fresh SQLite
+database, the page's first load, a later page, a filtered page; p50 and p95 over repeats, beside
+the goal (< 100 ms). Django's test client, no web server: the view and its queries are timed.
+
+    python benchmarks/studio_pages.py [--events 100000] [--repeat 10]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ["TRELLIS_VAR_DIR"] = tempfile.mkdtemp(prefix="trellis-pages-")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+os.environ.setdefault("TRELLIS_SECRET_KEY", "benchmark-only-not-a-secret")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.test import Client  # noqa: E402
+
+from webapp.runs.models import Event, Membership, Project, Role, Run, RunStatus, Task  # noqa: E402
+
+KINDS = ("agent_started", "model_call", "handoff", "check", "code_execution", "agent_finished", "route",
+         "evaluation", "judgement", "search_iteration", "memory_retrieval", "evidence_recorded")
+
+
+def fill(n: int) -> Run:
+    user = get_user_model().objects.create_user("bench", password="x")
+    project = Project.objects.create(name="bench")
+    Membership.objects.create(project=project, user=user, role=Role.OWNER)
+    task = Task.objects.create(project=project, name="discontinuous-1d",
+                               folder=str(ROOT / "examples" / "discontinuous-1d"))
+    run = Run.objects.create(task=task, status=RunStatus.COMPLETED, search="mimosa")
+    batch = []
+    for seq in range(1, n + 1):
+        batch.append(Event(run=run, seq=seq, source="bench", source_seq=seq, ts=float(seq),
+                           kind=KINDS[seq % len(KINDS)], agent=f"agent{seq % 30:02d}", iteration=seq // 2000,
+                           payload={"n": seq, "text": "x" * 80}))
+        if len(batch) == 5000:
+            Event.objects.bulk_create(batch)
+            batch = []
+    Event.objects.bulk_create(batch)
+    Run.objects.filter(pk=run.pk).update(last_seq=n)
+    return run
+
+
+def timed(client: Client, url: str, repeat: int) -> tuple[float, list[float]]:
+    times = []
+    for _ in range(repeat + 1):
+        started = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, (url, response.status_code)
+    return times[0], times[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    call_command("migrate", verbosity=0)
+    started = time.perf_counter()
+    run = fill(args.events)
+    filled = time.perf_counter() - started
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(get_user_model().objects.get(username="bench"))
+    print(f"| trace page, {args.events:,} events | first | p50 | p95 | goal |\n|---|---|---|---|---|")
+    last = (args.events + 49) // 50
+    for label, url in (("first page", f"/runs/{run.pk}/trace"), ("page in the middle", f"/runs/{run.pk}/trace?page={last // 2}"),
+                       ("last page", f"/runs/{run.pk}/trace?page={last}"),
+                       ("filtered by kind", f"/runs/{run.pk}/trace?kind=check"),
+                       ("filtered by agent and iteration", f"/runs/{run.pk}/trace?agent=agent07&iteration=20")):
+        first, rest = timed(client, url, args.repeat)
+        p95 = sorted(rest)[max(0, int(round(0.95 * len(rest))) - 1)]
+        print(f"| {label} | {first:.0f} ms | {statistics.median(rest):.0f} ms | {p95:.0f} ms | < 100 ms |")
+    print(f"\n{args.events:,} events written in {filled:.0f} s to a fresh SQLite database")
+
+
+if __name__ == "__main__":
+    main()
