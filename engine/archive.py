@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import sqlite3
-import tempfile
 import threading
 import uuid
 import warnings
@@ -31,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from .artifacts import write_text_atomically
 from .contracts import ContractSyntaxError, is_assignable, parse_type
 from .embedding import Embedder, TaskEmbedder, cosine, embedder_name, task_text
 from .errors import WorkflowValidationError
@@ -149,7 +148,7 @@ class WorkflowArchive:
             created=created.isoformat(timespec="microseconds"))
         with self._lock:
             self.entries_dir.mkdir(parents=True, exist_ok=True)
-            _write_atomically(self.entries_dir / f"{entry.id}.json", json.dumps(entry.to_dict(), indent=2))
+            write_text_atomically(self.entries_dir / f"{entry.id}.json", json.dumps(entry.to_dict(), indent=2) + "\n")
             self._journal(entry)
         return entry
 
@@ -334,15 +333,3 @@ def _rename(name: str, old_task: str, new_task: str) -> str:
     if name == old_task or name.startswith(old_task + "-"):
         return new_task + name[len(old_task):]
     return f"{new_task}-{name}"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    # A crash mid-write leaves a temporary file, never a half-written entry.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -17,6 +17,20 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def write_text_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole: a crash mid-write leaves the old file (or none) and
+    never a half-written one; the temporary file is removed when the write fails."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class ArtifactStore:
     def __init__(self, root: Path):
         self.root = Path(root)

@@ -8,11 +8,11 @@ read is listed in ``problems`` with the reason and left where it is, never delet
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+from ..artifacts import write_text_atomically
 from ..contracts import parse_type
 from ..errors import ContractSyntaxError
 from .artifact import LibraryArtifact, LibraryError, parse_artifact, read_artifact, version_of
@@ -59,10 +59,7 @@ class Library:
             raise LibraryError("this library has no folder to save into")
         artifact = parse_artifact(text, name, str(self.folder / f"{name}.md"))
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, self.folder / f"{name}.md")
+        write_text_atomically(self.folder / f"{name}.md", text)
         self.add(artifact)
         return artifact
 
