@@ -83,10 +83,15 @@ def execute(ctx: RunContext, agent: Agent, code: str, purpose: str) -> Execution
         except (UnsafeOutput, OSError) as exc:  # swapped for a link after the run: not an output
             del result.files[rel]
             result.violations.append(f"output {rel!r} not kept: {exc}")
+    trace_execution(ctx, agent, purpose, result)
+    return result
+
+
+def trace_execution(ctx: RunContext, agent: Agent, purpose: str, result: ExecutionResult) -> None:
+    """A finished execution on the trace (its evidence and output tails), as the run's latest."""
     event = ctx.tracer.emit(CodeExecution(purpose=purpose, **result.evidence(), stdout=result.stdout[-20000:],
                                           stderr=result.stderr[-20000:], workdir=str(result.workdir)), agent.id)
     ctx.last_execution = event.seq
-    return result
 
 
 def _emit_checks(ctx: RunContext, agent: Agent, checks: list[Check]) -> dict[str, int]:

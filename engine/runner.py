@@ -335,10 +335,10 @@ class _Scheduler:
         self.bags[agent.id] = bag
         for role in roles:
             # What the memory policy gives this step; a debugger with nothing to repair asks no
-            # model, so it is given nothing.
-            quiet = role == "debugger" and feedback is None
-            self.ctx.recalled = [] if quiet or self.ctx.memory is None else self.ctx.memory.recall(agent.id, role)
+            # model, and an external agent reads no prompt, so they are given nothing.
             external = external_for(agent, role)
+            quiet = (role == "debugger" and feedback is None) or external is not None
+            self.ctx.recalled = [] if quiet or self.ctx.memory is None else self.ctx.memory.recall(agent.id, role)
             try:
                 # an external agent attached for this role plays it in its own container (engine/external/)
                 step = external_step(self.ctx, agent, external, role, bag) if external is not None else \

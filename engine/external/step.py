@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..protocol.events import CodeExecution
 from ..sandbox.image import ImageError
 from ..workflow import Agent, Attachment
 from .adapter import run_agent
@@ -18,7 +17,7 @@ def external_for(agent: Agent, role: str) -> Attachment | None:
 
 
 def external_step(ctx, agent: Agent, attachment: Attachment, role: str, bag: dict):
-    from ..roles import StepOutcome
+    from ..roles import StepOutcome, trace_execution
     from .build import agent_image, executor, is_built
 
     try:
@@ -32,11 +31,8 @@ def external_step(ctx, agent: Agent, attachment: Attachment, role: str, bag: dic
     except (ExternalAgentError, ImageError) as exc:
         return StepOutcome("FAILURE", message=f"{role}: {exc}")
     if run.result is not None:
-        result = run.result
-        ctx.tracer.emit(CodeExecution(purpose=f"external agent {spec.name} ({ref}) as the {role}", **result.evidence(),
-                                      stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
-                                      workdir=str(result.workdir)), agent.id)
-        ctx.execution_seconds += result.duration_s
+        trace_execution(ctx, agent, f"external agent {spec.name} ({ref}) as the {role}", run.result)
+        ctx.execution_seconds += run.result.duration_s
     if not run.ok:
         return StepOutcome("FAILURE", message=f"{role}: " + "; ".join(run.errors)[:2000])
     return StepOutcome("SUCCESS", run.produced, f"{role}: played by external agent {spec.name} in its container {ref}")

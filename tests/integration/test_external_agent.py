@@ -65,6 +65,7 @@ def test_in_a_run_it_plays_the_analyzer_and_hands_the_planner_a_checked_report(p
     ran = [e.payload for e in events if e.kind == "code_execution" and e.agent == "analyzer"]
     assert len(ran) == 1 and ran[0]["purpose"].startswith("external agent data-profiler")
     assert not any(e.kind == "model_call" and e.agent == "analyzer" for e in events)  # no model asked
+    assert not any(e.kind == "memory_retrieval" and e.agent == "analyzer" for e in events)  # nor memory given
     handoff = next(e.payload for e in events if e.kind == "handoff" and e.payload["artifact"] == "report")
     assert handoff["ok"] and handoff["contract"] == "markdown" and "Data profile" in str(handoff["value_preview"])
 
