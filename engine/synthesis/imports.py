@@ -40,6 +40,13 @@ def read_text(path: Path) -> str:
 
 def load_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow, str]:
     """The workflow in ``path`` and a sentence saying what it was read as."""
+    workflow, said, _ = open_workflow_file(path, task, tracer=tracer)
+    return workflow, said
+
+
+def open_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow, str, bool]:
+    """``load_workflow_file``, and whether the file was a graph from elsewhere, grounded here (a
+    structural prior, which synthesis then gives the library's skills)."""
     spec, name = str(path), ""
     if ".py:" in spec:  # a LangGraph file and the name of its graph, as langgraph.json writes it
         spec, name = spec.rsplit(":", 1)
@@ -50,7 +57,7 @@ def load_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow
             prior = aflow_prior_from_source(text, str(path))
         else:
             prior = langgraph_prior(path, name or None)
-        return grounded(prior, task, path, tracer)
+        return (*grounded(prior, task, path, tracer), True)
     text = read_text(path)
     try:
         data = json.loads(text)
@@ -58,9 +65,9 @@ def load_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow
         raise TrellisError(f"{path}: not a workflow file: JSON ({exc.msg} at line {exc.lineno}) or Python (an AFlow "
                            "graph.py or a LangGraph graph)") from exc
     if isinstance(data, dict) and data.get("format") == "aflow":
-        return grounded(aflow_prior_from_json(data, str(path)), task, path, tracer)
+        return (*grounded(aflow_prior_from_json(data, str(path)), task, path, tracer), True)
     if isinstance(data, dict) and isinstance(data.get("agents"), list):
-        return Workflow.from_dict(data).validate(), f"the Trellis workflow in {path}"
+        return Workflow.from_dict(data).validate(), f"the Trellis workflow in {path}", False
     raise WorkflowValidationError([f"{path}: not a Trellis workflow (an object with an \"agents\" list) nor an "
                                    "AFlow graph ({\"format\": \"aflow\", \"operators\": [...]})"])
 

@@ -112,8 +112,9 @@ def _attachment(hit, role: str) -> Attachment:
 
 
 def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tracer | None = None,
-               base: Workflow | None = None, external_agents: bool = False) -> Synthesis:
-    """The synthesized workflow for ``task``, each stage traced (``synthesis_stage``).
+               base: Workflow | None = None, name: str | None = None, external_agents: bool = False) -> Synthesis:
+    """The synthesized workflow for ``task`` (called ``name``, by default ``<task>-synthesized``),
+    each stage traced (``synthesis_stage``).
     ``external_agents``: an external agent whose image is built may play a role it fits (by
     type, and at least as close in meaning as the role's best skill); off by default, so that
     what a synthesized team does never depends on which images a machine happens to have."""
@@ -149,8 +150,7 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
                     tools.append(hit.artifact.name)
                 chosen.setdefault(role, []).append({**hit.to_dict(), "agent": agent.id, "why": why})
         agents.append(replace(agent, attachments=tuple(attachments), tools=tuple(tools)))
-    name = f"{base.name}-synthesized" if "-imported-" in base.name else f"{task.name}-synthesized"
-    workflow = replace(base, name=name, agents=tuple(agents),
+    workflow = replace(base, name=name or f"{task.name}-synthesized", agents=tuple(agents),
                        note=(base.note + "; " if base.note else "")
                        + f"synthesized from the library ({similarity.ranked_by})").validate()
     result = Synthesis(workflow, slots, retrievals, chosen)

@@ -15,7 +15,7 @@ START_CHOICES = ("team", "synthesized", "archive")
 
 
 def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, library=None, embedder=None,
-                base: Workflow | None = None, external_agents: bool = False):
+                base: Workflow | None = None, name: str | None = None, external_agents: bool = False):
     """The Synthesis of ``task`` from ``library`` (default: the library in force plus the tools
     ``registry`` discovered), ranked by ``embedder`` (default: the real sentence model)."""
     from ..library import Similarity, load_library
@@ -29,7 +29,8 @@ def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, libr
         from ..embedding import TaskEmbedder
 
         embedder = TaskEmbedder()
-    return synthesize(task, library, Similarity(embedder), tracer, base=base, external_agents=external_agents)
+    return synthesize(task, library, Similarity(embedder), tracer, base=base, name=name,
+                      external_agents=external_agents)
 
 
 def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None = None, registry=None,
@@ -60,14 +61,14 @@ def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None 
             info["reason"] += f"; {made['synthesis'].info()['reason']}"
             info["path"] = "synthesized"
         return warm.workflow, info
-    from .imports import load_workflow_file
+    from .imports import open_workflow_file
 
-    workflow, source = load_workflow_file(Path(start), task, tracer=tracer)
+    workflow, source, prior = open_workflow_file(Path(start), task, tracer=tracer)
     info = {"path": "file", "similarity": None, "source": str(start), "reason": source,
             "workflow_name": workflow.name, "workflow_hash": workflow.hash}
-    if "-imported-" in workflow.name:  # a structural prior: grounded, then given the library's skills
+    if prior:  # a graph from elsewhere: grounded, then given the library's skills
         result = synthesized(task, tracer=tracer, registry=registry, library=library, embedder=embedder,
-                             base=workflow, external_agents=external_agents)
+                             base=workflow, name=f"{workflow.name}-synthesized", external_agents=external_agents)
         workflow = result.workflow
         info.update(reason=f"{source}; {result.info()['reason']}", workflow_name=workflow.name,
                     workflow_hash=workflow.hash)
