@@ -70,6 +70,7 @@ def _producer(workflow: Workflow, artifact: str) -> tuple[str, str] | None:
 def failures(probe: Probe, token_cap: int | None = None) -> list[Failure]:
     """What failed in ``probe``, each with the node it implicates, in run order of the nodes."""
     wf = probe.workflow
+    ids = {a.id for a in wf.agents}
     out: list[Failure] = []
     finished: dict[str, dict] = {}
     for e in probe.events:
@@ -84,12 +85,12 @@ def failures(probe: Probe, token_cap: int | None = None) -> list[Failure]:
             continue
         who = _producer(wf, CHECK_ARTIFACT.get(str(c.get("name")), ""))
         node, role = who if who else (str(c.get("agent") or ""), "")
-        if node in {a.id for a in wf.agents}:
+        if node in ids:
             out.append(Failure(node, "check", f"{c.get('name')} failed: {c.get('detail', '')}"[:500],
                                role or wf.agent(node).role))
     if token_cap:
         for agent_id, usage in sorted((probe.result.per_agent_usage or {}).items()):
-            if agent_id in {a.id for a in wf.agents} and int(usage.get("tokens", 0)) > token_cap:
+            if agent_id in ids and int(usage.get("tokens", 0)) > token_cap:
                 out.append(Failure(agent_id, "cost", f"spent {int(usage['tokens']):,} tokens, over the cap of "
                                                      f"{token_cap:,} per node", wf.agent(agent_id).role))
     if not out and probe.result.status == "failed":
@@ -140,11 +141,13 @@ def repair_options(workflow: Workflow, failure: Failure, alternatives: list, tri
             add = {"kind": a.kind, "name": a.name, "version": a.version, "title": a.title, "text": a.body,
                    "interface": a.interface(), "role": role}
             params = {"add": add, **({"remove": own[0].name} if own else {})}
-            out.append(Mutation("attachment_change", agent.id, params,
-                                f"{failure.line()}: " + (f"swap the skill {own[0].title!r} for {a.title!r}" if own
-                                                        else f"give it the skill {a.title!r}")
-                                + f" (fits the {role}'s slot by type; similarity {hit.similarity:.3f})", "reviewer"))
-            break
+            swap = Mutation("attachment_change", agent.id, params,
+                            f"{failure.line()}: " + (f"swap the skill {own[0].title!r} for {a.title!r}" if own
+                                                    else f"give it the skill {a.title!r}")
+                            + f" (fits the {role}'s slot by type; similarity {hit.similarity:.3f})", "reviewer")
+            if _key(swap) not in tried:  # a swap already tried and rejected gives way to the next skill
+                out.append(swap)
+                break
         out.append(Mutation("prompt_refinement", agent.id, {"prompt": _with_line(
             agent.prompt, f"The last run failed here: {failure.detail[:300]}. Address that first.")},
             f"{failure.line()}: say the failure in the node's own prompt", "reviewer"))
@@ -209,6 +212,7 @@ class RepairSearch(Search):
         self.incumbent: Probe | None = None
         self.tried: set[str] = set()
         self.history: list[str] = []
+        self.exhausted = ""   # why no repair is left to propose ('' while there is one)
         self._library = None
         self._similarity = None
 
@@ -236,6 +240,8 @@ class RepairSearch(Search):
         return self.incumbent.workflow
 
     def stop_reason(self) -> str | None:
+        if self.exhausted:
+            return self.exhausted
         if self.incumbent.result.status == "stopped":  # a run cut short by the budget passes nothing
             return "budget exhausted during a probe"
         found = failures(self.incumbent, self.ctx.node_token_cap)
@@ -284,7 +290,7 @@ class RepairSearch(Search):
                              "reviewer")
         if not options:
             self.history.append(f"round {n}: no untried repair for {failure.line()}")
-            self.stopped = f"no untried repair left for {failure.node}"
+            self.exhausted = f"no untried repair left for {failure.node}"  # the next round stops there
             return None
         mutation, child, refused = self._ask(failure, options, parent)
         self.tried.add(_key(mutation))

@@ -203,3 +203,27 @@ def test_the_review_halts_when_the_budget_is_spent(examples, tmp_path):
                     embedder=WordsEmbedder(), gate=gate, budget=Budget(max_tokens=30_000))
     assert "budget" in result.stopped
     assert result.iterations < 5
+
+
+def test_a_rejected_skill_swap_gives_way_to_the_next_skill_and_the_review_stops_when_none_is_left(examples, tmp_path):
+    folder = tmp_path / "library"
+    folder.mkdir()
+    for i in range(2):  # two more planner skills for tables than the shipped library has
+        (folder / f"plan-extra-{i}.md").write_text(f"""# Plan extra {i}
+
+kind: skill
+roles: planner
+inputs: report: markdown
+outputs: plan: markdown
+applies to: table
+
+## Procedure
+Plan carefully, variant {i}.
+""")
+    gate = RecordingGate()
+    result = _review(examples, tmp_path, gate, iterations=10, library=load_library(folder))
+    swaps = [p.change.params["add"]["name"] for p in gate.proposals if p.change.kind == "attachment_change"]
+    assert len(swaps) >= 3 and len(set(swaps)) == len(swaps)  # each next skill once, none twice
+    assert {"plan-extra-0", "plan-extra-1"} <= set(swaps)
+    assert result.stopped.startswith("no untried repair left for planner")
+    assert result.iterations < 10 and len(gate.proposals) == len({p.key for p in gate.proposals})
