@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
+from tests.browser.conftest import SHOTS
 from tests.integration.test_replay_compare_report import record_run, record_tree_run
 from webapp.runs.replay_views import state_at
 
@@ -82,11 +83,16 @@ def test_replay_scrubs_back_compare_two_runs_and_open_the_report(page, light_tas
         page.get_by_role("link", name="(HTML)").click()
     path = tmp_path / info.value.suggested_filename
     info.value.save_as(path)
+    # A page of its own: the run page's lazy panels may still be loading, and their requests
+    # must not be taken for the report's.
+    report = page.context.new_page()
     requested = []
-    page.on("request", lambda req: requested.append(req.url))
-    page.goto(path.as_uri())
-    expect(page.get_by_role("heading", name="Decisions")).to_be_visible()
-    expect(page.locator("svg.workflow g.agent")).to_have_count(len(agents))
-    expect(page.locator("#metric-final")).to_have_text("0.2330")
+    report.on("request", lambda req: requested.append(req.url))
+    report.goto(path.as_uri())
+    expect(report.get_by_role("heading", name="Decisions")).to_be_visible()
+    expect(report.locator("svg.workflow g.agent")).to_have_count(len(agents))
+    expect(report.locator("#metric-final")).to_have_text("0.2330")
+    report.wait_for_load_state("networkidle")
     assert [u for u in requested if not u.startswith("file://")] == [], "the report fetched nothing"
-    page.shot("report", full_page=True)
+    report.screenshot(path=SHOTS / "test_replay_scrubs_back_compare_two_runs_and_open_the_report-report.png",
+                      full_page=True)
