@@ -5,6 +5,7 @@ to, so it is imported here, on the first model call, with the local price map.
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from types import ModuleType
@@ -67,15 +68,60 @@ def provider_of(model: str) -> str:
 
 
 def count_tokens(model: str, messages: list[dict]) -> int:
+    """The prompt's tokens as litellm counts them for ``model`` (the offline scientist counts as
+    gpt-4o). Plain chat messages are counted one by one and each kept: a role's instructions and
+    the task's text recur in every call, and tokenizing them again was most of a call's time."""
+    model = TOKEN_MODEL if model.startswith(OFFLINE_PROVIDER + "/") else model
+    if messages and all(_plain(m) for m in messages):
+        # litellm's count is a sum over the messages plus a constant for the reply's priming
+        counts = [_counted_message(model, tuple(m.items())) if len(m.get("content", "")) <= _CACHED_CHARS
+                  else _count_uncached(model, [m]) for m in messages]
+        return sum(counts) - (len(counts) - 1) * _priming(model)
+    return _count_uncached(model, messages)
+
+
+TOKEN_MODEL = "gpt-4o"  # the tokenizer of the offline scientist and of models litellm does not know
+_PLAIN_KEYS = frozenset({"role", "content", "name"})
+_CACHED_CHARS = 64_000  # the caches below hold at most 256 such texts each: 16 MB
+
+
+def _plain(message: object) -> bool:
+    return isinstance(message, dict) and message.keys() <= _PLAIN_KEYS and \
+        all(isinstance(v, str) for v in message.values())
+
+
+def _count_uncached(model: str, messages: list[dict]) -> int:
     lm = get_litellm()
     try:
         return int(lm.token_counter(model=model, messages=messages))
     except Exception:  # unknown model: fall back to the default tokenizer
-        return int(lm.token_counter(model="gpt-4o", messages=messages))
+        return int(lm.token_counter(model=TOKEN_MODEL, messages=messages))
+
+
+@functools.lru_cache(maxsize=256)
+def _counted_message(model: str, items: tuple) -> int:
+    return _count_uncached(model, [dict(items)])
+
+
+@functools.lru_cache(maxsize=64)
+def _priming(model: str) -> int:
+    """What litellm adds once per prompt: one message counted alone, less its share of two."""
+    one = {"role": "user", "content": "x"}
+    return 2 * _count_uncached(model, [one]) - _count_uncached(model, [one, one])
 
 
 def count_text_tokens(text: str) -> int:
-    return int(get_litellm().token_counter(model="gpt-4o", text=text))
+    """An answer's tokens (gpt-4o's tokenizer); answers recur (a router's status), so kept."""
+    return _counted_text(text) if len(text) <= _CACHED_CHARS else _count_text(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _counted_text(text: str) -> int:
+    return _count_text(text)
+
+
+def _count_text(text: str) -> int:
+    return int(get_litellm().token_counter(model=TOKEN_MODEL, text=text))
 
 
 def is_priced(model: str) -> bool:

@@ -30,7 +30,7 @@ from .task import Task
 from .training.jobs import labelled, tracing_to, training_executor
 from .tools.host import ToolHost
 from .tools.registry import use
-from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
+from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt, encode_json
 from .workflow import Workflow
 
 
@@ -392,7 +392,7 @@ def _preview(value: object, limit: int = 400) -> object:
     if isinstance(value, str):
         return value if len(value) <= limit else value[:limit] + f"... [{len(value)} chars]"
     if isinstance(value, dict):
-        text = json.dumps(value, default=str)
+        text = encode_json(value)
         return value if len(text) <= 4 * limit else {"preview": text[: 4 * limit] + "..."}
     return value
 

@@ -8,6 +8,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from .errors import TaskSpecError
@@ -139,6 +140,11 @@ class Task:
 
     def description(self) -> str:
         """The text every agent sees: the task x = (goal, context, constraints, resources)."""
+        return self._description
+
+    @cached_property
+    def _description(self) -> str:
+        # every agent's prompt starts with it: built once (the task is frozen)
         r = self.resources
         lines = [f"# Task: {self.title}", "", "## Goal", self.goal, "", "## Context", self.context, "",
                  "## Constraints", *[f"- {c}" for c in self.constraints], "", "## Resources"]

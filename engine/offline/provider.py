@@ -4,13 +4,13 @@ Imported only by engine.llm after litellm itself, because subclassing CustomLLM 
 """
 from __future__ import annotations
 
-import functools
 import json
 
 import litellm
 from litellm import CustomLLM
 from litellm.types.utils import ModelResponse, Usage
 
+from ..llm import OFFLINE_MODEL, count_text_tokens, count_tokens
 from .scientist import answer
 
 
@@ -27,22 +27,9 @@ def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> t
              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], sort_keys=True)}}
             for i, c in enumerate(said.tool_calls)]}
         text = message["tool_calls"][0]["function"]["arguments"]  # something to count
-    prompt_tokens = _prompt_tokens(messages)
-    completion_tokens = litellm.token_counter(model="gpt-4o", text=text)
+    prompt_tokens = count_tokens(OFFLINE_MODEL, messages)
+    completion_tokens = count_text_tokens(text)
     return message, "tool_calls" if said.tool_calls else "stop", (prompt_tokens, completion_tokens)
-
-
-def _prompt_tokens(messages: list) -> int:
-    key = tuple((m.get("role"), m.get("content")) for m in messages if isinstance(m, dict))
-    if len(key) == len(messages) and all(isinstance(c, str) and set(m) <= {"role", "content"}
-                                         for (_, c), m in zip(key, messages)):
-        return _counted(key)  # plain chat messages: the same prompt is counted once
-    return litellm.token_counter(model="gpt-4o", messages=messages)
-
-
-@functools.lru_cache(maxsize=256)
-def _counted(key: tuple) -> int:
-    return litellm.token_counter(model="gpt-4o", messages=[{"role": r, "content": c} for r, c in key])
 
 
 class OfflineScientistLLM(CustomLLM):
