@@ -1,18 +1,29 @@
 """Start-to-exit overhead of the Docker executor against the subprocess sandbox.
 
-Two programs, each run through both executors exactly as the engine runs generated code
-(``Executor.run``: the working directory laid out, the program confined, its files hashed, the
-container removed), timed from the call to its return:
+Programs run through the executors exactly as the engine runs generated code (``Executor.run``:
+the working directory laid out, the program confined, its files hashed, the container removed),
+timed from the call to its return:
 
 * a trivial program (``print``), the median of ``--trivial-runs`` runs after one warm-up each:
-  the fixed cost of a sandbox;
+  the fixed cost of a sandbox. Docker is timed three ways, each against the subprocess sandbox
+  timed the same way:
+  - with its warm pool at the default settings (``TRELLIS_SANDBOX_WARM``, 1 ready container per
+    set of limits), the requests ``--gap`` seconds apart (0.3 s: a model call between two programs
+    is longer still), so the container used next is started while nothing is timed;
+  - the same pool with the requests back to back: the pool makes its next container while the
+    program before runs, and a request waits for it when it is not ready yet (it shows whether
+    making one keeps up with the requests);
+  - cold (``TRELLIS_SANDBOX_WARM=0``): a container created and started for each program.
+  The issue's goal (#29) is the warm pool's cost at most twice the subprocess sandbox's.
 * a training program of about ``--train-seconds`` (full-batch gradient descent of a small
   numpy MLP, a fixed number of steps calibrated on this machine first, so both executors do
-  the same work): whether the sandbox slows the work itself.
+  the same work), on the warm pool (a container for its limits made ready beforehand, as it is
+  for every program of a run after the first): whether the sandbox slows the work itself.
 
-    python benchmarks/sandbox_overhead.py [--trivial-runs 10] [--train-seconds 30] [--training-runs 1]
+    python benchmarks/sandbox_overhead.py [--trivial-runs 10] [--train-seconds 30] [--training-runs 1] [--gap 0.3]
 
-Needs a Docker daemon and the sandbox image (``python -m engine.sandbox.image build``).
+Needs a Docker daemon and the sandbox image (``python -m engine.sandbox.image build``); the warm
+pool needs the engine to run as root (elsewhere every Docker row is cold).
 """
 from __future__ import annotations
 
@@ -69,9 +80,8 @@ def calibrate(seconds: float) -> int:
 def timed(executor, code: str, wall: float, compute: list | None = None) -> float:
     """Seconds from the call to its return; ``compute`` gets the loop's own time, as the program
     measured it inside the sandbox."""
-    limits = ExecutionLimits(wall_seconds=wall, cpu_seconds=int(wall) + 10)
     started = time.perf_counter()
-    result = executor.run(ExecutionRequest(code=code, limits=limits))
+    result = executor.run(ExecutionRequest(code=code, limits=limits_for(wall)))
     took = time.perf_counter() - started
     if not result.ok:
         raise SystemExit(f"{executor.name}: the program ended {result.status}: {result.stderr[-500:]}")
@@ -80,11 +90,27 @@ def timed(executor, code: str, wall: float, compute: list | None = None) -> floa
     return took
 
 
+def limits_for(wall: float) -> ExecutionLimits:
+    return ExecutionLimits(wall_seconds=wall, cpu_seconds=int(wall) + 10)
+
+
+def trivial_runs(executor, runs: int, gap: float) -> list[float]:
+    """One warm-up (page cache, image layers; the pool's first container), then ``runs`` timed
+    runs, each after ``gap`` seconds of nothing (untimed)."""
+    timed(executor, TRIVIAL, 60)
+    took = []
+    for _ in range(runs):
+        time.sleep(gap)
+        took.append(timed(executor, TRIVIAL, 60))
+    return took
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trivial-runs", type=int, default=10)
     parser.add_argument("--train-seconds", type=float, default=30.0)
     parser.add_argument("--training-runs", type=int, default=1)
+    parser.add_argument("--gap", type=float, default=0.3, help="seconds between two spaced requests")
     args = parser.parse_args()
 
     from engine.sandbox.docker_executor import DockerExecutor
@@ -92,39 +118,60 @@ def main() -> int:
 
     root = Path(tempfile.mkdtemp(prefix="trellis-sandbox-overhead-"))
     try:
-        docker = DockerExecutor(root / "docker", keep=False)
+        docker = DockerExecutor(root / "docker", keep=False)  # the default settings: the warm pool
+        cold = DockerExecutor(root / "docker-cold", keep=False, warm=0)
     except ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    executors = [SubprocessExecutor(root / "subprocess", keep=False), docker]
+    sub = SubprocessExecutor(root / "subprocess", keep=False)
+    try:
+        rows, notes = measure(args, sub, docker, cold)
+    finally:
+        docker.close()
+        cold.close()
+    print(f"{'program':<56} {'subprocess':>11} {'docker':>9} {'ratio':>7} {'goal':>12} {'docker extra':>13}")
+    for label, (sub_s, dock_s), goal in rows:
+        verdict = "" if goal is None else f"<={goal:g}x " + ("met" if dock_s / sub_s <= goal else "MISSED")
+        print(f"{label:<56} {sub_s:>10.3f}s {dock_s:>8.3f}s {dock_s / sub_s:>6.2f}x {verdict:>12} "
+              f"{dock_s - sub_s:>+12.3f}s")
+    for line in notes:
+        print(line)
+    print(f"docker image {docker.image}, {docker.cpus:g} CPU quota, warm pool of {docker.pool.size} per set of "
+          f"limits; numpy {np.__version__}; {os.cpu_count()} CPUs here")
+    return 0
+
+
+def measure(args, sub, docker, cold) -> tuple[list, list[str]]:
+    n = args.trivial_runs
+    rows, notes = [], []
+    modes = ((f"trivial, {args.gap:g} s apart, warm pool (median of {n})", docker, args.gap),
+             (f"trivial, back to back, warm pool (median of {n})", docker, 0.0),
+             (f"trivial, cold: TRELLIS_SANDBOX_WARM=0 (median of {n})", cold, 0.0))
+    for label, executor, gap in modes:
+        hits, misses = executor.pool.hits, executor.pool.misses
+        sub_times = trivial_runs(sub, n, gap)
+        dock_times = trivial_runs(executor, n, gap)
+        rows.append((label, (statistics.median(sub_times), statistics.median(dock_times)), 2.0))
+        notes.append(f"  {label.split(' (')[0]}: min-max subprocess {min(sub_times):.3f}-{max(sub_times):.3f} s, "
+                     f"docker {min(dock_times):.3f}-{max(dock_times):.3f} s; warm containers used "
+                     f"{executor.pool.hits - hits}, cold starts {executor.pool.misses - misses} (warm-up included)")
+
     steps = calibrate(args.train_seconds)
     training = TRAINING.format(steps=steps)
-    rows = []
-    trivial: dict[str, list[float]] = {}
-    for ex in executors:
-        timed(ex, TRIVIAL, 60)  # warm-up: page cache, image layers, imports
-        trivial[ex.name] = [timed(ex, TRIVIAL, 60) for _ in range(args.trivial_runs)]
-    rows.append((f"trivial program (median of {args.trivial_runs})",
-                 {name: statistics.median(v) for name, v in trivial.items()}))
-    train: dict[str, list[float]] = {ex.name: [] for ex in executors}
-    compute: dict[str, list[float]] = {ex.name: [] for ex in executors}
+    wall = args.train_seconds * 4 + 60
+    train: dict[str, list[float]] = {"subprocess": [], "docker": []}
+    compute: dict[str, list[float]] = {"subprocess": [], "docker": []}
     for _ in range(args.training_runs):  # interleaved, so a busy moment of the machine hits both
-        for ex in executors:
-            train[ex.name].append(timed(ex, training, args.train_seconds * 4 + 60, compute[ex.name]))
+        for ex in (sub, docker):
+            if ex is docker:  # its container ready, as for every program of a run after the first
+                docker.prewarm(limits_for(wall))
+                docker.pool.settle()
+            train[ex.name].append(timed(ex, training, wall, compute[ex.name]))
     rows.append((f"training, {steps} steps (~{args.train_seconds:g} s; median of {args.training_runs})",
-                 {name: statistics.median(v) for name, v in train.items()}))
+                 (statistics.median(train["subprocess"]), statistics.median(train["docker"])), None))
     rows.append(("  of which the training loop, timed inside",
-                 {name: statistics.median(v) for name, v in compute.items()}))
-
-    print(f"{'program':<48} {'subprocess':>11} {'docker':>9} {'ratio':>7} {'docker extra':>13}")
-    for label, t in rows:
-        sub, dock = t["subprocess"], t["docker"]
-        print(f"{label:<48} {sub:>10.3f}s {dock:>8.3f}s {dock / sub:>6.2f}x {dock - sub:>+12.3f}s")
-    spread = {name: f"{min(v):.3f}-{max(v):.3f} s" for name, v in trivial.items()}
-    print(f"trivial runs, min-max: {spread}")
-    print(f"docker image {docker.image}, {docker.cpus:g} CPU quota; numpy {np.__version__}; "
-          f"{os.cpu_count()} CPUs here")
-    return 0
+                 (statistics.median(compute["subprocess"]), statistics.median(compute["docker"])), None))
+    return rows, notes
 
 
 if __name__ == "__main__":

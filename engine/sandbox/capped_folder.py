@@ -276,17 +276,25 @@ def is_enospc(exc: BaseException) -> bool:
 
 
 def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: PurePosixPath, inputs: dict[PurePosixPath, Path],
-                         executor: str, keep: bool, execute: Callable[[Path], ExecutionResult]) -> ExecutionResult:
+                         executor: str, keep: bool, execute: Callable[[Path], ExecutionResult],
+                         folder: CappedFolder | None = None) -> ExecutionResult:
     """One program's working directory from birth to what is kept, as both executors live it: made
     under ``root`` (its name says its owner), mounted at the cap, laid out (inputs over the cap
     refused with the reason), ``execute(workdir)`` run, the cap's refusal said, the outputs kept and
-    hashed, the file system released (and the folder removed unless ``keep``)."""
+    hashed, the file system released (and the folder removed unless ``keep``).
+
+    ``folder``: one made and mounted beforehand (a warm container's, sized to this request's
+    limits), used instead of a new one; all that follows it is the same."""
     from engine.sandbox.workspace import PRIVATE_DIR, populate
 
-    workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=root))
-    folder = CappedFolder(workdir, request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
+    premade = folder is not None
+    if folder is None:
+        folder = CappedFolder(Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=root)),
+                              request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
+    workdir = folder.path
     try:
-        folder.mount()  # on the host: Docker's bind mount of the folder is the capped file system too
+        if not premade:
+            folder.mount()  # on the host: Docker's bind mount of the folder is the capped file system too
         try:
             placed = populate(workdir, request, entrypoint, inputs)
         except OSError as exc:

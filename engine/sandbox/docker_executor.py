@@ -17,6 +17,16 @@ container:
   ``violation``); the kernel layers the container already provides (namespaces, the private
   root) it finds refused and skips.
 
+Starting a container is most of a short program's cost, so where the engine runs as root a pool
+(warm_pool.py) keeps started containers ready, one per set of container-level limits
+(``ContainerSpec``) by default, each used for one program only. A warm container is the cold one
+with two differences: its command is a waiter that ``exec``s the same bootstrap command line once
+the engine hands it a program (through a FIFO in the working directory's private folder, which
+the engine holds open), and, since nothing can be mounted into a running container, the inputs
+are copied in and made read-only by ownership (warm_pool.seal_inputs) rather than by mounts. The
+uid is the slot's own, chosen when it was made. Without a ready slot, or with
+``TRELLIS_SANDBOX_WARM=0``, a request runs cold, as before.
+
 The engine enforces the wall clock, the size of the working directory and a request's
 ``watch``, and removes the container whatever happens (an interrupted engine included; one
 killed outright leaves containers that the next DockerExecutor removes). Outputs are hashed
@@ -27,18 +37,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import tempfile
 import threading
 import time
+import weakref
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path, PurePosixPath
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
-from engine.sandbox.capped_folder import run_in_capped_folder, unmount_orphans
+from engine.sandbox.capped_folder import CappedFolder, run_in_capped_folder, unmount_orphans, workdir_prefix
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
                                    supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, fresh_ids,
+from engine.sandbox.warm_pool import WAIT_SECONDS, WarmPool, seal_inputs, size_from_environment
+from engine.sandbox.workspace import (BOOTSTRAP_NAME, PRIVATE_DIR, DiskWatch, chown_tree, child_env, fresh_ids,
                                       validate_request)
 
 from .image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
@@ -47,10 +62,99 @@ log = logging.getLogger(__name__)
 
 WORKDIR = "/work"  # the working directory's path inside the container
 LABEL = "org.trellis.sandbox"  # every sandbox container carries it: "<host>:<engine pid>"
+ROOT_LABEL = "org.trellis.sandbox.root"  # and its executor's root: which of a process's executors made it
 POLL_SECONDS = 0.02  # how often the engine looks at a running container
 WATCH_SECONDS = 0.5  # how often the working directory and the request's watcher are looked at
 DRAIN_SECONDS = 2.0  # after exit, how long to wait for the rest of the output
 TMP_CAP_MB = 256  # /tmp: a tmpfs, counted against the memory cap
+MB = 1024 * 1024
+
+# A warm container's waiter, in its private folder: the FIFO it blocks on, and the bootstrap's
+# configuration the engine writes beside it before saying "go".
+GO_NAME = ".trellis_go"
+CONFIG_NAME = ".trellis_config.json"
+# Blocks in read() (no polling) until the engine writes a byte; an end of file means the engine
+# went away without a program for it. It removes both files, so the program finds its private
+# folder as a cold run does, and execs the cold run's command line: same interpreter, flags,
+# environment, process (tini's only child), no descriptor of its own left open (os.open is
+# close-on-exec).
+WAITER = """\
+import os, sys
+go, config, bootstrap = sys.argv[1:4]
+fd = os.open(go, os.O_RDONLY)
+if not os.read(fd, 1):
+    sys.exit(0)
+with open(config) as fh:
+    text = fh.read()
+os.unlink(go)
+os.unlink(config)
+os.execvp("python3", ["python3", "-I", "-B", "-u", bootstrap, text])
+"""
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything a container is made with before it knows its program: the warm pool's key. A
+    warm container of a spec is exactly the cold container of that spec but for its command,
+    its mounts (no input mounts) and its uid."""
+
+    image: str
+    cpus: float
+    extra_read_paths: tuple[str, ...]
+    memory_mb: int
+    max_processes: int
+    cpu_seconds: float
+    max_file_mb: int
+    max_disk_mb: int
+    max_files: int
+
+    @classmethod
+    def of(cls, executor: "DockerExecutor", limits: ExecutionLimits) -> "ContainerSpec":
+        return cls(executor.image, executor.cpus, executor.extra_read_paths, limits.memory_mb,
+                   limits.max_processes, limits.cpu_seconds, limits.max_file_mb, limits.max_disk_mb,
+                   limits.max_files)
+
+
+def container_config(spec: ContainerSpec, labels: dict[str, str], command: list[str], workdir: Path,
+                     inputs: list[PurePosixPath], uid: int, gid: int) -> dict:
+    """The docker SDK's ``containers.create`` arguments; ``inputs`` are mounted read-only over
+    their copies (none for a warm container: it starts before it has any)."""
+    from docker.types import LogConfig, Mount, Ulimit
+
+    mounts = [Mount(WORKDIR, str(workdir), type="bind", read_only=False)]
+    # the inputs, read-only over their copies (a mount each: a folder input is one mount)
+    mounts += [Mount(f"{WORKDIR}/{rel}", str(workdir / rel), type="bind", read_only=True) for rel in inputs]
+    cpu = max(1, int(spec.cpu_seconds))
+    file_bytes = spec.max_file_mb * MB
+    memory = f"{spec.memory_mb}m"
+    return dict(
+        image=spec.image, command=command,
+        user=f"{uid}:{gid}", working_dir=WORKDIR, environment=child_env(Path(WORKDIR)),
+        hostname="sandbox", network_mode="none", ipc_mode="private", read_only=True, init=True,
+        mounts=mounts,
+        tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={min(TMP_CAP_MB, spec.max_disk_mb)}m,mode=1777"},
+        cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
+        mem_limit=memory, memswap_limit=memory, pids_limit=spec.max_processes,
+        nano_cpus=int(spec.cpus * 1e9),
+        ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu + 2),  # SIGXCPU, then SIGKILL
+                 Ulimit(name="fsize", soft=file_bytes, hard=file_bytes),
+                 Ulimit(name="core", soft=0, hard=0)],
+        # the engine keeps the output's tails itself; nothing piles up in Docker's logs
+        log_config=LogConfig(type="none"),
+        labels=labels, stdin_open=False, tty=False, detach=True,
+    )
+
+
+def bootstrap_command(config: str) -> list[str]:
+    # -I: no PYTHON* env, no user site, no cwd on sys.path; -B: no .pyc writes;
+    # -u: a killed program still leaves its last output behind
+    return ["python3", "-I", "-B", "-u", f"{WORKDIR}/{BOOTSTRAP_NAME}", config]
+
+
+def waiter_command() -> list[str]:
+    private = f"{WORKDIR}/{PRIVATE_DIR}"
+    return ["python3", "-I", "-B", "-u", "-c", WAITER, f"{private}/{GO_NAME}", f"{private}/{CONFIG_NAME}",
+            f"{WORKDIR}/{BOOTSTRAP_NAME}"]
 
 
 class DockerExecutor:
@@ -61,13 +165,16 @@ class DockerExecutor:
     (an external agent's code, engine/external/).
     ``cpus``: the CPU quota of each container (default: every CPU of the machine, as the
     subprocess sandbox allows; programs are single-threaded by their environment anyway).
+    ``warm``: started containers kept ready per set of limits (default ``TRELLIS_SANDBOX_WARM``,
+    else 1; 0: none). Only an engine running as root keeps any (the inputs' protection needs it).
+    ``close()`` removes them; an executor dropped without it, or left at exit, removes them too.
     Raises ImageError when no daemon answers or the image is not built."""
 
     name = "docker"
 
     def __init__(self, root: str | Path | None = None, keep: bool = True, *, image: str | None = None,
-                 client=None, cpus: float | None = None,
-                 output_cap_bytes: int = DEFAULT_OUTPUT_CAP, extra_read_paths: tuple[str, ...] = ()) -> None:
+                 client=None, cpus: float | None = None, output_cap_bytes: int = DEFAULT_OUTPUT_CAP,
+                 extra_read_paths: tuple[str, ...] = (), warm: int | None = None) -> None:
         self.client = client or docker_client()
         self.image = image or image_ref()
         if not image_present(self.client, self.image):
@@ -76,24 +183,54 @@ class DockerExecutor:
             root = tempfile.mkdtemp(prefix="trellis-sandbox-")
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            # Containers reach their folder through the bind mount, never through this path, so
+            # no one but the engine needs in: a warm run's folders are writable by all (sticky).
+            os.chmod(self.root, 0o700)
         self.keep = keep
         self.cpus = float(cpus or os.environ.get("TRELLIS_SANDBOX_CPUS") or os.cpu_count() or 1)
         self.output_cap_bytes = output_cap_bytes
         # trees of the image the programs may read besides the interpreter's (an external agent's code)
         self.extra_read_paths = tuple(extra_read_paths)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.labels = {LABEL: self.owner, ROOT_LABEL: str(self.root)}
         remove_orphans(self.client)
         unmount_orphans(self.root)
+        size = size_from_environment() if warm is None else max(0, int(warm))
+        if os.geteuid() != 0:
+            size = 0  # the inputs of a warm container are read-only by root's ownership
+        maker = _SlotMaker(self.client, self.root, self.labels, output_cap_bytes)
+        self.pool = WarmPool(size, maker, name=f"sandbox-warm-{self.root.name}")
+        # the pool holds no reference to the executor, so this runs when the executor is dropped
+        self._finalizer = weakref.finalize(self, self.pool.close)
+
+    def close(self) -> None:
+        """Remove the warm containers (and unmount their folders); later runs start cold."""
+        self._finalizer()
 
     # -- running ------------------------------------------------------------
 
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = validate_request(request)
+        spec = ContainerSpec.of(self, request.limits)
+        slot = self.pool.take(spec, WAIT_SECONDS)
+        if slot is not None:
+            return self._run_warm(slot, request, entrypoint, inputs)
+        try:
+            return self._run_cold(request, entrypoint, inputs)
+        finally:
+            self.pool.refill(spec)  # the next request with these limits finds a container started
 
+    def prewarm(self, limits: ExecutionLimits | None = None) -> None:
+        """Start making a warm container for programs of ``limits`` (default limits when None)
+        before the first of them is asked for."""
+        self.pool.refill(ContainerSpec.of(self, limits or ExecutionLimits()))
+
+    def _run_cold(self, request: ExecutionRequest, entrypoint: PurePosixPath,
+                  inputs: dict[PurePosixPath, Path]) -> ExecutionResult:
         def execute(workdir: Path) -> ExecutionResult:
             if os.geteuid() == 0:
                 uid, gid = fresh_ids()
-                os.chmod(self.root, 0o711)  # the run's user must traverse, not list
                 chown_tree(workdir, uid, gid)
             else:  # an engine in the docker group: its programs run as its own (non-root) uid
                 uid, gid = os.getuid(), os.getgid()
@@ -101,38 +238,22 @@ class DockerExecutor:
 
         return run_in_capped_folder(self.root, request, entrypoint, inputs, self.name, self.keep, execute)
 
-    def _container_config(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
-                          inputs: list[PurePosixPath], uid: int, gid: int) -> dict:
-        from docker.types import LogConfig, Mount, Ulimit
+    def _run_warm(self, slot: "_WarmSlot", request: ExecutionRequest, entrypoint: PurePosixPath,
+                  inputs: dict[PurePosixPath, Path]) -> ExecutionResult:
+        def execute(workdir: Path) -> ExecutionResult:
+            seal_inputs(workdir, inputs, slot.uid, slot.gid)
+            return self._execute_warm(slot, workdir, request, entrypoint)
 
-        limits = request.limits
-        config = {"workdir": WORKDIR, "entrypoint": str(entrypoint), "args": list(request.args),
-                  "extra_read": list(self.extra_read_paths), "max_processes": limits.max_processes}
-        mounts = [Mount(WORKDIR, str(workdir), type="bind", read_only=False)]
-        # the inputs, read-only over their copies (a mount each: a folder input is one mount)
-        mounts += [Mount(f"{WORKDIR}/{rel}", str(workdir / rel), type="bind", read_only=True) for rel in inputs]
-        cpu = max(1, int(limits.cpu_seconds))
-        file_bytes = limits.max_file_mb * 1024 * 1024
-        memory = f"{limits.memory_mb}m"
-        return dict(
-            image=self.image,
-            # -I: no PYTHON* env, no user site, no cwd on sys.path; -B: no .pyc writes;
-            # -u: a killed program still leaves its last output behind
-            command=["python3", "-I", "-B", "-u", f"{WORKDIR}/{BOOTSTRAP_NAME}", json.dumps(config)],
-            user=f"{uid}:{gid}", working_dir=WORKDIR, environment=child_env(Path(WORKDIR)),
-            hostname="sandbox", network_mode="none", ipc_mode="private", read_only=True, init=True,
-            mounts=mounts,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={min(TMP_CAP_MB, limits.max_disk_mb)}m,mode=1777"},
-            cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
-            mem_limit=memory, memswap_limit=memory, pids_limit=limits.max_processes,
-            nano_cpus=int(self.cpus * 1e9),
-            ulimits=[Ulimit(name="cpu", soft=cpu, hard=cpu + 2),  # SIGXCPU, then SIGKILL
-                     Ulimit(name="fsize", soft=file_bytes, hard=file_bytes),
-                     Ulimit(name="core", soft=0, hard=0)],
-            # the engine keeps the output's tails itself; nothing piles up in Docker's logs
-            log_config=LogConfig(type="none"),
-            labels={LABEL: self.owner}, stdin_open=False, tty=False, detach=True,
-        )
+        try:
+            return run_in_capped_folder(self.root, request, entrypoint, inputs, self.name, self.keep, execute,
+                                        folder=slot.folder)
+        finally:
+            slot.finish()  # when the program never started (inputs over the cap): removed now
+
+    def _bootstrap_config(self, request: ExecutionRequest, entrypoint: PurePosixPath) -> str:
+        return json.dumps({"workdir": WORKDIR, "entrypoint": str(entrypoint), "args": list(request.args),
+                           "extra_read": list(self.extra_read_paths),
+                           "max_processes": request.limits.max_processes})
 
     def _execute(self, workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath,
                  inputs: list[PurePosixPath], uid: int, gid: int) -> ExecutionResult:
@@ -141,8 +262,9 @@ class DockerExecutor:
         container = None
         try:
             try:
-                container = self.client.containers.create(
-                    **self._container_config(workdir, request, entrypoint, inputs, uid, gid))
+                command = bootstrap_command(self._bootstrap_config(request, entrypoint))
+                container = self.client.containers.create(**container_config(
+                    ContainerSpec.of(self, limits), self.labels, command, workdir, inputs, uid, gid))
                 streams = _Streams(self.client, container.id, self.output_cap_bytes)
                 container.start()
             except _docker_errors() as exc:
@@ -157,7 +279,31 @@ class DockerExecutor:
         finally:
             if container is not None:
                 _remove(self.client, container.id)
-        duration = time.monotonic() - started
+        return self._result(outcome, streams, state, limits, workdir, time.monotonic() - started)
+
+    def _execute_warm(self, slot: "_WarmSlot", workdir: Path, request: ExecutionRequest,
+                      entrypoint: PurePosixPath) -> ExecutionResult:
+        """The program in a container started before it was asked for: the waiter is handed the
+        bootstrap's configuration and execs it; from then on all is as on the cold path. The
+        duration counts from that hand-over, not the container's start."""
+        limits = request.limits
+        slot.write_config(self._bootstrap_config(request, entrypoint))
+        started = time.monotonic()
+        try:
+            slot.go()
+            outcome = _supervise(self.client, slot.container_id, limits, DiskWatch(workdir, limits),
+                                 request.watch, workdir, _PidsWatch(slot.container_id))
+            slot.streams.finish(DRAIN_SECONDS)
+            state = _state(self.client, slot.container_id)
+            duration = time.monotonic() - started
+            # the container has exited: removing it is clean-up the request need not wait for
+            slot.retire(self.pool.later)
+        finally:
+            slot.finish()  # interrupted (a watcher's KeyboardInterrupt): removed now, as on the cold path
+        return self._result(outcome, slot.streams, state, limits, workdir, duration)
+
+    def _result(self, outcome: "_Outcome", streams: "_Streams", state: dict, limits: ExecutionLimits,
+                workdir: Path, duration: float) -> ExecutionResult:
         code = outcome.exit_code if outcome.exit_code is not None else state.get("ExitCode")
         code = _signal_code(code)
         oom = bool(state.get("OOMKilled"))
@@ -177,6 +323,102 @@ class DockerExecutor:
             exit_code=code, stdout=streams.stdout.text(), stderr=stderr, duration_s=duration,
             workdir=workdir, files={}, violations=list(streams.scanner.violations), executor=self.name,
         )
+
+
+# ------------------------------------------------------------------- warm containers
+
+class _SlotMaker:
+    """Makes the warm pool's slots. Holds no reference to the executor (its finalizer must be
+    able to run while the pool lives)."""
+
+    def __init__(self, client, root: Path, labels: dict[str, str], output_cap_bytes: int) -> None:
+        self.client = client
+        self.root = root
+        self.labels = labels
+        self.output_cap_bytes = output_cap_bytes
+
+    def __call__(self, spec: ContainerSpec) -> "_WarmSlot":
+        return _WarmSlot.make(self, spec)
+
+
+class _WarmSlot:
+    """One started container waiting for its program, and its working directory (mounted at the
+    spec's cap, named like any run's so that unmount_orphans finds it, owned by the slot's uid)."""
+
+    def __init__(self, spec: ContainerSpec, folder: CappedFolder, uid: int, gid: int, client) -> None:
+        self.key = spec
+        self.folder = folder
+        self.uid, self.gid = uid, gid
+        self.client = client
+        self.container_id = ""
+        self.streams: _Streams | None = None
+        self._go_fd: int | None = None
+        self._removed = False
+
+    @classmethod
+    def make(cls, maker: _SlotMaker, spec: ContainerSpec) -> "_WarmSlot":
+        workdir = Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=maker.root))
+        uid, gid = fresh_ids()
+        slot = cls(spec, CappedFolder(workdir, spec.max_disk_mb * MB, spec.max_files), uid, gid, maker.client)
+        try:
+            slot.folder.mount()  # before the container: its bind mount must be the capped file system
+            private = workdir / PRIVATE_DIR
+            private.mkdir()
+            os.mkfifo(private / GO_NAME, 0o600)
+            chown_tree(workdir, uid, gid)
+            # Held open from before the waiter opens its end until the program has ended: a byte
+            # written is kept even if the waiter is not reading yet, and the waiter sees the end
+            # of the file (and exits) if the engine dies.
+            slot._go_fd = os.open(private / GO_NAME, os.O_RDWR | os.O_CLOEXEC)
+            container = maker.client.containers.create(**container_config(
+                spec, maker.labels, waiter_command(), workdir, [], uid, gid))
+            slot.container_id = container.id
+            slot.streams = _Streams(maker.client, container.id, maker.output_cap_bytes)
+            container.start()
+        except BaseException:
+            slot.discard()
+            raise
+        return slot
+
+    def alive(self) -> bool:
+        """Its container still runs: the output stream ends only when the container does."""
+        return self.streams is not None and self.streams.attached()
+
+    def write_config(self, config: str) -> None:
+        path = self.folder.path / PRIVATE_DIR / CONFIG_NAME
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(config)
+        os.chown(path, self.uid, self.gid)
+
+    def go(self) -> None:
+        os.write(self._go_fd, b"g")  # an empty pipe: never blocks
+
+    def retire(self, later) -> None:
+        """Hand the removal of the (exited) container to ``later``."""
+        self._close_go()
+        if not self._removed:
+            self._removed = True
+            later(partial(_remove, self.client, self.container_id))
+
+    def finish(self) -> None:
+        """Remove the container now unless that was already done or handed over."""
+        self._close_go()
+        if not self._removed:
+            self._removed = True
+            if self.container_id:
+                _remove(self.client, self.container_id)
+
+    def discard(self) -> None:
+        """Never used: the container, the folder's file system and the folder itself go."""
+        self.finish()
+        self.folder.release()
+        shutil.rmtree(self.folder.path, ignore_errors=True)
+
+    def _close_go(self) -> None:
+        if self._go_fd is not None:
+            os.close(self._go_fd)
+            self._go_fd = None
 
 
 # ---------------------------------------------------------------- output capture
@@ -208,6 +450,9 @@ class _Streams:
 
     def finish(self, seconds: float) -> None:
         self._thread.join(seconds)
+
+    def attached(self) -> bool:
+        return self._thread.is_alive()
 
 
 # ------------------------------------------------------------------- supervision

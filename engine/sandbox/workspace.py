@@ -60,7 +60,7 @@ def populate(workdir: Path, request: ExecutionRequest, entrypoint: PurePosixPath
               inputs: dict[PurePosixPath, Path]) -> set[PurePosixPath]:
     """Lay out the workdir; returns the relative paths of every file placed there."""
     placed = {entrypoint, PurePosixPath(BOOTSTRAP_NAME)}
-    (workdir / PRIVATE_DIR).mkdir()
+    (workdir / PRIVATE_DIR).mkdir(exist_ok=True)  # a warm container's waits for its program there
     for rel, source in inputs.items():
         target = workdir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
