@@ -5,14 +5,14 @@ the working directory laid out, the program confined, its files hashed, the cont
 timed from the call to its return:
 
 * a trivial program (``print``), the median of ``--trivial-runs`` runs after one warm-up each:
-  the fixed cost of a sandbox. Docker is timed three ways, each against the subprocess sandbox
+  the fixed cost of a sandbox. Docker is timed four ways, each against the subprocess sandbox
   timed the same way:
   - with its warm pool at the default settings (``TRELLIS_SANDBOX_WARM``, 1 ready container per
     set of limits), the requests ``--gap`` seconds apart (0.3 s: a model call between two programs
     is longer still), so the container used next is started while nothing is timed;
   - the same pool with the requests back to back: the pool makes its next container while the
     program before runs, and a request waits for it when it is not ready yet (it shows whether
-    making one keeps up with the requests);
+    making one keeps up with the requests), and the same with two ready (``TRELLIS_SANDBOX_WARM=2``);
   - cold (``TRELLIS_SANDBOX_WARM=0``): a container created and started for each program.
   The issue's goal (#29) is the warm pool's cost at most twice the subprocess sandbox's.
 * a training program of about ``--train-seconds`` (full-batch gradient descent of a small
@@ -120,19 +120,20 @@ def main() -> int:
     try:
         docker = DockerExecutor(root / "docker", keep=False)  # the default settings: the warm pool
         cold = DockerExecutor(root / "docker-cold", keep=False, warm=0)
+        two = DockerExecutor(root / "docker-warm2", keep=False, warm=2)
     except ImageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sub = SubprocessExecutor(root / "subprocess", keep=False)
     try:
-        rows, notes = measure(args, sub, docker, cold)
+        rows, notes = measure(args, sub, docker, cold, two)
     finally:
-        docker.close()
-        cold.close()
-    print(f"{'program':<56} {'subprocess':>11} {'docker':>9} {'ratio':>7} {'goal':>12} {'docker extra':>13}")
+        for executor in (docker, cold, two):
+            executor.close()
+    print(f"{'program':<60} {'subprocess':>11} {'docker':>9} {'ratio':>7} {'goal':>12} {'docker extra':>13}")
     for label, (sub_s, dock_s), goal in rows:
         verdict = "" if goal is None else f"<={goal:g}x " + ("met" if dock_s / sub_s <= goal else "MISSED")
-        print(f"{label:<56} {sub_s:>10.3f}s {dock_s:>8.3f}s {dock_s / sub_s:>6.2f}x {verdict:>12} "
+        print(f"{label:<60} {sub_s:>10.3f}s {dock_s:>8.3f}s {dock_s / sub_s:>6.2f}x {verdict:>12} "
               f"{dock_s - sub_s:>+12.3f}s")
     for line in notes:
         print(line)
@@ -141,11 +142,12 @@ def main() -> int:
     return 0
 
 
-def measure(args, sub, docker, cold) -> tuple[list, list[str]]:
+def measure(args, sub, docker, cold, two) -> tuple[list, list[str]]:
     n = args.trivial_runs
     rows, notes = [], []
     modes = ((f"trivial, {args.gap:g} s apart, warm pool (median of {n})", docker, args.gap),
              (f"trivial, back to back, warm pool (median of {n})", docker, 0.0),
+             (f"trivial, back to back, TRELLIS_SANDBOX_WARM=2 (median of {n})", two, 0.0),
              (f"trivial, cold: TRELLIS_SANDBOX_WARM=0 (median of {n})", cold, 0.0))
     for label, executor, gap in modes:
         hits, misses = executor.pool.hits, executor.pool.misses

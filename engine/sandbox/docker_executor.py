@@ -403,11 +403,12 @@ class _WarmSlot:
 
     def finish(self) -> None:
         """Remove the container now unless that was already done or handed over."""
-        self._close_go()
         if not self._removed:
             self._removed = True
             if self.container_id:
                 _remove(self.client, self.container_id)
+        # only now: an end of file would have the waiter exit while its container is being removed
+        self._close_go()
 
     def discard(self) -> None:
         """Never used: the container, the folder's file system and the folder itself go."""
@@ -571,15 +572,26 @@ def _state(client, container_id: str) -> dict:
         return {}
 
 
+REMOVE_ATTEMPTS = 3
+
+
 def _remove(client, container_id: str) -> None:
+    """Force-remove the container. The daemon refuses one that is exiting at that very moment
+    ("could not kill running container ... is not running") and leaves it half-removed, so a
+    refusal is tried again."""
     import docker
 
-    try:
-        client.api.remove_container(container_id, force=True)
-    except docker.errors.NotFound:
-        pass
-    except _docker_errors() as exc:
-        log.error("sandbox: could not remove container %s: %s", container_id[:12], exc)
+    for attempt in range(1, REMOVE_ATTEMPTS + 1):
+        try:
+            client.api.remove_container(container_id, force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except _docker_errors() as exc:
+            if attempt == REMOVE_ATTEMPTS:
+                log.error("sandbox: could not remove container %s: %s", container_id[:12], exc)
+                return
+            time.sleep(0.2 * attempt)
 
 
 def remove_orphans(client) -> list[str]:

@@ -73,7 +73,7 @@ def run_request(executor, request: ExecutionRequest):
 
 def containers_of(executor, waiting_too: bool = False) -> list:
     """The executor's containers but its warm ones waiting for a program (unless ``waiting_too``),
-    once the removals it handed to its pool's thread are done."""
+    once the removals it handed to its pool's threads are done."""
     executor.pool.settle()
     waiting = set() if waiting_too else {slot.container_id for slot in executor.pool.ready_slots()}
     labels = [f"{name}={value}" for name, value in executor.labels.items()]
