@@ -173,7 +173,8 @@ class WorkflowArchive:
         read and checked, and one that no longer reads gives way to the next."""
         if not self.entries_dir.is_dir():
             return None, None
-        query = self.embedder.embed(task_text(task))
+        text = task_text(task)
+        query = self._archived_vector(text) or self.embedder.embed(text)
         try:
             ranked = self._ranked(query)
         except sqlite3.DatabaseError as exc:  # a damaged index: it is derived, so it is set aside and rebuilt
@@ -189,6 +190,35 @@ class WorkflowArchive:
             if entry is not None:
                 return entry, self._similarity(query, entry)
         return None, None
+
+    def prepare_lookup(self, task: Task) -> bool:
+        """Start loading the embedding model in the background when a lookup of ``task`` will need
+        it (the archive has entries, none for this task's text), so that what the caller does
+        meanwhile (checking the data) hides some of it; whether a load was started. Nothing is
+        loaded for a task searched before: that would only take CPU from the search."""
+        if not isinstance(self.embedder, TaskEmbedder) or not self.entries_dir.is_dir() \
+                or not any(self.entries_dir.glob("*.json")) or self._archived_vector(task_text(task)) is not None:
+            return False
+        from .embedding import load_in_background
+
+        return load_in_background(self.embedder.device) is not None
+
+    def _archived_vector(self, text: str) -> list[float] | None:
+        """The vector this embedder gave the same task text when it was archived (a lab searches the
+        same task again and again): the model is deterministic, so it is the vector embedding the text
+        would give, and a fresh process need not load the model (seconds) before its first search."""
+        name = embedder_name(self.embedder)
+        try:
+            index = self._index()
+            index.refresh(_indexed_fields)
+            files = index.files_with_text(text, name)
+        except (sqlite3.Error, OSError):
+            return None  # nearest() deals with a damaged or unwritable index
+        for file in files:
+            entry = _read_entry(self.entries_dir / file)
+            if entry is not None and entry.task_text == text and entry.embedder == name and entry.embedding:
+                return list(entry.embedding)
+        return None
 
     def _ranked(self, query: list[float]) -> list[tuple[str, float]]:
         index = self._index()

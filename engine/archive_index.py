@@ -98,6 +98,12 @@ class ArchiveIndex:
             self._matrices.clear()
         self._seen = (os.stat(self.entries_dir).st_mtime_ns, version)
 
+    def files_with_text(self, text: str, embedder: str) -> list[str]:
+        """Readable entry files archived for exactly this task text by ``embedder``, newest first."""
+        rows = self._conn().execute("SELECT file FROM files WHERE readable = 1 AND task_text = ? AND embedder = ? "
+                                    "ORDER BY created DESC, id DESC LIMIT 8", (text, embedder)).fetchall()
+        return [r[0] for r in rows]
+
     # --- the lookup ---------------------------------------------------------------------------------
     def _matrix(self, embedder: str, embed: Callable[[str], list[float]]) -> tuple:
         if embedder in self._matrices:

@@ -77,6 +77,30 @@ def _load_model(device: str) -> Any:
         return _MODELS[device]
 
 
+def load_in_background(device: str = "cpu") -> threading.Thread | None:
+    """Start loading the model in a thread of its own (seconds), so that work done meanwhile (a
+    preflight waiting on evaluate.py, a worker between runs) hides it; the first embed() then
+    waits for that load instead of starting its own. None when it is loaded or being loaded. A
+    failed load is left for the first embed() to raise with its reason."""
+    global _BACKGROUND
+    with _LOAD_LOCK:
+        if device in _MODELS or _BACKGROUND is not None:
+            return None
+
+        def load() -> None:
+            try:
+                _load_model(device)
+            except Exception:  # noqa: BLE001 - said by the embed() that needs the model
+                pass
+
+        _BACKGROUND = threading.Thread(target=load, name="trellis-embedding-load", daemon=True)
+        _BACKGROUND.start()
+        return _BACKGROUND
+
+
+_BACKGROUND: threading.Thread | None = None
+
+
 def _import_and_load(device: str) -> Any:
     # These must be set before transformers is imported: it reads them once, at import.
     os.environ["HF_HUB_OFFLINE"] = "1"

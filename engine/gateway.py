@@ -189,7 +189,6 @@ class ModelGateway:
         ModelUnavailable: at once when retrying cannot help (unknown model, rejected key), after
         the retries when it might (connection, timeout, rate limit, 5xx). A rate limit's
         Retry-After is obeyed; every failed try is counted and traced."""
-        litellm = get_litellm()
         model = request["model"]
         offline = endpoint.offline
         last: Exception | None = None
@@ -204,7 +203,7 @@ class ModelGateway:
                     response = offline_completion(request)  # engine/llm.py: the one module that imports it
                 else:
                     # The gateway does the retrying, so litellm and the provider SDK must not retry too.
-                    response = litellm.completion(**request, **endpoint.litellm_arguments(), num_retries=0,
+                    response = get_litellm().completion(**request, **endpoint.litellm_arguments(), num_retries=0,
                                                   metadata={"trellis_agent": agent, "trellis_role": role})
             except Exception as exc:  # noqa: BLE001 - classified below; nothing is swallowed
                 kind = provider_error_kind(exc)

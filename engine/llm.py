@@ -44,11 +44,10 @@ def get_litellm() -> ModuleType:
 def offline_completion(request: dict):
     """The offline scientist's answer to ``request`` in the shape litellm's response has (what
     ``_call`` reads: the message, its tool calls, the finish reason, the usage), with the same
-    token counts the litellm provider reports."""
+    token counts the litellm provider reports. litellm is not imported for it."""
     from types import SimpleNamespace
 
-    get_litellm()  # the offline package is imported with litellm, and counts tokens with it
-    from .offline.provider import answer_request
+    from .offline.chat import answer_request
 
     message, finish, usage = answer_request(request["messages"], int(request.get("seed") or 0),
                                             request.get("tools"), request.get("tool_choice"))
@@ -68,10 +67,14 @@ def provider_of(model: str) -> str:
 
 
 def count_tokens(model: str, messages: list[dict]) -> int:
-    """The prompt's tokens as litellm counts them for ``model`` (the offline scientist counts as
-    gpt-4o). Plain chat messages are counted one by one and each kept: a role's instructions and
-    the task's text recur in every call, and tokenizing them again was most of a call's time."""
-    model = TOKEN_MODEL if model.startswith(OFFLINE_PROVIDER + "/") else model
+    """The prompt's tokens as litellm counts them for ``model``. The offline scientist's are
+    gpt-4o's, counted without litellm (engine/offline/tokens.py). Plain chat messages are counted
+    one by one and each kept: a role's instructions and the task's text recur in every call, and
+    tokenizing them again was most of a call's time."""
+    if model.startswith(OFFLINE_PROVIDER + "/"):
+        from .offline.chat import prompt_tokens_of
+
+        return prompt_tokens_of(messages)
     if messages and all(_plain(m) for m in messages):
         # litellm's count is a sum over the messages plus a constant for the reply's priming
         counts = [_counted_message(model, tuple(m.items())) if len(m.get("content", "")) <= _CACHED_CHARS
@@ -80,7 +83,7 @@ def count_tokens(model: str, messages: list[dict]) -> int:
     return _count_uncached(model, messages)
 
 
-TOKEN_MODEL = "gpt-4o"  # the tokenizer of the offline scientist and of models litellm does not know
+TOKEN_MODEL = "gpt-4o"  # the tokenizer of models litellm does not know
 _PLAIN_KEYS = frozenset({"role", "content", "name"})
 _CACHED_CHARS = 64_000  # the caches below hold at most 256 such texts each: 16 MB
 
@@ -111,17 +114,14 @@ def _priming(model: str) -> int:
 
 
 def count_text_tokens(text: str) -> int:
-    """An answer's tokens (gpt-4o's tokenizer); answers recur (a router's status), so kept."""
-    return _counted_text(text) if len(text) <= _CACHED_CHARS else _count_text(text)
+    """An answer's tokens, as gpt-4o counts them (the gateway's count of an answer no provider
+    counted, and the offline scientist's)."""
+    from .offline.tokens import NotCountedHere, count_text
 
-
-@functools.lru_cache(maxsize=256)
-def _counted_text(text: str) -> int:
-    return _count_text(text)
-
-
-def _count_text(text: str) -> int:
-    return int(get_litellm().token_counter(model=TOKEN_MODEL, text=text))
+    try:
+        return count_text(text)
+    except NotCountedHere:
+        return int(get_litellm().token_counter(model=TOKEN_MODEL, text=text))
 
 
 def is_priced(model: str) -> bool:

@@ -1,5 +1,6 @@
 """The Celery app: runs execute here, never in the web process."""
 import os
+from pathlib import Path
 
 from celery import Celery, signals
 
@@ -42,6 +43,22 @@ def _start_worker_beat(sender=None, **_):
         _beat = WorkerBeat(f"{name}|{processes}", TRAINING_KEY).start()
     else:
         _beat = WorkerBeat(name).start()
+
+
+@signals.worker_process_init.connect
+def _load_the_embedding_model(**_):
+    """A run's warm start embeds its task to look it up in the archive; the model takes seconds to
+    load, so a runs worker whose archive has entries loads it while it waits for its first run
+    (in each pool process: torch is not loaded before the pool forks)."""
+    if set(app.amqp.queues.consume_from or ()) == {"training"}:
+        return
+    from django.conf import settings
+
+    entries = Path(settings.TRELLIS_ARCHIVE_DIR) / "entries"
+    if entries.is_dir() and any(entries.glob("*.json")):
+        from engine.embedding import load_in_background
+
+        load_in_background()
 
 
 @signals.worker_process_init.connect

@@ -279,3 +279,50 @@ def test_entries_from_another_embedder_are_re_embedded(tmp_path, embedder, one_d
     WorkflowArchive(root, stale).add(one_d, searched(one_d), None, search="evolutionary")
     start = WorkflowArchive(root, embedder).start_for(jump_task, synthesize=never_synthesize)
     assert start.path == WARM_START and start.similarity > 0.7
+
+
+class CountingEmbedder(FixedEmbedder):
+    def __init__(self, vectors: dict[str, list[float]]):
+        super().__init__(vectors)
+        self.asked: list[str] = []
+
+    def embed(self, text: str) -> list[float]:
+        self.asked.append(text.splitlines()[0])
+        return super().embed(text)
+
+
+def test_searching_an_archived_task_again_reuses_its_vector_and_asks_no_model(tmp_path, one_d, diabetes):
+    """A fresh process's first search of a task already in the archive starts without loading the
+    embedding model: the archived vector of the same text is the model's answer. Another task, or
+    the same task embedded by another model, is embedded as before."""
+    vectors = {one_d.title: [1.0, 0.0, 0.2], diabetes.title: [0.0, 1.0, 0.1]}
+    root = tmp_path / "archive"
+    metric = {"ok": True, "metric": "rel_l2", "value": 0.05, "higher_is_better": False}
+    first = WorkflowArchive(root, FixedEmbedder(vectors)).add(one_d, searched(one_d), metric, search="mimosa")
+
+    fresh = CountingEmbedder(vectors)
+    entry, similarity = WorkflowArchive(root, fresh).nearest(one_d)
+    assert entry.id == first.id and similarity == pytest.approx(1.0) and fresh.asked == []
+    entry, _ = WorkflowArchive(root, fresh).nearest(diabetes)
+    assert fresh.asked == [diabetes.title]
+
+    class OtherModel(CountingEmbedder):
+        name = "another-model"
+
+    other = OtherModel(vectors)
+    WorkflowArchive(root, other).nearest(one_d)
+    assert one_d.title in other.asked
+
+
+def test_the_model_is_loaded_ahead_only_for_a_task_the_archive_does_not_know(tmp_path, monkeypatch, embedder, one_d,
+                                                                            diabetes):
+    import engine.embedding
+
+    started = []
+    monkeypatch.setattr(engine.embedding, "load_in_background", lambda device="cpu": started.append(device) or object())
+    root = tmp_path / "archive"
+    assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False  # empty: no lookup, no model
+    metric = {"ok": True, "metric": "rel_l2", "value": 0.05, "higher_is_better": False}
+    WorkflowArchive(root, embedder).add(one_d, searched(one_d), metric, search="mimosa")
+    assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False and started == []
+    assert WorkflowArchive(root, embedder).prepare_lookup(diabetes) is True and started == ["cpu"]

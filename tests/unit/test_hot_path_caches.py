@@ -32,11 +32,41 @@ def test_token_counts_equal_litellms_own_whatever_was_counted_before(model):
             except Exception:  # noqa: BLE001 - litellm's own fallback, as count_tokens does
                 expected = lm.token_counter(model="gpt-4o", messages=messages)
             assert count_tokens(model, messages) == expected
-    tool_call = [{"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.csv"}'}}]}]
-    assert count_tokens(model, tool_call) == lm.token_counter(model="gpt-4o", messages=tool_call) \
-        if model != "openai/some-unknown-model" else count_tokens(model, tool_call) > 0
-    assert count_text_tokens("STATUS: SUCCESS") == lm.token_counter(model="gpt-4o", text="STATUS: SUCCESS")
+    tool_round = [{"role": "user", "content": "profile the data"},
+                  {"role": "assistant", "content": None, "tool_calls": [
+                      {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.csv"}'}}]},
+                  {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": "x,y\n1,2\n"}]
+    assert count_tokens(model, tool_round) == lm.token_counter(model=tokenizer_model, messages=tool_round)
+
+
+def test_the_offline_scientists_count_is_litellms_for_gpt_4o_without_importing_it():
+    """engine/offline/tokens.py counts as litellm does for gpt-4o: ordinary prompts, a long run of
+    one character (counted in pieces), special tokens taken as text, names and tool calls."""
+    from engine.offline.tokens import count_messages, count_text
+
+    lm = get_litellm()
+    texts = ["", "STATUS: SUCCESS", "<|endoftext|> and <|im_start|> as text", "." * 5000,
+             "é ü 🙂 中文 " * 400, "def f(x):\n    return x ** 2\n" * 200]
+    for text in texts:
+        assert count_text(text) == lm.token_counter(model="gpt-4o", text=text) == count_text_tokens(text)
+    for messages in PROMPTS:
+        assert count_messages(messages) == lm.token_counter(model="gpt-4o", messages=messages)
+
+
+def test_a_fresh_process_answers_the_offline_model_without_importing_litellm():
+    import subprocess
+    import sys
+
+    probe = ("import sys; from engine.llm import offline_completion, count_tokens; "
+             "r = offline_completion({'messages': [{'role': 'system', 'content': 'You are the analyzer.'}, "
+             "{'role': 'user', 'content': 'Describe the data.'}], 'seed': 1}); "
+             "assert r.usage.prompt_tokens > 0 and r.choices[0].message.content; "
+             "assert count_tokens('trellis/offline-scientist', [{'role': 'user', 'content': 'hi'}]) > 0; "
+             "print('litellm' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
 
 
 def test_an_endpoint_follows_the_environment_as_it_changes(monkeypatch):
