@@ -31,8 +31,9 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 120.0  # a slot unused this long is thrown away
 WAIT_SECONDS = 10.0  # the longest a request waits for a slot being made before running cold
-# Threads doing the pool's work: two containers started side by side take about 0.6 of the time
-# of two in a row (2 CPUs), and a used container's removal need not wait behind a start.
+# Threads doing the pool's work, at most one per ready slot wanted: two containers started side by
+# side took about 0.6 of the time of two in a row (2 CPUs); with one slot wanted, a second thread
+# only removed used containers beside the next start and slowed the program running (measured).
 WORKERS = 2
 DEFAULT_SIZE = 1
 MAX_SIZE = 16
@@ -200,7 +201,7 @@ class WarmPool:
     def _want(self, key: Hashable) -> None:
         """Called under the lock: bring ``key`` back to ``size`` ready slots."""
         self._wanted.add(key)
-        while len(self._threads) < WORKERS:
+        while len(self._threads) < min(WORKERS, self.size):
             thread = threading.Thread(target=self._work, daemon=True, name=f"{self._name}-{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
