@@ -30,6 +30,7 @@ os.environ.setdefault("TRELLIS_MCP_CONFIG", "none")
 
 from engine.budget import Budget  # noqa: E402
 from engine.runner import RunConfig, run_workflow  # noqa: E402
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 from engine.task import load_task  # noqa: E402
 from engine_overhead import wide_workflow  # noqa: E402
 
@@ -95,6 +96,8 @@ def main() -> None:
     exec(compile(to_langgraph(workflow), "exported", "exec"), module.__dict__)  # noqa: S102 - our own export
     namespace = module.__dict__
     _, exported = trellis(task, workflow, drive(namespace["build"]))
+    record(f"engine per node, {args.agents} agents, offline model", with_model, "ms", 1.0)
+    record(f"engine per node, {args.agents} agents, engine alone", engine, "ms", lg, peer="LangGraph")
     print(f"| per node, {args.agents} agents | ms | goal |\n|---|---|---|")
     print(f"| Trellis, offline model (code and evaluate.py excluded) | {with_model:.2f} | < 1 |")
     print(f"| Trellis engine alone (model excluded) | {engine:.2f} | below LangGraph |")

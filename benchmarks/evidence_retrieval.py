@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.evidence import RECORD_KINDS, Author, Query, SqliteEvidenceStore  # noqa: E402
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 
 WORDS = ("residual shape mismatch validation fold extrapolation spline polynomial ridge forest boosting "
          "noise variance bias outlier jump discontinuity power law exponent length amplitude period "
@@ -69,6 +70,8 @@ def main() -> None:
                 p95 = times[int(0.95 * (len(times) - 1))]
                 print(f"{size:>8} {name:<20} {statistics.median(times):>8.2f} {p95:>8.2f} {hits:>5}   "
                       f"({rate:,.0f} records/s)", flush=True)
+                if size == max(args.sizes) and name in ("text (3 words)", "kind + tag + text"):
+                    record(f"evidence query at {size:,} records, {name} (p95)", p95, "ms", 20.0)
         store.close()
 
 

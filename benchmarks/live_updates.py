@@ -58,6 +58,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.studio_harness import use_studio_environment  # noqa: E402
+
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 PROMPT = "You are the coder of a scientific workflow. " * 40   # ~1.8 kB, like a real prompt
@@ -750,6 +752,10 @@ def main() -> None:
                   f"burst {b['delivered_rate']:.1f} ev/s p50 {b['p50']:.1f} ms lost {b['lost']}; "
                   f"repaired {s['repaired'] + b['repaired']} ({row['from_socket']} by the socket), "
                   f"diverged {max(s['diverged'], b['diverged'])}", flush=True)
+            goal = 50.0 if n <= 100 else 200.0  # issue 29: p95 < 50 ms at 100 viewers, < 200 ms at 300
+            record(f"event -> browser at {args.rate:g} events/s, {n} viewers (p95)", s["p95"], "ms", goal,
+                   note=f"lost {s['lost'] + b['lost']}, diverged {max(s['diverged'], b['diverged'])}, "
+                        f"conn err {row['connect_errors']}, server-closed {len(row['server_closed'])}")
         conn.send(("diag", 100))
         diag = conn.recv() if conn.poll(120) else None
         annotation_row = None

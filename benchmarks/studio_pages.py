@@ -27,6 +27,7 @@ django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 from django.test import Client  # noqa: E402
 
 from webapp.runs.models import Event, Membership, Project, Role, Run, RunStatus, Task  # noqa: E402
@@ -86,6 +87,7 @@ def main() -> None:
         first, rest = timed(client, url, args.repeat)
         p95 = sorted(rest)[max(0, int(round(0.95 * len(rest))) - 1)]
         print(f"| {label} | {first:.0f} ms | {statistics.median(rest):.0f} ms | {p95:.0f} ms | < 100 ms |")
+        record(f"trace page at {args.events:,} events, {label} (p95)", p95, "ms", 100.0)
     task = run.task
     Run.objects.bulk_create([Run(task=task, status=RunStatus.COMPLETED, search="mimosa",
                                  result={"final": {"official": {"ok": True, "value": i / 1000}}},
@@ -93,6 +95,7 @@ def main() -> None:
     first, rest = timed(client, "/", args.repeat)
     p95 = sorted(rest)[max(0, int(round(0.95 * len(rest))) - 1)]
     size = len(client.get("/").content)
+    record(f"home page, {args.runs:,} runs (p95)", p95, "ms", 100.0)
     print(f"| home page, {args.runs:,} runs of one task ({size / 1000:.0f} kB) | {first:.0f} ms | "
           f"{statistics.median(rest):.0f} ms | {p95:.0f} ms | < 100 ms |")
     print(f"\n{args.events:,} events written in {filled:.0f} s to a fresh SQLite database")

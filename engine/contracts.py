@@ -302,28 +302,38 @@ def _check(value: object, t: Type, read: FileReader | None, where: str, errors: 
 
 
 def _check_prim(value: object, name: str) -> str | None:
-    got = f"got {type(value).__name__} {_describe(value)}"
     if name in {"any", "json"}:
         return None
     if name == "bool":
-        return None if isinstance(value, bool) else f"expected bool, {got}"
+        return None if isinstance(value, bool) else f"expected bool, {_got(value)}"
     if name == "int":
-        return None if isinstance(value, int) and not isinstance(value, bool) else f"expected int, {got}"
+        return None if isinstance(value, int) and not isinstance(value, bool) else f"expected int, {_got(value)}"
     if name == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return f"expected float, {got}"
+            return f"expected float, {_got(value)}"
         return None if math.isfinite(value) else f"expected a finite float, got {value}"
     if not isinstance(value, str):
-        return f"expected {name} (text), {got}"
+        return f"expected {name} (text), {_got(value)}"
     if name == "python":
-        try:
-            python_ast.parse(value)
-        except SyntaxError as exc:
-            return f"expected python source, but it does not parse: {exc.msg} (line {exc.lineno})"
+        return _python_problem(value) if len(value) <= 200_000 else _python_problem.__wrapped__(value)
     if name == "sha256" and not _SHA256.match(value):
         return f"expected sha256 (64 lowercase hex characters), got {_describe(value)}"
     if name == "path" and (value.startswith("/") or ".." in value.split("/") or not value):
         return f"expected a relative path inside the working directory, got {_describe(value)}"
+    return None
+
+
+def _got(value: object) -> str:
+    return f"got {type(value).__name__} {_describe(value)}"
+
+
+@functools.lru_cache(maxsize=128)
+def _python_problem(code: str) -> str | None:
+    # the same program is handed on along a chain (coder, debugger, verifier...): parsed once
+    try:
+        python_ast.parse(code)
+    except SyntaxError as exc:
+        return f"expected python source, but it does not parse: {exc.msg} (line {exc.lineno})"
     return None
 
 

@@ -85,11 +85,19 @@ class ModelGateway:
         self.timeout_override = timeout_s
         self.model_seconds = 0.0  # time spent waiting on models, for overhead accounting
         self._unpriced_said: set[str] = set()
+        self._endpoints: dict[tuple, Endpoint] = {}
 
     def endpoint(self, role: str, agent_model: str | None = None, agent_options: ModelOptions | None = None) -> Endpoint:
-        endpoint = self.models.endpoint(role, agent_model, agent_options)
-        if self.timeout_override is not None:
-            endpoint = replace(endpoint, timeout_s=self.timeout_override)
+        """The endpoint of a role (and agent), resolved once per gateway, so once per run: reading
+        the TRELLIS_* environment again for every call was a twentieth of a node's time, and a
+        run's models are those it started with."""
+        key = (role, agent_model, agent_options)
+        endpoint = self._endpoints.get(key)
+        if endpoint is None:
+            endpoint = self.models.endpoint(role, agent_model, agent_options)
+            if self.timeout_override is not None:
+                endpoint = replace(endpoint, timeout_s=self.timeout_override)
+            self._endpoints[key] = endpoint
         return endpoint
 
     def complete(self, agent: str, role: str, messages: list[dict], agent_model: str | None = None,

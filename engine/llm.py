@@ -68,7 +68,7 @@ def provider_of(model: str) -> str:
 
 def count_tokens(model: str, messages: list[dict]) -> int:
     """The prompt's tokens as litellm counts them for ``model``. The offline scientist's are
-    gpt-4o's, counted without litellm (engine/offline/tokens.py). Plain chat messages are counted
+    gpt-4o's, counted without litellm (engine/token_count.py). Plain chat messages are counted
     one by one and each kept: a role's instructions and the task's text recur in every call, and
     tokenizing them again was most of a call's time."""
     if model.startswith(OFFLINE_PROVIDER + "/"):
@@ -116,7 +116,7 @@ def _priming(model: str) -> int:
 def count_text_tokens(text: str) -> int:
     """An answer's tokens, as gpt-4o counts them (the gateway's count of an answer no provider
     counted, and the offline scientist's)."""
-    from .offline.tokens import NotCountedHere, count_text
+    from .token_count import NotCountedHere, count_text
 
     try:
         return count_text(text)

@@ -28,10 +28,13 @@ here knows about workflows, tasks or the offline provider: builders pass text in
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
 from typing import Callable
+
+import pydantic_core
 
 HEADER = "You are the {role} of a Trellis research team working on the task above."
 PROCEDURE = "Procedure"
@@ -155,6 +158,22 @@ def render_artifact(name: str, value: object) -> str:
 
 
 def fenced_json(value: object, *, indent: int = 2, sort_keys: bool = True) -> str:
+    try:
+        # json.dumps indents in pure Python (its C encoder only writes compact JSON), and the same
+        # artifact goes into the prompt of every agent it is handed to: the text is kept per value
+        compact = pydantic_core.to_json(value, inf_nan_mode="constants", fallback=str)
+    except (ValueError, TypeError, pydantic_core.PydanticSerializationError):
+        return _fence(value, indent, sort_keys)
+    return _fenced(compact, indent, sort_keys) if len(compact) <= 64_000 else _fence(value, indent, sort_keys)
+
+
+@functools.lru_cache(maxsize=256)
+def _fenced(compact: bytes, indent: int, sort_keys: bool) -> str:
+    # the value read back from its JSON is the value json.dumps would have written
+    return _fence(json.loads(compact), indent, sort_keys)
+
+
+def _fence(value: object, indent: int, sort_keys: bool) -> str:
     return "```json\n" + json.dumps(value, indent=indent, sort_keys=sort_keys, default=str) + "\n```"
 
 

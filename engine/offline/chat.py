@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from .scientist import answer
-from .tokens import NotCountedHere, count_messages, count_text
+from ..token_count import NotCountedHere, count_messages, count_text
 
 
 def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> tuple[dict, str, tuple[int, int]]:
@@ -29,7 +29,7 @@ def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> t
 
 
 def prompt_tokens_of(messages: list) -> int:
-    """gpt-4o's count of the prompt (engine/offline/tokens.py); litellm's, for what that module
+    """gpt-4o's count of the prompt (engine/token_count.py); litellm's, for what that module
     does not count."""
     try:
         return count_messages(messages)

@@ -40,9 +40,9 @@ def test_token_counts_equal_litellms_own_whatever_was_counted_before(model):
 
 
 def test_the_offline_scientists_count_is_litellms_for_gpt_4o_without_importing_it():
-    """engine/offline/tokens.py counts as litellm does for gpt-4o: ordinary prompts, a long run of
+    """engine/token_count.py counts as litellm does for gpt-4o: ordinary prompts, a long run of
     one character (counted in pieces), special tokens taken as text, names and tool calls."""
-    from engine.offline.tokens import count_messages, count_text
+    from engine.token_count import count_messages, count_text
 
     lm = get_litellm()
     texts = ["", "STATUS: SUCCESS", "<|endoftext|> and <|im_start|> as text", "." * 5000,

@@ -1,4 +1,5 @@
-"""How the offline scientist counts tokens, without importing litellm.
+"""gpt-4o token counts, without importing litellm: the offline scientist's, and an answer no
+provider counted.
 
 The count is gpt-4o's: tiktoken's ``o200k_base`` encoding and OpenAI's chat accounting (3 tokens
 per message, 1 more for a name, a tool call's arguments, 3 to prime the reply), each text encoded
