@@ -284,6 +284,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             tools.close()
         shared.close()
         tracer.close()
+        if choice is not None:  # the executor made here: its warm containers go with the search
+            getattr(choice.executor, "close", lambda: None)()
 
 
 def _champion_bundle(task: Task, run_dir: Path, outcome, official: dict, baselines: dict, out: TextIO) -> None:

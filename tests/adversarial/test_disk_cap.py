@@ -97,6 +97,11 @@ def test_a_finished_program_keeps_only_its_outputs_and_no_mount(executor):
     assert kept == ["out/predictions.csv"]  # no copy of the data, no program, no caches, no link
     assert result.read_file("out/predictions.csv") == b"id,y\n1,2\n"
     assert list(result.files) == ["out/predictions.csv"]
+    # its own folder is released at once; the Docker executor's warm containers (engine/sandbox/
+    # warm_pool.py) keep theirs mounted until the executor is closed, and then nothing is left
+    assert str(result.workdir) not in _mounts_under(executor.root)
+    assert not result.workdir.with_name(result.workdir.name + ".disk").exists()
+    getattr(executor, "close", lambda: None)()
     assert _mounts_under(executor.root) == []
     assert not list(executor.root.glob("*.disk"))
 
