@@ -166,7 +166,7 @@ class DockerExecutor:
     ``cpus``: the CPU quota of each container (default: every CPU of the machine, as the
     subprocess sandbox allows; programs are single-threaded by their environment anyway).
     ``warm``: started containers kept ready per set of limits (default ``TRELLIS_SANDBOX_WARM``,
-    else 1; 0: none). Only an engine running as root keeps any (the inputs' protection needs it).
+    else 2; 0: none). Only an engine running as root keeps any (the inputs' protection needs it).
     ``close()`` removes them; an executor dropped without it, or left at exit, removes them too.
     Raises ImageError when no daemon answers or the image is not built."""
 

@@ -35,7 +35,7 @@ WAIT_SECONDS = 10.0  # the longest a request waits for a slot being made before 
 # side took about 0.6 of the time of two in a row (2 CPUs); with one slot wanted, a second thread
 # only removed used containers beside the next start and slowed the program running (measured).
 WORKERS = 2
-DEFAULT_SIZE = 1
+DEFAULT_SIZE = 2  # one ready container did not keep up with programs back to back (benchmarks/sandbox_overhead.py)
 MAX_SIZE = 16
 SIZE_VARIABLE = "TRELLIS_SANDBOX_WARM"
 
@@ -49,7 +49,7 @@ class Slot(Protocol):
 
 
 def size_from_environment() -> int:
-    """Ready slots per key: ``TRELLIS_SANDBOX_WARM`` (0: no pool), default 1."""
+    """Ready slots per key: ``TRELLIS_SANDBOX_WARM`` (0: no pool), default 2."""
     raw = os.environ.get(SIZE_VARIABLE, "").strip()
     if not raw:
         return DEFAULT_SIZE
