@@ -10,13 +10,16 @@ import json
 import os
 
 ENV = "TRELLIS_BENCH_FIGURES"
+# read once, at import: a benchmark may replace its environment before it records (live_updates.py
+# runs the studio's own)
+_PATH = os.environ.get(ENV)
 
 
 def record(figure: str, value: float, unit: str, goal: float | None, lower_is_better: bool = True,
            peer: str = "", note: str = "") -> None:
     """One figure: ``value`` in ``unit`` against ``goal`` (None: shown for comparison only); ``peer``
     names what the goal is a peer's figure (LangGraph's), measured in the same run."""
-    path = os.environ.get(ENV)
+    path = _PATH
     if not path:
         return
     met = None if goal is None else (value < goal if lower_is_better else value > goal)

@@ -11,6 +11,7 @@ Only the winning entry's file is read and checked.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -29,6 +30,12 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE TABLE IF NOT EXISTS vectors (
     file TEXT NOT NULL, embedder TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (file, embedder));
 """
+FILE_COLUMNS = "file, size, mtime_ns, created, id, metric_rank, task_text, embedder, readable, text_hash"
+
+
+def text_hash(text: str) -> str:
+    """What an entry's task text is found by (an index of the texts themselves would double the file)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 TOP = 64   # candidates handed back: the winner, and the next ones should its file no longer read
@@ -48,6 +55,7 @@ class ArchiveIndex:
             self.db_path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.db_path, timeout=30, check_same_thread=False)
             self._db.executescript(SCHEMA)
+            _add_text_hashes(self._db)
         return self._db
 
     def close(self) -> None:
@@ -84,12 +92,12 @@ class ArchiveIndex:
                     size, mtime = on_disk[f]
                     fields = read(self.entries_dir / f)
                     if fields is None:
-                        db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, '', ?, ?, '', '', 0)",
+                        db.execute(f"INSERT OR REPLACE INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, '', ?, ?, '', '', 0, '')",
                                    (f, size, mtime, f, -math.inf))
                         continue
-                    db.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1)",
+                    db.execute(f"INSERT OR REPLACE INTO files ({FILE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
                                (f, size, mtime, fields["created"], fields["id"], fields["metric_rank"],
-                                fields["task_text"], fields["embedder"]))
+                                fields["task_text"], fields["embedder"], text_hash(fields["task_text"])))
                     db.execute("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)",
                                (f, fields["embedder"], np.asarray(fields["embedding"], dtype=np.float32).tobytes()))
             version = db.execute("PRAGMA data_version").fetchone()[0]
@@ -100,8 +108,9 @@ class ArchiveIndex:
 
     def files_with_text(self, text: str, embedder: str) -> list[str]:
         """Readable entry files archived for exactly this task text by ``embedder``, newest first."""
-        rows = self._conn().execute("SELECT file FROM files WHERE readable = 1 AND task_text = ? AND embedder = ? "
-                                    "ORDER BY created DESC, id DESC LIMIT 8", (text, embedder)).fetchall()
+        rows = self._conn().execute("SELECT file FROM files WHERE text_hash = ? AND readable = 1 AND task_text = ? "
+                                    "AND embedder = ? ORDER BY created DESC, id DESC LIMIT 8",
+                                    (text_hash(text), text, embedder)).fetchall()
         return [r[0] for r in rows]
 
     # --- the lookup ---------------------------------------------------------------------------------
@@ -151,6 +160,16 @@ class ArchiveIndex:
         top = np.union1d(top, np.flatnonzero(sims == sims[top].max()))
         order = top[np.lexsort((top, ranks[top], sims[top].astype(np.float64)))[::-1]]
         return [(files[i], float(sims[i])) for i in order[:TOP]]
+
+
+def _add_text_hashes(db: sqlite3.Connection) -> None:
+    """An index written before texts were hashed gets the column, its values and its index once."""
+    if "text_hash" not in {row[1] for row in db.execute("PRAGMA table_info(files)")}:
+        with db:
+            db.execute("ALTER TABLE files ADD COLUMN text_hash TEXT NOT NULL DEFAULT ''")
+            db.executemany("UPDATE files SET text_hash = ? WHERE file = ?",
+                           [(text_hash(t), f) for f, t in db.execute("SELECT file, task_text FROM files WHERE readable = 1")])
+    db.execute("CREATE INDEX IF NOT EXISTS files_by_text_hash ON files (text_hash)")
 
 
 def entry_fields(path: Path, metric_rank: Callable[[dict | None], float]) -> dict | None:

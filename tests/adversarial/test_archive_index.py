@@ -91,3 +91,29 @@ def test_the_same_task_archived_twice_goes_to_the_better_metric_then_the_newer(t
     newer_worse = archive.add(t, team_workflow(t), {"ok": True, "value": 0.8, "higher_is_better": True}, "mimosa")
     assert archive.nearest(t)[0].id == better.id
     assert archive._nearest_by_scan(t)[0].id == better.id and {worse.id, newer_worse.id}
+
+
+def test_an_index_written_before_texts_were_hashed_is_upgraded(tmp_path, tasks):
+    """vectors.sqlite from before the text hash (its files table without the column): the next
+    lookup adds it, and a task searched again is found by its text without the embedder."""
+    import sqlite3
+
+    from engine.archive_index import text_hash
+
+    archive, added = _fill(tmp_path, tasks)
+    archive.nearest(tasks["wine-cultivar"])
+    archive._index().close()
+    db = sqlite3.connect(tmp_path / "vectors.sqlite")
+    db.executescript("DROP INDEX files_by_text_hash; ALTER TABLE files DROP COLUMN text_hash;")
+    db.close()
+
+    class Refusing(WordsEmbedder):
+        def embed(self, text):
+            raise AssertionError("a task archived before is looked up without the embedding model")
+
+    entry, similarity = WorkflowArchive(tmp_path, Refusing()).nearest(tasks["wine-cultivar"])
+    assert entry.id == added["wine-cultivar"].id and similarity == pytest.approx(1.0)
+    db = sqlite3.connect(tmp_path / "vectors.sqlite")
+    hashes = dict(db.execute("SELECT id, text_hash FROM files"))
+    db.close()
+    assert hashes[added["diabetes-progression"].id] == text_hash(added["diabetes-progression"].task_text)
