@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from scipy.stats import permutation_test, rankdata, spearmanr
 
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
@@ -197,6 +196,8 @@ def rank_correlations(candidates: list[Candidate], higher_is_better: bool) -> li
         if len(set(xs)) < 2 or len(set(ys)) < 2:
             out.append(Correlation(a, b, n, None, why="no spread: every candidate scored the same"))
             continue
+        from scipy.stats import spearmanr  # half a second to import: not before a search's end
+
         result = spearmanr(xs, ys)
         rho, p = float(result.statistic), _p_value(xs, ys, float(result.pvalue))
         out.append(Correlation(a, b, n, round(rho, 4), round(p, 4) if math.isfinite(p) else None))
@@ -209,6 +210,8 @@ def _p_value(xs, ys, asymptotic: float) -> float:
     pairings: all of them up to 7 candidates, else 5040 drawn with a fixed seed."""
     if len(xs) >= 10:
         return asymptotic
+    from scipy.stats import permutation_test, rankdata
+
     rx, ry = rankdata(xs), rankdata(ys)
     result = permutation_test((rx,), lambda r: np.corrcoef(r, ry)[0, 1], permutation_type="pairings",
                               n_resamples=5040, alternative="two-sided", random_state=0)
