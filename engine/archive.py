@@ -196,8 +196,11 @@ class WorkflowArchive:
         it (the archive has entries, none for this task's text), so that what the caller does
         meanwhile (checking the data) hides some of it; whether a load was started. Nothing is
         loaded for a task searched before: that would only take CPU from the search."""
-        if not isinstance(self.embedder, TaskEmbedder) or not self.entries_dir.is_dir() \
-                or not any(self.entries_dir.glob("*.json")) or self._archived_vector(task_text(task)) is not None:
+        try:
+            if not isinstance(self.embedder, TaskEmbedder) or not self.entries_dir.is_dir() \
+                    or not any(self.entries_dir.glob("*.json")) or self._archived_vector(task_text(task)) is not None:
+                return False
+        except OSError:  # an archive that cannot be read now is the lookup's to report, not this hint's
             return False
         from .embedding import load_in_background
 

@@ -55,7 +55,11 @@ def _load_the_embedding_model(**_):
     from django.conf import settings
 
     entries = Path(settings.TRELLIS_ARCHIVE_DIR) / "entries"
-    if entries.is_dir() and any(entries.glob("*.json")):
+    try:
+        wanted = entries.is_dir() and any(entries.glob("*.json"))
+    except OSError:  # unreadable now: the run's own lookup says so
+        wanted = False
+    if wanted:
         from engine.embedding import load_in_background
 
         load_in_background()

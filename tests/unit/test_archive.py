@@ -326,3 +326,15 @@ def test_the_model_is_loaded_ahead_only_for_a_task_the_archive_does_not_know(tmp
     WorkflowArchive(root, embedder).add(one_d, searched(one_d), metric, search="mimosa")
     assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False and started == []
     assert WorkflowArchive(root, embedder).prepare_lookup(diabetes) is True and started == ["cpu"]
+
+
+def test_an_archive_that_cannot_be_read_loads_nothing_ahead_and_breaks_nothing(tmp_path, monkeypatch, embedder, one_d):
+    import engine.embedding
+
+    started = []
+    monkeypatch.setattr(engine.embedding, "load_in_background", lambda device="cpu": started.append(device) or object())
+    root = tmp_path / "archive"
+    (root / "entries").mkdir(parents=True)
+    (root / "entries" / "x.json").write_text("{}")
+    monkeypatch.setattr(type(root), "glob", lambda self, pattern: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False and started == []
