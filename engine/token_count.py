@@ -31,17 +31,28 @@ class NotCountedHere(RuntimeError):
     count (an image); the caller counts with litellm instead."""
 
 
-@functools.lru_cache(maxsize=1)
 def _encoding():
-    folder = _bundled_folder()
-    if folder and not os.environ.get("TIKTOKEN_CACHE_DIR"):
-        os.environ["TIKTOKEN_CACHE_DIR"] = folder  # what litellm sets on its import, too
+    encoding = _load_encoding()
+    if isinstance(encoding, str):
+        raise NotCountedHere(encoding)
+    return encoding
+
+
+@functools.lru_cache(maxsize=1)
+def _load_encoding():
+    """The encoding, or why it could not be had (kept too: a missing file must not send every
+    call to tiktoken's download, which may hang where the network is closed)."""
+    # the folder litellm itself points tiktoken at when it is imported (CUSTOM_TIKTOKEN_CACHE_DIR
+    # overrides it there too)
+    folder = os.environ.get("CUSTOM_TIKTOKEN_CACHE_DIR") or _bundled_folder()
+    if folder:
+        os.environ["TIKTOKEN_CACHE_DIR"] = folder
     try:
         import tiktoken
 
         return tiktoken.get_encoding(ENCODING)
     except Exception as exc:  # noqa: BLE001 - no file and no network: litellm's path decides
-        raise NotCountedHere(f"tiktoken's {ENCODING} could not be loaded: {exc}") from exc
+        return f"tiktoken's {ENCODING} could not be loaded: {exc}"
 
 
 def _bundled_folder() -> str | None:

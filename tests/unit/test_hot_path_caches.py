@@ -116,3 +116,32 @@ def test_a_trace_line_reads_back_as_the_event():
     assert back["payload"]["big"] == 10 ** 30 and back["payload"]["nested"] == {"1": [None, True, 0.1]}
     assert back["payload"]["odd"].startswith("<object object")
     assert Event.from_dict(back).payload["text"] == payload["text"]
+
+
+def test_without_the_encoding_file_counts_come_from_litellm_and_the_file_is_sought_once(monkeypatch):
+    """A litellm without its bundled tokenizer (or a closed network): the offline scientist's counts
+    are litellm's own, and tiktoken is asked once, not on every call (its download may hang)."""
+    import sys
+    import types
+
+    from engine import token_count
+
+    asked = []
+
+    def no_file(name):
+        asked.append(name)
+        raise OSError("no such file, and no network")
+
+    lm = get_litellm()
+    expected = [lm.token_counter(model="gpt-4o", messages=m) for m in PROMPTS[:2]]  # litellm keeps its encoding
+    token_count._load_encoding.cache_clear()
+    # a tiktoken without the file, for this module alone (litellm holds the real one)
+    monkeypatch.setitem(sys.modules, "tiktoken", types.SimpleNamespace(get_encoding=no_file))
+    try:
+        for _ in range(2):
+            assert [count_tokens("trellis/offline-scientist", m) for m in PROMPTS[:2]] == expected
+        assert count_text_tokens("no answer counted before") == lm.token_counter(model="gpt-4o",
+                                                                                 text="no answer counted before")
+        assert asked == ["o200k_base"]
+    finally:
+        token_count._load_encoding.cache_clear()
