@@ -167,7 +167,7 @@ def fenced_json(value: object, *, indent: int = 2, sort_keys: bool = True) -> st
     return _fenced(compact, indent, sort_keys) if len(compact) <= 64_000 else _fence(value, indent, sort_keys)
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=128)  # at most 128 x (64 kB + its indented text)
 def _fenced(compact: bytes, indent: int, sort_keys: bool) -> str:
     # the value read back from its JSON is the value json.dumps would have written
     return _fence(json.loads(compact), indent, sort_keys)
