@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.sandbox import ExecutionLimits, ExecutionRequest, UnsafeOutput
+from tests.integration.test_docker_executor import host_processes_named
 
 pytestmark = [
     pytest.mark.skipif(os.uname().sysname != "Linux", reason="the sandbox is Linux-only"),
@@ -194,7 +195,7 @@ def test_a_background_process_cannot_reach_the_next_program(executor):
         print("planter:", pid)
     """)
     assert first.ok, first.stderr
-    assert not _host_processes_named("trellis-planter")  # it died with its container
+    assert not host_processes_named("trellis-planter")  # it died with its container
 
     second = run(executor, """
         import os, time
@@ -245,14 +246,3 @@ def test_the_warm_folder_holds_the_disk_cap_of_its_limits(executor):
             print("refused:", exc.errno)
     """, max_disk_mb=40, max_file_mb=2000)
     assert attempts(result).get("refused") == "28", result.stdout + result.stderr  # ENOSPC, from the kernel
-
-
-def _host_processes_named(name: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and open(f"/proc/{entry}/comm").read().strip() == name:
-                found.append(int(entry))
-        except OSError:
-            pass
-    return found

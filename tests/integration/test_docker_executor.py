@@ -331,7 +331,7 @@ def test_two_programs_never_share_a_container(warm_executor):
     """), limits=ExecutionLimits(wall_seconds=60)))
     assert first.ok, first.stderr
     assert "left running" in first.stdout
-    assert not _host_processes_named("trellis-leftovr")  # gone with its container
+    assert not host_processes_named("trellis-leftovr")  # gone with its container
 
     second = run_request(ex, ExecutionRequest(code=textwrap.dedent("""
         import ctypes, os
@@ -412,7 +412,8 @@ def test_trellis_sandbox_warm_0_turns_the_pool_off(docker_image, tmp_path, monke
     assert DockerExecutor(tmp_path / "other").pool.size == (2 if os.geteuid() == 0 else 0)
 
 
-def _host_processes_named(name: str) -> list[int]:
+def host_processes_named(name: str) -> list[int]:
+    """Pids of this machine's processes of that name (what a program forked, seen from the host)."""
     found = []
     for entry in os.listdir("/proc"):
         try:
