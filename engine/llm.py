@@ -72,9 +72,12 @@ def count_tokens(model: str, messages: list[dict]) -> int:
     one by one and each kept: a role's instructions and the task's text recur in every call, and
     tokenizing them again was most of a call's time."""
     if model.startswith(OFFLINE_PROVIDER + "/"):
-        from .offline.chat import prompt_tokens_of
+        from .token_count import NotCountedHere, count_messages
 
-        return prompt_tokens_of(messages)
+        try:
+            return count_messages(messages)
+        except NotCountedHere:  # no encoding file, or a message in parts: litellm counts it
+            return _count_uncached(TOKEN_MODEL, messages)
     if messages and all(_plain(m) for m in messages):
         # litellm's count is a sum over the messages plus a constant for the reply's priming
         counts = [_counted_message(model, tuple(m.items())) if len(m.get("content", "")) <= _CACHED_CHARS

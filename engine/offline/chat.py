@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from ..llm import OFFLINE_MODEL, count_text_tokens, count_tokens  # litellm only if the tokenizer fails
 from .scientist import answer
-from ..token_count import NotCountedHere, count_messages, count_text
 
 
 def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> tuple[dict, str, tuple[int, int]]:
@@ -23,17 +23,5 @@ def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> t
              "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], sort_keys=True)}}
             for i, c in enumerate(said.tool_calls)]}
         text = message["tool_calls"][0]["function"]["arguments"]  # something to count
-    prompt_tokens = prompt_tokens_of(messages)
-    completion_tokens = count_text(text)
-    return message, "tool_calls" if said.tool_calls else "stop", (prompt_tokens, completion_tokens)
-
-
-def prompt_tokens_of(messages: list) -> int:
-    """gpt-4o's count of the prompt (engine/token_count.py); litellm's, for what that module
-    does not count."""
-    try:
-        return count_messages(messages)
-    except NotCountedHere:
-        from ..llm import get_litellm
-
-        return int(get_litellm().token_counter(model="gpt-4o", messages=messages))
+    usage = (count_tokens(OFFLINE_MODEL, messages), count_text_tokens(text))
+    return message, "tool_calls" if said.tool_calls else "stop", usage

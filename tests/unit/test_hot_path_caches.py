@@ -142,6 +142,11 @@ def test_without_the_encoding_file_counts_come_from_litellm_and_the_file_is_soug
             assert [count_tokens("trellis/offline-scientist", m) for m in PROMPTS[:2]] == expected
         assert count_text_tokens("no answer counted before") == lm.token_counter(model="gpt-4o",
                                                                                  text="no answer counted before")
+        # the offline scientist still answers, its usage counted by litellm
+        from engine.llm import offline_completion
+
+        answered = offline_completion({"messages": PROMPTS[0], "seed": 1})
+        assert answered.usage.prompt_tokens == expected[0] and answered.usage.completion_tokens > 0
         assert asked == ["o200k_base"]
     finally:
         token_count._load_encoding.cache_clear()
