@@ -115,14 +115,14 @@ _AHEAD_LOCK = threading.Lock()
 
 def embed_ahead(text: str, device: str = "cpu") -> bool:
     """Start embedding ``text`` in a process of its own; whether one was started (not when the
-    vector is known, being made, or the model is loaded here already)."""
+    vector is known, being made, or the model is loaded or being loaded here)."""
     import subprocess
     import sys
 
     key = (device, text)
     with _AHEAD_LOCK:
-        if key in _CACHE or key in _AHEAD or device in _MODELS:
-            return False
+        if key in _CACHE or key in _AHEAD or device in _MODELS or _BACKGROUND is not None:
+            return False  # known, on its way, or the model is here (or being loaded here)
         try:
             process = subprocess.Popen([sys.executable, "-m", "engine.embedding", device], cwd=_PROJECT_ROOT,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -196,7 +196,7 @@ def _import_and_load(device: str) -> Any:
 class MeanPooledModel:
     """A sentence-transformers model folder whose pipeline is a transformer, mean pooling over the
     tokens and (optionally) normalization, run with transformers alone: the encode() that
-    TaskEmbedder uses, giving the same vectors (to 1e-7, tests/unit/test_archive.py compares them).
+    TaskEmbedder uses, giving the same vectors (within 1e-5, tests/unit/test_archive.py compares them).
     Why not sentence-transformers itself: importing it pulls in scikit-learn and scipy, a second of
     a fresh process's first search that these three steps do not need. A folder of any other shape
     is loaded by sentence-transformers (``fits`` says which)."""

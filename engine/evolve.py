@@ -119,6 +119,15 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 
         embedder = TaskEmbedder()  # loads its model only when synthesis or a review first ranks with it
     task = load_task(task_folder)
+    archive = None
+    if archive_dir is not None:
+        from .archive import WorkflowArchive
+
+        archive = WorkflowArchive(archive_dir)
+        restarting = bool(resume and resume.get("start"))
+        if not restarting and (start == "archive" if start is not None else warm_start):
+            # a task new to the archive is embedded by a process of its own while this one goes on
+            archive.prepare_lookup(task)
     # Bad data is a clear error here, before anything is written or any token spent.
     preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
     load_config()  # and an unusable MCP server configuration (engine/tools/config.py)
@@ -143,11 +152,6 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     # The MCP servers, started once for the whole search: every probe's agents call the same ones.
     tools = discover(task, run_dir, tracer, out)
     started = time.perf_counter()
-    archive = None
-    if archive_dir is not None:
-        from .archive import WorkflowArchive
-
-        archive = WorkflowArchive(archive_dir)
     if resume and resume.get("start"):  # the start chosen before the interruption, not a new one
         initial_wf, start_info = Workflow.from_dict(resume["start"]["workflow"]), resume["start"]["info"]
     elif start is not None:

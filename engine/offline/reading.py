@@ -10,7 +10,6 @@ language scientists write tasks in, not words of any one task.
 from __future__ import annotations
 
 import functools
-
 import json
 import re
 from dataclasses import dataclass, field

@@ -77,3 +77,25 @@ def test_a_final_workflow_without_an_official_score_fails_the_run_and_is_not_arc
     assert result.archived == {"skipped": result.failed}
     finished = [e for e in read_events(result.run_dir / "search.jsonl") if e.kind == "search_finished"]
     assert finished[0].payload["failed"] == result.failed
+
+
+def test_a_new_tasks_text_is_embedded_ahead_only_by_a_search_that_will_look_it_up(tmp_path, examples, monkeypatch):
+    """The search decides whether it consults the archive (a warm start, or --start archive), and only
+    then is a task's text handed to a process of its own to embed; SciMARS adapts within the task."""
+    from engine.archive import WorkflowArchive
+
+    asked = []
+    monkeypatch.setattr(WorkflowArchive, "prepare_lookup", lambda self, task: asked.append(task.name) or False)
+
+    def run(search, **kw):
+        return evolve(examples / "discontinuous-1d", search, iterations=0, seed=1, runs_dir=tmp_path, out=io.StringIO(),
+                      archive_dir=tmp_path / "archive", executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False,
+                      **kw)
+
+    run("mimosa")
+    assert asked == ["discontinuous-1d"]
+    run("scimars")
+    run("mimosa", start="team")
+    assert asked == ["discontinuous-1d"]
+    run("scimars", start="archive")
+    assert asked == ["discontinuous-1d"] * 2

@@ -6,7 +6,6 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.archive import WorkflowArchive
 from engine.budget import Budget
 from engine.cli import add_executor_argument, add_model_arguments, bounded, cassette, check_task, model_settings
 from engine.errors import TrellisError
@@ -65,11 +64,8 @@ class Command(BaseCommand):
                                    "version in the studio")
             return self._in_studio(o)
         try:
-            task = load_task(o["task"])
-            if not o["no_archive"]:  # the warm start's embedding model, loaded while the data is checked
-                WorkflowArchive(settings.TRELLIS_ARCHIVE_DIR).prepare_lookup(task)
             # the data is checked before the search spends a token on it
-            check_task(task, self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
+            check_task(load_task(o["task"]), self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
             args = argparse.Namespace(**o, runs_dir=str(settings.TRELLIS_RUNS_DIR), cache=False)
             cache_dir, replay_only = cassette(args)
             result = evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
