@@ -16,7 +16,6 @@ trace or a page: settings name the *environment variable* that holds it (``api_k
 """
 from __future__ import annotations
 
-import functools
 import math
 import os
 import re
@@ -146,14 +145,9 @@ ENVIRONMENT = {
 def from_environment(env: Mapping[str, str], role: str | None = None) -> ModelOptions:
     """What the environment says, for every role (role None) or for one."""
     suffix = f"_{role.upper()}" if role else ""
-    return _options_of(tuple(env.get(var + suffix) for var in ENVIRONMENT.values()), role)
-
-
-@functools.lru_cache(maxsize=256)
-def _options_of(values: tuple, role: str | None) -> ModelOptions:
-    # read on every model call: the variables are read each time (they may change), the parsing kept
-    found = {name: v for name, v in zip(ENVIRONMENT, values) if v not in (None, "")}
-    return ModelOptions.from_dict(found, where=f"the environment ({'TRELLIS_*_' + role.upper() if role else 'TRELLIS_*'})")
+    values = {name: env.get(var + suffix) for name, var in ENVIRONMENT.items()}
+    return ModelOptions.from_dict({k: v for k, v in values.items() if v not in (None, "")},
+                                  where=f"the environment ({'TRELLIS_*_' + role.upper() if role else 'TRELLIS_*'})")
 
 
 @dataclass(frozen=True)
@@ -245,16 +239,8 @@ class ModelSettings:
     def endpoint(self, role: str, agent_model: str | None = None, agent_options: ModelOptions | None = None,
                  env: Mapping[str, str] = os.environ) -> Endpoint:
         """The endpoint that serves ``role`` (see the module's docstring for the order)."""
-        role_env, run_env = from_environment(env, role), from_environment(env)
-        key = (role, agent_model, agent_options, role_env, run_env)
-        cache = self.__dict__.setdefault("_endpoints", {})  # every model call asks: resolved once
-        if key not in cache:
-            cache[key] = self._resolve(role, agent_model, agent_options, role_env, run_env)
-        return cache[key]
-
-    def _resolve(self, role: str, agent_model: str | None, agent_options: ModelOptions | None,
-                 role_env: ModelOptions, run_env: ModelOptions) -> Endpoint:
         own = self.roles.get(role, ModelOptions())
+        role_env, run_env = from_environment(env, role), from_environment(env)
         agent = replace(agent_options or ModelOptions(), model=agent_model)
         model = (own.model or self.run.model or role_env.model or agent.model or run_env.model or OFFLINE_MODEL)
         merged = own.over(self.run).over(role_env).over(agent).over(run_env)
