@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import TrellisError
 from .limits import MAX_NAME_CHARS, model_problem
@@ -225,12 +225,86 @@ class Endpoint:
         return f"{self.model} at {d['endpoint']} ({', '.join(extra)})"
 
 
+def _url_parts(url: str) -> tuple[str, str, int | None, str]:
+    """scheme, host, port and path of a URL, normalised for comparison (the default port made
+    explicit, no trailing slash)."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any user name and password in it replaced by ``***`` (a URL shown or stored)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class EndpointPolicy:
+    """Which endpoints and key variables a run may name, decided by the operator.
+
+    A browser user must never choose where a worker sends a request nor which of its
+    environment variables goes with it: the studio builds one of these from its settings and
+    the project's operator-only lists, and every endpoint a run resolves is held against it (the
+    run's settings, each role's, and an agent's own in a workflow someone edited). What the
+    worker's own environment says (``TRELLIS_API_BASE``, ``TRELLIS_API_KEY_ENV``) is the
+    operator's choice already and always allowed. The command line, run by the operator, has no
+    policy. A refusal names what is allowed, never whether a variable is set.
+    """
+
+    api_bases: tuple[str, ...] = ()
+    key_envs: tuple[str, ...] = ()
+
+    def allows_base(self, url: str) -> bool:
+        scheme, host, port, path = _url_parts(url)
+        if "@" in urlsplit(url.strip()).netloc:
+            return False  # credentials belong in a key variable, not in a URL a page shows
+        for allowed in self.api_bases:
+            a_scheme, a_host, a_port, a_path = _url_parts(allowed)
+            if (scheme, host, port) == (a_scheme, a_host, a_port) and (path == a_path or path.startswith(a_path + "/")):
+                return True
+        return False
+
+    def problems(self, options: "ModelOptions", where: str = "") -> list[str]:
+        """What in ``options`` this policy refuses, each with what is allowed instead."""
+        at = f"{where}: " if where else ""
+        out = []
+        if options.api_base is not None and not self.allows_base(options.api_base):
+            allowed = ", ".join(self.api_bases) or "none (the provider's own endpoint only)"
+            out.append(f"{at}API base {redact_url(options.api_base)[:120]!r} is not an endpoint this project may use; "
+                       f"allowed: {allowed}. The operator adds endpoints (TRELLIS_MODEL_ENDPOINTS, or the "
+                       "project's own list in the admin).")
+        if options.api_key_env is not None and options.api_key_env not in self.key_envs:
+            allowed = ", ".join(self.key_envs) or "none"
+            out.append(f"{at}key variable {options.api_key_env[:40]!r} is not one this project may use; "
+                       f"allowed: {allowed}. The operator adds key variables (TRELLIS_MODEL_KEY_VARIABLES, or the "
+                       "project's own list in the admin).")
+        return out
+
+    def check(self, settings: "ModelSettings") -> None:
+        """Raise ModelSettingsError when the run's or a role's settings name what is not allowed."""
+        problems = self.problems(settings.run)
+        for role, options in sorted(settings.roles.items()):
+            problems += self.problems(options, f"role {role}")
+        if problems:
+            raise ModelSettingsError("; ".join(problems))
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """The run's model settings: its own, and each role's."""
 
     run: ModelOptions = field(default_factory=ModelOptions)
     roles: Mapping[str, ModelOptions] = field(default_factory=dict)
+    # The operator's bounds (EndpointPolicy); None: the command line, where the operator is the user.
+    policy: EndpointPolicy | None = field(default=None, compare=False)
 
     @classmethod
     def of(cls, model: str | None = None, **options: object) -> "ModelSettings":
@@ -244,12 +318,31 @@ class ModelSettings:
         agent = replace(agent_options or ModelOptions(), model=agent_model)
         model = (own.model or self.run.model or role_env.model or agent.model or run_env.model or OFFLINE_MODEL)
         merged = own.over(self.run).over(role_env).over(agent).over(run_env)
+        if self.policy is not None:
+            self._check_policy(role, merged, role_env, run_env)
         return Endpoint(
             model=model, api_base=merged.api_base, api_key_env=merged.api_key_env,
             max_answer_tokens=merged.max_answer_tokens or (
                 min(DEFAULT_ANSWER_TOKENS, merged.context_tokens // 2) if merged.context_tokens else DEFAULT_ANSWER_TOKENS),
             context_tokens=merged.context_tokens, timeout_s=merged.timeout_s or DEFAULT_TIMEOUT_S,
             price_in=merged.price_in, price_out=merged.price_out, structured=merged.structured or "auto")
+
+    def _check_policy(self, role: str, merged: ModelOptions, *environment: ModelOptions) -> None:
+        """The resolved endpoint against the operator's policy; the worker's environment is the
+        operator's own choice and passes."""
+        assert self.policy is not None
+        trusted = EndpointPolicy(
+            api_bases=self.policy.api_bases + tuple(e.api_base for e in environment if e.api_base),
+            key_envs=self.policy.key_envs + tuple(e.api_key_env for e in environment if e.api_key_env))
+        problems = trusted.problems(ModelOptions(api_base=merged.api_base, api_key_env=merged.api_key_env),
+                                    f"role {role}")
+        if problems:
+            raise ModelSettingsError("; ".join(problems))
+
+    def bounded(self, policy: EndpointPolicy) -> "ModelSettings":
+        """These settings held to ``policy`` from now on (every endpoint resolved is checked)."""
+        policy.check(self)
+        return replace(self, policy=policy)
 
     def to_dict(self) -> dict:
         return {"run": self.run.to_dict(), "roles": {r: o.to_dict() for r, o in sorted(self.roles.items())}}

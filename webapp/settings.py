@@ -247,6 +247,12 @@ TRELLIS_TASK_UPLOAD_MAX_FILES = int(os.environ.get("TRELLIS_TASK_UPLOAD_MAX_FILE
 # write fails for want of space, so the run's state can still be recorded.
 TRELLIS_MIN_FREE_MB = int(os.environ.get("TRELLIS_MIN_FREE_MB", "500"))
 TRELLIS_DISK_RESERVE_MB = int(os.environ.get("TRELLIS_DISK_RESERVE_MB", "64"))
+# What a browser user may point a run's models at (issue 37): API bases (a URL; its sub-paths too)
+# and the names of environment variables holding keys, comma-separated. Anything else is refused,
+# in the form and by the worker; a project may have more, added by staff in the admin.
+TRELLIS_MODEL_ENDPOINTS = [u.strip() for u in os.environ.get("TRELLIS_MODEL_ENDPOINTS", "").split(",") if u.strip()]
+TRELLIS_MODEL_KEY_VARIABLES = [v.strip() for v in os.environ.get("TRELLIS_MODEL_KEY_VARIABLES", "").split(",")
+                               if v.strip()]
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).
 TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))
 # Annotation import (issue 26 item 15): a file of more bytes or rows is refused, nothing written,

@@ -2,7 +2,15 @@ from django.contrib import admin
 
 from .models import Event, Judgement, Membership, Mutation, Project, Run, Task, WorkflowVersion
 
-admin.site.register([Project, Task, WorkflowVersion, Judgement])
+admin.site.register([Task, WorkflowVersion, Judgement])
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    """Staff alone set which model endpoints and key variables a project's runs may name."""
+
+    list_display = ("name", "created")
+    fields = ("name", "description", "model_endpoints", "model_key_variables")
 
 
 @admin.register(Run)

@@ -15,6 +15,7 @@ import json
 from django.db import transaction
 
 from engine.errors import TrellisError, WorkflowValidationError
+from engine.models import EndpointPolicy
 from engine.workflow import Workflow
 
 from . import controls
@@ -29,8 +30,9 @@ class ForkError(ValueError):
         self.problems = problems
 
 
-def parse_workflow(text: str) -> dict:
-    """The edited workflow, checked; raises ForkError naming every problem."""
+def parse_workflow(text: str, policy: EndpointPolicy | None = None) -> dict:
+    """The edited workflow, checked (an agent's own endpoint against the operator's ``policy``);
+    raises ForkError naming every problem."""
     if len(text) > MAX_WORKFLOW_CHARS:
         raise ForkError([f"the workflow is {len(text):,} characters; at most {MAX_WORKFLOW_CHARS:,}"])
     try:
@@ -47,6 +49,11 @@ def parse_workflow(text: str) -> dict:
     except (TrellisError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ForkError([f"not a workflow: {exc}"]) from None
     problems = workflow.problems()
+    if policy is not None and not problems:
+        for agent in workflow.agents:
+            options = agent.endpoint_options()
+            if options is not None:
+                problems += policy.problems(options, f"agent {agent.id}")
     if problems:
         raise ForkError(problems)
     return workflow.to_dict()

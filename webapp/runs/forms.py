@@ -14,6 +14,7 @@ from engine.synthesis.start import START_CHOICES
 START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
+from . import model_policy
 from .models import EXECUTOR_CHOICES, GatePolicy, Run
 
 
@@ -177,10 +178,20 @@ class NewRunForm(forms.Form):
             except ModelSettingsError as exc:
                 self.add_error(name, str(exc))
                 continue
-            if setting == "api_key_env" and not os.environ.get(given[setting]):
-                # the worker runs with the studio's environment: a run would fail at its first call
-                self.add_error(name, f"{given[setting]} is not set in the environment Trellis runs in; "
-                                     "set it before starting Trellis, or leave this blank for a server without keys")
+        # The operator's bounds: refused by name, never saying whether a variable is set.
+        policy = model_policy.policy_for_name(d.get("project"))
+        for name, setting in (("api_base", "api_base"), ("api_key_env", "api_key_env")):
+            if given.get(setting) is not None and name not in self.errors:
+                for problem in policy.problems(ModelOptions(**{setting: given[setting]})):
+                    self.add_error(name, problem)
+        key_env = given.get("api_key_env")
+        if key_env and "api_key_env" not in self.errors and not os.environ.get(key_env):
+            # an allowed variable the studio lacks: the operator's own list, so saying so leaks nothing
+            self.add_error("api_key_env", f"{key_env} is allowed but not set in the environment Trellis runs in; "
+                                          "ask the operator to set it, or leave this blank")
+        for role, options in (d.get("role_settings") or {}).items():
+            for problem in policy.problems(options, f"role {role}"):
+                self.add_error("role_settings", problem)
         search = d.get("search")
         # evolve() refuses it too (ValueError), but only once a worker runs it: say so here.
         if d.get("memory") and search and search not in TAKES_MEMORY:

@@ -21,6 +21,12 @@ class Project(models.Model):
     name = models.CharField(max_length=120, unique=True)
     description = models.TextField(blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # The operator's (staff, through the admin) additions to TRELLIS_MODEL_ENDPOINTS and
+    # TRELLIS_MODEL_KEY_VARIABLES for this project: one per line. No view of the studio writes them.
+    model_endpoints = models.TextField(blank=True, help_text="API bases this project's runs may use, one per line "
+                                                             "(a URL; its sub-paths are allowed too)")
+    model_key_variables = models.TextField(blank=True, help_text="environment variables holding API keys that this "
+                                                                 "project's runs may name, one per line")
 
     def __str__(self) -> str:
         return self.name

@@ -17,7 +17,7 @@ from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 from webapp import disk
 
-from . import live
+from . import live, model_policy
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 
@@ -54,11 +54,13 @@ def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
         from engine.evolve import evolve
         from engine.models import ModelSettings
 
+        # Held to the operator's policy as it stands now: settings saved before it changed, and
+        # an agent's own endpoint in an edited workflow, are refused here before any request.
+        models = ModelSettings.from_dict(run.model_settings).bounded(model_policy.policy_for(run.task.project))
         result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
                         budget=Budget(max_tokens=run.max_tokens), out=log_out,
                         gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
-                        model_override=run.model or None, models=ModelSettings.from_dict(run.model_settings)
-                        if run.model_settings else None, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
+                        model_override=run.model or None, models=models, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                         run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
                         single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
                         start=run.start or None, node_token_cap=run.node_token_cap)

@@ -25,7 +25,7 @@ from engine.assessment import evaluator_draft
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 
-from . import access, controls, evidence, forking, fragments, invitations, live, members
+from . import access, controls, evidence, forking, fragments, invitations, live, members, model_policy
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
@@ -70,7 +70,7 @@ def fork(request: HttpRequest, run_id: int, number: int) -> HttpResponse:
     iterations = request.POST.get("iterations", "")
     context["iterations"] = iterations
     try:
-        workflow = forking.parse_workflow(context["workflow_text"])
+        workflow = forking.parse_workflow(context["workflow_text"], model_policy.policy_for(run.task.project))
         count = int(iterations) if iterations.strip() else None
         if count is not None and not 1 <= count <= 50:
             raise forking.ForkError(["iterations must be between 1 and 50"])
@@ -115,10 +115,12 @@ def new_run(request: HttpRequest) -> HttpResponse:
                                   "project name to start your own project.")
         return _home(request, form, status=403)
     try:
+        # the task's checks run its evaluate.py: outside the transaction (no write lock held meanwhile)
+        spec = controls.checked_task(form.cleaned_data["task_folder"])
         with transaction.atomic():
             # raises _ProjectTaken when someone else created it since the check above
             project, created = _project_to_write(request, name)
-            task = controls.task_for_folder(project, form.cleaned_data["task_folder"])
+            task = controls.register_task(project, spec)
             run = controls.start_run(task, request.user, **form.run_options())
             audit(project, request.user, "start", run=run, task=task.name, search=run.search,
                   new_project=created)
@@ -173,9 +175,10 @@ def add_task(request: HttpRequest) -> HttpResponse:
                 return render(request, "runs/approve_evaluator.html", {
                     "draft": draft, "folder": str(folder), "project": name, "sha": draft.sha256,
                     "upload": upload is not None})
+            spec = controls.checked_task(folder)  # runs evaluate.py: never inside the transaction
             with transaction.atomic():
                 project, created = _project_to_write(request, name)
-                task = controls.task_for_folder(project, folder)
+                task = controls.register_task(project, spec)
                 audit(project, request.user, "task", task=task.name, folder=str(folder),
                       source="upload" if upload is not None else "path", new_project=created)
             return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")
@@ -227,8 +230,9 @@ def approve_evaluator(request: HttpRequest) -> HttpResponse:
     try:
         project, created = _project_to_write(request, name)
         evaluator_draft.approve(folder, request.POST.get("sha", ""), request.user.get_username())
+        spec = controls.checked_task(folder)
         with transaction.atomic():
-            task = controls.task_for_folder(project, folder)
+            task = controls.register_task(project, spec)
             audit(project, request.user, "evaluator_approved", task=task.name, folder=str(folder),
                   sha256=request.POST.get("sha", "")[:64], new_project=created)
         return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")

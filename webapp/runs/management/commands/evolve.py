@@ -101,13 +101,14 @@ class Command(BaseCommand):
         try:
             args = argparse.Namespace(**o, runs_dir=str(settings.TRELLIS_RUNS_DIR))
             models = model_settings(args)
+            spec = controls.checked_task(o["task"])  # runs evaluate.py: not inside the transaction
             with transaction.atomic():
                 project, created = Project.objects.get_or_create(name=o["project"])
                 if created and user is not None:
                     Membership.objects.create(project=project, user=user, role=Role.OWNER)
                 elif user is not None and (access.role_of(user, project) or 0) < access.REVIEW:
                     raise CommandError(f"{user.get_username()} is not a reviewer of {project.name!r}")
-                task = controls.task_for_folder(project, o["task"])
+                task = controls.register_task(project, spec)
         except PreflightError as exc:
             raise CommandError(str(exc)) from exc
         except (TrellisError, ValueError) as exc:
