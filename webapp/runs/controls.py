@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import kombu.exceptions
@@ -11,6 +12,7 @@ import redis
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from engine.preflight import preflight
@@ -18,7 +20,7 @@ from engine.task import Task as TaskSpec, load_task
 
 from . import live
 from .bridge import broadcast, close_moot
-from .models import Project, Run, RunStatus, Task
+from .models import RESUMABLE_STATUSES, Project, Run, RunStatus, Task
 
 log = logging.getLogger(__name__)
 # What publishing a task raises when the broker is down or was just restarted empty.
@@ -77,13 +79,18 @@ def task_for_folder(project: Project, folder: str | Path) -> Task:
     return register_task(project, checked_task(folder))
 
 
-def _enqueue(run: Run) -> None:
+def _enqueue(run: Run, only: Q | None = None) -> None:
     """A new lease, then the message for a worker. The message goes once the lease is committed
     (a worker must find it); when it cannot go, the run is never left "queued" with nothing in
     the queue: it becomes interrupted, resumable, and QueueUnavailable says why (raised from
     the commit when called inside a transaction)."""
     lease = uuid.uuid4().hex
-    Run.objects.filter(pk=run.pk).update(lease=lease, status=RunStatus.QUEUED, heartbeat=None, status_reason="")
+    rows = Run.objects.filter(pk=run.pk)
+    if only is not None:
+        rows = rows.filter(only)
+    if not rows.update(lease=lease, status=RunStatus.QUEUED, heartbeat=None, status_reason=""):
+        raise ControlError("the run's worker is alive and working on it (its heartbeat is fresh); "
+                           "resume is for a run whose worker stopped")
     run.lease, run.status = lease, RunStatus.QUEUED
     transaction.on_commit(lambda: _publish(run, lease))
 
@@ -242,7 +249,11 @@ def resume_run(run: Run) -> None:
     if not run.can_resume:
         raise ControlError(f"this run is {run.get_status_display()}; only a paused, failed or interrupted run resumes")
     refuse_when_disk_full()
-    _enqueue(run)
+    # Checked again as the row is written: a worker that beat since the page was read keeps its run.
+    stale = timezone.now() - timedelta(seconds=settings.TRELLIS_HEARTBEAT_STALE_S)
+    lost = Q(status__in=[RunStatus.RUNNING, RunStatus.PAUSING, RunStatus.CANCELLING]) & (
+        Q(heartbeat__isnull=True) | Q(heartbeat__lt=stale))
+    _enqueue(run, only=Q(status__in=RESUMABLE_STATUSES) | lost)
 
 
 def cancel_run(run: Run) -> None:

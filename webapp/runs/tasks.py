@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import traceback
 from typing import TextIO
 
@@ -10,6 +11,7 @@ from billiard.exceptions import WorkerLostError
 from celery import shared_task
 from celery.signals import task_failure
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from engine.budget import Budget
@@ -50,6 +52,43 @@ def execute_run(run_id: int, lease: str, out: TextIO | None = None) -> str:
     broadcast(run, live.status_message(RunStatus.RUNNING))
     sink = RunEventSink(run, lease)
     log_out = out or io.StringIO()
+    with Heartbeat(run_id, lease):
+        return _execute(run, lease, sink, log_out)
+
+
+class Heartbeat:
+    """Beats the run's heartbeat while its worker works, whatever the engine writes: a step may
+    go a minute without an event (a long program, a slow model), and a page would then call a
+    healthy run "worker lost" and let a person resume it away from its worker."""
+
+    def __init__(self, run_id: int, lease: str, interval_s: float | None = None):
+        self.run_id, self.lease = run_id, lease
+        self.interval_s = interval_s or max(1.0, settings.TRELLIS_HEARTBEAT_STALE_S / 3)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"trellis-heartbeat-{run_id}", daemon=True)
+
+    def _beat(self) -> None:
+        try:
+            while not self.stop.wait(self.interval_s):
+                try:
+                    if not Run.objects.filter(pk=self.run_id, lease=self.lease).update(heartbeat=timezone.now()):
+                        return  # the run was taken over (resumed elsewhere) or settled
+                except Exception:  # noqa: BLE001 - a busy database: the next beat tries again
+                    log.warning("run %s: heartbeat not written", self.run_id, exc_info=True)
+        finally:
+            connection.close()  # this thread's own connection
+
+    def __enter__(self) -> "Heartbeat":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
+    run_id = run.pk
     try:
         from engine.evolve import evolve
         from engine.models import ModelSettings
