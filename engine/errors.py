@@ -95,3 +95,13 @@ class AwaitingDecision(TrellisError):
         self.n = n
         self.key = key
         super().__init__(f"iteration {n}: proposal {key[:12]} waits for a person's decision")
+
+
+class ExecutorLost(RunInterrupted):
+    """The sandbox itself went away (the Docker daemon stopped answering): every later program
+    would fail for a reason that is not its own, so the run stops, paused, with the reason, and
+    a person resumes it once the sandbox is back (or on another sandbox)."""
+
+    def __init__(self, why: str):
+        super().__init__(f"paused: {why}; start it again, then resume the run (or resume it with the subprocess "
+                         "sandbox)")

@@ -293,8 +293,11 @@ def _parse_data_config(folder: Path) -> Resources:
         features = _header_features(folder, files, id_column, target)
     try:
         limits = ExecutionLimits.from_dict(raw.get("limits"))
+        above = limits.over_ceilings()
     except (TypeError, ValueError) as exc:
         raise TaskSpecError("Data_config.json", f"'limits': {exc}") from exc
+    if above:
+        raise TaskSpecError("Data_config.json", f"'limits': {'; '.join(above)}")
     return Resources(
         files=dict(files), target=target, id_column=id_column,
         features=tuple(features), predictions_file=preds.get("file", "predictions.csv"),

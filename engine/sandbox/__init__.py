@@ -10,7 +10,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Callable, Literal, Protocol
+from typing import Callable, Literal, Mapping, Protocol
 
 from ..limits import EXECUTION_LIMIT_RANGES, LimitError, number_problem
 
@@ -47,6 +47,46 @@ class ExecutionLimits:
         if problems:
             raise LimitError("; ".join(problems))
         return cls(**data)
+
+    def over_ceilings(self, ceilings: "Mapping[str, float] | None" = None) -> list[str]:
+        """Each limit above the operator's ceiling, named with the variable that raises it."""
+        ceilings = operator_ceilings() if ceilings is None else ceilings
+        return [f"{name} {getattr(self, name):g} is above this studio's ceiling of {ceiling:g} "
+                f"(the operator's {ceiling_variable(name)})"
+                for name, ceiling in ceilings.items() if getattr(self, name) > ceiling]
+
+
+# The operator's ceilings on what a task folder may ask of the sandbox (issue 37): a task is
+# written by whoever uploads it, and 64 GB of memory or a day of wall clock is the operator's to
+# grant. TRELLIS_SANDBOX_MAX_<LIMIT> on the machine that loads the task (web and workers alike).
+DEFAULT_CEILINGS: dict[str, float] = {
+    "wall_seconds": 6 * 3600, "cpu_seconds": 6 * 3600, "memory_mb": 16_384, "max_file_mb": 4_096,
+    "max_processes": 1_024, "max_disk_mb": 20_480, "max_files": 1_000_000, "stdout_tail_chars": 1_000_000,
+}
+
+
+def ceiling_variable(name: str) -> str:
+    return f"TRELLIS_SANDBOX_MAX_{name.upper()}"
+
+
+def operator_ceilings(env: "Mapping[str, str] | None" = None) -> dict[str, float]:
+    """Each limit's ceiling: the environment's, else the default. A ceiling that is not a
+    positive number is a configuration error, said with its variable."""
+    env = os.environ if env is None else env
+    out = {}
+    for name, default in DEFAULT_CEILINGS.items():
+        text = env.get(ceiling_variable(name), "").strip()
+        if not text:
+            out[name] = default
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise LimitError(f"{ceiling_variable(name)}={text[:40]!r} is not a number") from None
+        if not value > 0:
+            raise LimitError(f"{ceiling_variable(name)} must be positive, not {text[:40]!r}")
+        out[name] = value
+    return out
 
 
 def _limit_problem(cls: type, name: str, value: object) -> str | None:

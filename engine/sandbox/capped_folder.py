@@ -289,6 +289,8 @@ def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: Pure
 
     premade = folder is not None
     if folder is None:
+        if (refused := cap_above_free_space(root, request.limits, executor)) is not None:
+            return refused
         folder = CappedFolder(Path(tempfile.mkdtemp(prefix=workdir_prefix(), dir=root)),
                               request.limits.max_disk_mb * 1024 * 1024, request.limits.max_files)
     workdir = folder.path
@@ -304,12 +306,47 @@ def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: Pure
         result = execute(workdir)
         if why := folder.full(result.stderr):
             result.stderr += f"\nsandbox: {why}\n"
-        result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
+        try:
+            result.files = folder.keep_outputs(skip=placed, skip_dirs=(PRIVATE_DIR,))
+        except OSError as exc:
+            if not is_enospc(exc):
+                raise
+            # the disk the outputs are kept on is full: the program failed, the engine goes on
+            result.status, result.files = "error", {}
+            result.stderr += (f"\nsandbox: its outputs could not be kept: no space left where programs run "
+                              f"({exc}); free some space on the workers' disk\n")
         return result
+    except OSError as exc:
+        if not is_enospc(exc):
+            raise
+        from engine.sandbox import ExecutionResult
+
+        return ExecutionResult(status="error", exit_code=None, stdout="",
+                               stderr=f"sandbox: no space left where programs run ({exc}); the program could "
+                                      "not be run; free some space on the workers' disk",
+                               duration_s=0.0, workdir=workdir, files={}, executor=executor)
     finally:
         folder.release()
         if not keep:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cap_above_free_space(root: Path, limits, executor: str):
+    """The failed result for a working-directory cap above the free space of the disk it is made
+    on (a sparse image that big is no cap: the disk fills first), else None."""
+    from engine.sandbox import ExecutionResult
+
+    try:
+        free_mb = shutil.disk_usage(root).free // (1024 * 1024)
+    except OSError:
+        return None
+    if limits.max_disk_mb <= free_mb:
+        return None
+    return ExecutionResult(status="error", exit_code=None, stdout="",
+                           stderr=(f"sandbox: the program's working-directory cap of {limits.max_disk_mb} MB "
+                                   f"(max_disk_mb) is above the {free_mb} MB free where programs run, so it "
+                                   "would be no cap; lower max_disk_mb in the task's limits or free some space"),
+                           duration_s=0.0, workdir=Path(root), files={}, executor=executor)
 
 
 def inputs_too_big(exc: OSError, limits, workdir: Path, executor: str):

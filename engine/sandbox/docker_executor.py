@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
 
+from engine.errors import ExecutorLost
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
 from engine.sandbox.capped_folder import CappedFolder, run_in_capped_folder, unmount_orphans, workdir_prefix
 from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
@@ -210,6 +211,13 @@ class DockerExecutor:
 
     # -- running ------------------------------------------------------------
 
+    def daemon_answers(self) -> bool:
+        try:
+            self.client.ping()
+            return True
+        except _docker_errors():
+            return False
+
     def run(self, request: ExecutionRequest) -> ExecutionResult:
         entrypoint, inputs = validate_request(request)
         spec = ContainerSpec.of(self, request.limits)
@@ -268,6 +276,8 @@ class DockerExecutor:
                 streams = _Streams(self.client, container.id, self.output_cap_bytes)
                 container.start()
             except _docker_errors() as exc:
+                if not self.daemon_answers():
+                    raise ExecutorLost(f"the Docker daemon stopped answering ({str(exc)[:200]})") from None
                 return ExecutionResult(status="error", exit_code=None, stdout="",
                                        stderr=f"sandbox: could not start the container: {exc}",
                                        duration_s=time.monotonic() - started, workdir=workdir,

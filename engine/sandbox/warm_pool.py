@@ -250,8 +250,10 @@ class WarmPool:
         slot = None
         try:
             slot = self._make(key)
-        except Exception:  # noqa: BLE001 - requests run cold instead; the next one asks again
-            log.exception("sandbox: could not make a warm sandbox; programs start cold meanwhile")
+        except Exception as exc:  # noqa: BLE001 - requests run cold instead; the next one asks again
+            # one line, not a traceback per attempt: a daemon gone away made thousands of lines
+            log.warning("sandbox: could not make a warm sandbox (%s); programs start cold meanwhile",
+                        str(exc)[:300], exc_info=log.isEnabledFor(logging.DEBUG))
         with self._cond:
             self._making[key] -= 1
             if slot is None:
@@ -287,8 +289,9 @@ def _discard_all(slots: list[Slot]) -> None:
 def _quietly(chore: Callable[[], None]) -> None:
     try:
         chore()
-    except Exception:  # noqa: BLE001 - clean-up must not kill a thread of the pool's or close()
-        log.exception("sandbox: a warm sandbox's clean-up failed")
+    except Exception as exc:  # noqa: BLE001 - clean-up must not kill a thread of the pool's or close()
+        log.warning("sandbox: a warm sandbox's clean-up failed (%s)", str(exc)[:300],
+                    exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 # ------------------------------------------------------------- read-only inputs by ownership

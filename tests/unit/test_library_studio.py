@@ -55,8 +55,10 @@ def test_the_library_page_lists_and_filters_what_synthesis_draws_on(demo_user, r
     assert c.get("/library/skill/no-such-skill").status_code == 404
 
 
-def test_a_reviewers_edit_is_checked_then_saved_with_its_history(demo_user, run, library_dir):
-    c = _client(demo_user, run, "reviewer")
+def test_a_staff_edit_is_checked_then_saved_with_its_history(demo_user, run, library_dir):
+    demo_user.is_staff = True
+    demo_user.save()
+    c = _client(demo_user, run, "viewer")
     broken = SKILL.replace("roles: coder", "roles: wizard")
     answer = c.post("/library/skill/new", {"name": "forecast-program", "text": broken})
     assert answer.status_code == 400 and "unknown role(s) wizard" in html.unescape(answer.content.decode())

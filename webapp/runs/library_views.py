@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
@@ -16,8 +17,7 @@ from django.views.decorators.http import require_http_methods
 from engine.library import KINDS, LibraryError, load_library, parse_artifact
 from engine.library.artifact import NAME
 
-from . import access
-from .models import LibraryEdit, Membership
+from .models import AuditEntry, LibraryEdit, Project
 
 EDITABLE = ("skill", "resource")
 TEMPLATE = """# A short title saying what the skill does
@@ -38,8 +38,16 @@ What in a task calls for it.
 
 
 def may_edit(user) -> bool:
-    """Reviewers of any project (they may start runs, which read the library) and staff."""
-    return bool(user.is_staff or Membership.objects.filter(user=user, role__gte=access.REVIEW).exists())
+    """Staff alone: the library is shared by every project's runs, and anyone becomes a project's
+    owner by uploading a task, so a project role must not reach what other projects' agents read."""
+    return bool(user.is_active and user.is_staff)
+
+
+def _audit_everywhere(edit: LibraryEdit, user) -> None:
+    """The edit in every project's audit log: every project's runs read the shared library."""
+    detail = {"kind": edit.kind, "name": edit.name, "version": edit.version[:12], "note": edit.note}
+    AuditEntry.objects.bulk_create([AuditEntry(project=project, actor=f"user:{user.get_username()}", action="library",
+                                               detail=detail) for project in Project.objects.all()], batch_size=500)
 
 
 def _matches(artifact, words: str) -> bool:
@@ -77,7 +85,7 @@ def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse
     status = 200
     if request.method == "POST":
         if not editable:
-            raise PermissionDenied("only a reviewer of a project may edit the library")
+            raise PermissionDenied("only staff edit the shared library")
         text = request.POST.get("text", "").replace("\r\n", "\n")
         save_as = request.POST.get("name", "").strip() if new else name
         try:
@@ -86,8 +94,10 @@ def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse
             if parse_artifact(text, save_as).kind != kind:
                 raise LibraryError(f"this page edits a {kind}; the text says `kind: {parse_artifact(text, save_as).kind}`")
             saved = library.save(save_as, text)
-            LibraryEdit.objects.create(name=saved.name, kind=saved.kind, text=text, version=saved.version,
-                                       author=request.user, note=request.POST.get("note", "")[:500])
+            with transaction.atomic():
+                edit = LibraryEdit.objects.create(name=saved.name, kind=saved.kind, text=text, version=saved.version,
+                                                  author=request.user, note=request.POST.get("note", "")[:500])
+                _audit_everywhere(edit, request.user)
             messages.success(request, f"{saved.kind} {saved.name!r} saved ({saved.version[:12]}); new runs use it")
             return redirect("library_artifact", kind=saved.kind, name=saved.name)
         except LibraryError as exc:

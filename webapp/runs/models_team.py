@@ -130,7 +130,8 @@ class AuditEntry(models.Model):
                ("note", "recorded evidence"), ("share_created", "created a share link"),
                ("share_revoked", "revoked a share link"), ("control", "controlled a run"),
                ("start", "started a run"), ("members", "changed members"), ("import", "imported annotations"),
-               ("task", "added a task"), ("invite", "invited someone"), ("joined", "joined by invitation"), ("fork", "forked a run"))
+               ("task", "added a task"), ("invite", "invited someone"), ("joined", "joined by invitation"), ("fork", "forked a run"),
+               ("library", "edited the shared library"))
 
     project = models.ForeignKey("runs.Project", on_delete=models.CASCADE, related_name="audit")
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
