@@ -103,7 +103,7 @@ def test_a_daemon_that_went_away_pauses_the_run_instead_of_failing_every_program
 
     executor = DockerExecutor(tmp_path / "sandboxes", warm=0)
     try:
-        executor.client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-daemon.sock")  # the daemon is gone
+        executor.client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-daemon.sock", version="1.43")  # the daemon is gone
         with pytest.raises(ExecutorLost) as lost:
             executor.run(ExecutionRequest(code="print('hello')"))
         assert lost.value.reason.startswith("paused: the Docker daemon stopped answering")
