@@ -213,24 +213,27 @@ class ModelGateway:
                     # The gateway does the retrying, so litellm and the provider SDK must not retry too.
                     response = get_litellm().completion(**request, **endpoint.litellm_arguments(), num_retries=0,
                                                   metadata={"trellis_agent": agent, "trellis_role": role})
-            except Exception as exc:  # noqa: BLE001 - classified below; nothing is swallowed
-                kind = provider_error_kind(exc)
+            except Exception as raw:  # noqa: BLE001 - classified below; nothing is swallowed
+                kind = provider_error_kind(raw)
+                # What is shown and stored of it: a provider may echo the key ("Incorrect API key
+                # provided: sk-..."), so the raw error is never chained, printed or traced.
+                exc = ProviderError(endpoint.redact(str(raw)), type(raw).__name__)
                 if kind is None:  # this request's own problem (too long, refused content)
                     self._failed(agent, role, purpose, endpoint, attempt, "request_refused", exc, None)
-                    raise ModelCallError(_refused(model, exc, endpoint, request)) from exc
+                    raise ModelCallError(_refused(model, exc, endpoint, request)) from None
                 retries = RATE_LIMIT_RETRIES if kind == "rate_limit" else self.retries
                 if kind in PERMANENT_ERRORS or attempt > retries:
                     self._failed(agent, role, purpose, endpoint, attempt, kind, exc, None)
-                    raise ModelUnavailable(model, str(exc), kind, agent, role, attempt) from exc
+                    raise ModelUnavailable(model, str(exc), kind, agent, role, attempt) from None
                 last = exc
                 wait = 0.0 if offline else min(0.5 * 2 ** (attempt - 1), 8.0)
                 if kind == "rate_limit":
-                    told = retry_after(exc)
+                    told = retry_after(raw)
                     if told is not None and told > MAX_RETRY_AFTER_S:
                         self._failed(agent, role, purpose, endpoint, attempt, kind, exc, None)
                         raise ModelUnavailable(model, f"rate limited: the provider asks to wait {told:g} s, longer "
                                                f"than Trellis waits ({MAX_RETRY_AFTER_S:g} s): {exc}", kind, agent,
-                                               role, attempt) from exc
+                                               role, attempt) from None
                     wait = max(wait, told or 0.0)
                 self._failed(agent, role, purpose, endpoint, attempt, kind, exc, wait)
                 self._sleep(wait)
@@ -256,6 +259,8 @@ class ModelGateway:
                 if attempt > self.retries:
                     raise ModelCallError(f"{model} failed after {attempt} attempts: {problem}") from last
                 continue
+            if text and endpoint.api_key_env:  # a server that echoes its key into the answer
+                text = endpoint.redact(text)
             return _Answer(text, calls, reported, finish)
 
     def _failed(self, agent: str, role: str, purpose: str, endpoint: Endpoint, attempt: int, kind: str,
@@ -335,10 +340,20 @@ def endpoint_lines(models: ModelSettings, roles: Mapping[str, tuple[str | None, 
     return lines
 
 
+class ProviderError(Exception):
+    """A provider's failure as Trellis shows and stores it: its text with the endpoint's secrets
+    taken out, and the name of the exception it was (``kind``)."""
+
+    def __init__(self, text: str, kind: str):
+        super().__init__(text)
+        self.kind = kind
+
+
 def _refused(model: str, exc: BaseException, endpoint: Endpoint, request: dict) -> str:
     """The message of a request the provider refused as such: a prompt over the context names
     the numbers and the setting that fixes it."""
-    if type(exc).__name__ == "ContextWindowExceededError" or "context" in str(exc).lower() and "length" in str(exc).lower():
+    if getattr(exc, "kind", type(exc).__name__) == "ContextWindowExceededError" or \
+            "context" in str(exc).lower() and "length" in str(exc).lower():
         size = f" (context_tokens is {endpoint.context_tokens:,})" if endpoint.context_tokens else \
             " (tell Trellis the model's context size with context_tokens, and it fits the answer inside it)"
         return (f"{model} refused the request: the prompt and its {request.get('max_tokens', 0):,}-token answer do "

@@ -202,9 +202,27 @@ class Endpoint:
             args["api_key"] = key
         return args
 
+    def secrets(self, env: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+        """What must never be shown or stored: the key's value, and any credentials in the URL."""
+        out = []
+        if self.api_key_env and len(env.get(self.api_key_env) or "") >= 4:
+            out.append(env[self.api_key_env])
+        if self.api_base and "@" in urlsplit(self.api_base).netloc:
+            userinfo = urlsplit(self.api_base).netloc.rsplit("@", 1)[0]
+            out += [part for part in (userinfo, *userinfo.split(":", 1)) if len(part) >= 4]
+        return tuple(sorted(set(out), key=len, reverse=True))
+
+    def redact(self, text: str, env: Mapping[str, str] = os.environ) -> str:
+        """``text`` with this endpoint's secrets replaced by ``***`` (a provider's error that echoes
+        the key, a URL with a password in it)."""
+        for secret in self.secrets(env):
+            text = text.replace(secret, "***")
+        return text
+
     def describe(self) -> dict:
         """The endpoint as a trace, a console or a page may show it: no key, only where it is read from."""
-        out: dict = {"model": self.model, "endpoint": self.api_base or ("offline" if self.offline else "provider default"),
+        shown_base = redact_url(self.api_base) if self.api_base else None
+        out: dict = {"model": self.model, "endpoint": shown_base or ("offline" if self.offline else "provider default"),
                      "max_answer_tokens": self.max_answer_tokens, "timeout_s": self.timeout_s}
         if self.context_tokens is not None:
             out["context_tokens"] = self.context_tokens

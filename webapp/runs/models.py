@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from engine.models import redact_url
 from engine.protocol.gate import Proposal
 from engine.search import registry
 
@@ -145,7 +146,7 @@ class Run(models.Model):
         run = settings.get("run") or {}
         label = self.model or "offline provider"
         if run.get("api_base"):
-            label += f" at {run['api_base']}"
+            label += f" at {redact_url(run['api_base'])}"
         roles = settings.get("roles") or {}
         if roles:
             label += " · " + ", ".join(f"{role}: {options.get('model') or 'own settings'}"
