@@ -477,7 +477,29 @@ def export_rows(annotations: QuerySet[Annotation]) -> list[dict[str, Any]]:
     return list(iter_export_rows(annotations))
 
 
+# A cell a spreadsheet would run as a formula (=HYPERLINK(...), @SUM(...), +cmd|...): written with a
+# leading apostrophe, which spreadsheets show as text, and taken off again by the import (OWASP's
+# advice for CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def spreadsheet_safe(value: object) -> object:
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _from_spreadsheet(value: object) -> object:
+    if isinstance(value, str) and value.startswith("'") and value[1:].startswith(FORMULA_START):
+        return value[1:]
+    return value
+
+
 def _csv_row(r: dict) -> dict:
+    return {k: spreadsheet_safe(v) for k, v in _csv_fields(r).items()}
+
+
+def _csv_fields(r: dict) -> dict:
     return {**r, "labels": LABEL_SEP.join(r["labels"]),
             "passed": "" if r["passed"] is None else ("pass" if r["passed"] else "fail"),
             "score": "" if r["score"] is None else r["score"],
@@ -602,6 +624,7 @@ def read_rows(filename: str, source: str | BinaryIO, max_bytes: int | None = Non
             except csv.Error as exc:
                 yield reader.line_num, f"not CSV ({exc})"
                 return  # the reader cannot go on past a broken field
+            row = {k: _from_spreadsheet(v) for k, v in row.items()}
             labels = (row.get("labels") or "").strip()
             yield reader.line_num, {**row, "labels": [x for x in labels.split(LABEL_SEP) if x.strip()]}
     for n, line in enumerate(lines, start=1):
