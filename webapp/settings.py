@@ -253,6 +253,9 @@ TRELLIS_DISK_RESERVE_MB = int(os.environ.get("TRELLIS_DISK_RESERVE_MB", "64"))
 TRELLIS_MODEL_ENDPOINTS = [u.strip() for u in os.environ.get("TRELLIS_MODEL_ENDPOINTS", "").split(",") if u.strip()]
 TRELLIS_MODEL_KEY_VARIABLES = [v.strip() for v in os.environ.get("TRELLIS_MODEL_KEY_VARIABLES", "").split(",")
                                if v.strip()]
+# Password-reset mails an hour, per address and per requesting IP (webapp/password_reset.py).
+TRELLIS_PASSWORD_RESETS_PER_ADDRESS = int(os.environ.get("TRELLIS_PASSWORD_RESETS_PER_ADDRESS", "3"))
+TRELLIS_PASSWORD_RESETS_PER_IP = int(os.environ.get("TRELLIS_PASSWORD_RESETS_PER_IP", "20"))
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).
 TRELLIS_HEARTBEAT_STALE_S = int(os.environ.get("TRELLIS_HEARTBEAT_STALE_S", "45"))
 # Annotation import (issue 26 item 15): a file of more bytes or rows is refused, nothing written,

@@ -635,6 +635,9 @@ def read_rows(filename: str, source: str | BinaryIO, max_bytes: int | None = Non
         except json.JSONDecodeError as exc:
             yield n, f"not JSON ({exc.msg})"
             continue
+        except RecursionError:
+            yield n, "not an annotation: its JSON is nested too deeply"
+            continue
         yield n, row if isinstance(row, dict) else "not a JSON object"
 
 

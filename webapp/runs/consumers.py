@@ -97,7 +97,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         on; through a share link it never will be."""
         try:
             content = json.loads(text_data or "")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
             content = None
         if isinstance(content, dict) and content.get("type") == "missed":
             await self._missed(content)

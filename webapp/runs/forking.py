@@ -39,6 +39,8 @@ def parse_workflow(text: str, policy: EndpointPolicy | None = None) -> dict:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ForkError([f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"]) from None
+    except RecursionError:
+        raise ForkError(["not a workflow: its JSON is nested too deeply"]) from None
     if not isinstance(data, dict):
         raise ForkError(["the workflow must be a JSON object with agents, edges and routes"])
     data.pop("hash", None)  # edited by hand: its hash is computed again, not checked
@@ -48,6 +50,8 @@ def parse_workflow(text: str, policy: EndpointPolicy | None = None) -> dict:
         raise ForkError(exc.problems) from None
     except (TrellisError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ForkError([f"not a workflow: {exc}"]) from None
+    except RecursionError:
+        raise ForkError(["not a workflow: it is nested too deeply"]) from None
     problems = workflow.problems()
     if policy is not None and not problems:
         for agent in workflow.agents:

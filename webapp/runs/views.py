@@ -605,12 +605,14 @@ def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
         return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
     form = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
     if request.method == "POST" and (form is None or form.is_valid()):
-        user = request.user if form is None else form.save()
-        if form is not None and row.email:
-            user.email = row.email
-            user.save(update_fields=["email"])
         try:
-            invitations.accept(token, user)
+            # one transaction: when someone else used the link a moment before, no account is left
+            with transaction.atomic():
+                user = request.user if form is None else form.save()
+                if form is not None and row.email:
+                    user.email = row.email
+                    user.save(update_fields=["email"])
+                invitations.accept(token, user)
         except invitations.InvitationInvalid as exc:
             return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
         if form is not None:
@@ -628,4 +630,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
     from webapp.health import report
 
     state = report()
+    if not _may_see_health_details(request):
+        # a stranger learns whether the studio is well, not how many workers it has nor its free disk
+        state = {k: v for k, v in state.items() if k not in HEALTH_DETAILS}
     return JsonResponse(state, status=200 if state["ok"] else 503)
+
+
+HEALTH_DETAILS = ("workers", "training_slots", "disk_free_mb")
+
+
+def _may_see_health_details(request: HttpRequest) -> bool:
+    """Staff, or a process on this machine talking directly (the studio's supervisor, an operator's
+    probe): a proxy in front adds X-Forwarded-For, so a remote caller through it is not taken for one."""
+    if request.user.is_authenticated and request.user.is_staff:
+        return True
+    direct = "HTTP_X_FORWARDED_FOR" not in request.META and "HTTP_FORWARDED" not in request.META
+    return direct and request.META.get("REMOTE_ADDR") in ("127.0.0.1", "::1")
