@@ -687,6 +687,9 @@ def main() -> None:
 
     read_roots = _normalise_roots(
         list(SYSTEM_READ_ROOTS) + _python_roots() + list(config.get("extra_read", ())))
+    # sys.path as real paths, read now: a .venv reached through a symlink is a path inside the
+    # project, which the private view below does not hold, so its packages would vanish.
+    real_sys_path = [os.path.realpath(p) if p else p for p in sys.path]
     write_roots = _normalise_roots([workdir] + list(SYSTEM_WRITE_ROOTS))
 
     view_root = config.get("view_root")
@@ -722,8 +725,7 @@ def main() -> None:
     # Mimic `python main.py`: the program's directory first, and nothing from outside
     # the allowed trees (an editable install could put the project on sys.path).
     script_dir = os.path.normpath(os.path.join(workdir, os.path.dirname(entrypoint)))
-    sys.path[:] = [script_dir] + [p for p in sys.path
-                               if p and _under(os.path.realpath(p), read_roots)]
+    sys.path[:] = [script_dir] + [p for p in dict.fromkeys(real_sys_path) if p and _under(p, read_roots)]
     sys.argv[:] = [entrypoint] + list(config.get("args", ()))
     os.chdir(workdir)
 

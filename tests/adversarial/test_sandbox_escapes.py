@@ -305,3 +305,22 @@ def test_a_tree_champion_that_links_its_predictions_to_the_answer_key_has_nothin
     checks, predictions = _run_on_task_data(ctx, node)
     assert predictions is None
     assert any(c.name == "output_exists" and not c.passed for c in checks), checks
+
+
+def test_a_venv_reached_through_a_symlink_still_serves_the_programs(tmp_path):
+    """Issue 37, item 9: a .venv that is a symlink (to another disk, say) broke every sandboxed
+    program with "No module named 'numpy'", blamed on the task's evaluate.py: the interpreter's
+    sys.path named the link, which the private view of the file system does not hold."""
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    from engine.sandbox import ExecutionRequest as _Request
+    from engine.sandbox.subprocess_executor import SubprocessExecutor as _Executor
+
+    link = tmp_path / "project" / ".venv"
+    link.parent.mkdir()
+    link.symlink_to(_Path(_sys.prefix).resolve())
+    result = _Executor(tmp_path / "sandboxes", python=str(link / "bin" / "python")).run(
+        _Request(code="import numpy, sys; print(numpy.__name__, sys.prefix)"))
+    assert result.status == "ok", result.stderr[-2000:]
+    assert result.stdout.startswith("numpy")
