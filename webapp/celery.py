@@ -66,6 +66,15 @@ def _load_the_embedding_model(**_):
 
 
 @signals.worker_process_init.connect
+def _interruptible(**_):
+    """A person's pause or cancel interrupts the run this process executes, mid-step
+    (webapp/runs/interrupt.py)."""
+    from webapp.runs import interrupt
+
+    interrupt.install()
+
+
+@signals.worker_process_init.connect
 def _pin_training_gpu(**_):
     """A training worker's processes each get a GPU of their own when the studio named them
     (TRELLIS_TRAINING_GPUS=0,1,...: one process per GPU), through CUDA_VISIBLE_DEVICES."""

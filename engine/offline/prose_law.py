@@ -136,7 +136,10 @@ def _parse(text: str):
     local = {}
     for name in names:
         if name in _FUNCTIONS:
-            local[name] = getattr(sympy, _FUNCTIONS[name][0])
+            # unevaluated as written: max() of two huge constants would compare them while parsing,
+            # before the bounds below are checked
+            function = getattr(sympy, _FUNCTIONS[name][0])
+            local[name] = _unevaluated(function) if function in (sympy.Max, sympy.Min) else function
         else:  # every other name, a keyword included ("lambda"), is a symbol of its own name
             local[_safe_name(name)] = sympy.Symbol(_safe_name(name))
     for name in names:
@@ -156,6 +159,12 @@ def _parse(text: str):
     return expr
 
 
+def _unevaluated(function):
+    def call(*args):
+        return function(*args, evaluate=False)
+    return call
+
+
 def _small(expr) -> bool:
     """A number of a few digits, or sums, products and reciprocals of such: a safe exponent."""
     import sympy
@@ -173,6 +182,11 @@ def _bounded_powers(expr) -> bool:
     import sympy
 
     for node in sympy.preorder_traversal(expr):
+        # exp(exp(exp(64))) is a number with 10^(10^27) digits: max() comparing two of them hung
+        # the reader at 100 % CPU. A constant a function grows exponentially in must be small.
+        if isinstance(node, (sympy.exp, sympy.sinh, sympy.cosh)) and not node.args[0].free_symbols \
+                and not _small(node.args[0]):
+            return False
         if isinstance(node, sympy.Pow):
             base, exponent = node.args
             if not exponent.free_symbols and not _small(exponent):

@@ -51,6 +51,9 @@ def test_the_text_never_runs_in_the_engine(hostile, tmp_path):
     "dA/dt = -k A + sin(9^9^9)",
     "dA/dt = -k A 9^9^9^9",
     "dA/dt = -k A ((((10^64)^64)^64)^64)^64",
+    # issue 37, item 7: a tower of exponentials compared by max() hung the worker at 100 % CPU
+    "dA/dt = -k A + max(exp(exp(exp(64))), exp(exp(exp(63))))",
+    "dA/dt = -k A + min(cosh(exp(exp(40))), sinh(exp(700)))",
 ])
 def test_a_power_too_large_to_compute_is_refused_at_once(text):
     has_law, problem = read_within(20, text, target="A", names=["k"], columns=["t"])

@@ -18,7 +18,7 @@ from django.utils import timezone
 from engine.preflight import preflight
 from engine.task import Task as TaskSpec, load_task
 
-from . import live
+from . import interrupt, live
 from .bridge import broadcast, close_moot
 from .models import RESUMABLE_STATUSES, Project, Run, RunStatus, Task
 
@@ -100,7 +100,8 @@ def _publish(run: Run, lease: str) -> None:
 
     try:
         # A short retry: the studio restarts a dead embedded Redis within a second or two.
-        execute_run.apply_async((run.pk, lease), queue="runs", retry=True,
+        # the task id is the lease: a person's pause or cancel signals this attempt (interrupt.py)
+        execute_run.apply_async((run.pk, lease), queue="runs", task_id=lease, retry=True,
                                 retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.4,
                                               "interval_max": 1.0})
     except QUEUE_ERRORS as exc:
@@ -230,6 +231,7 @@ def pause_run(run: Run) -> None:
     if run.status != RunStatus.RUNNING:
         raise ControlError(f"only a running run can be paused; this one is {run.get_status_display()}")
     _set(run, RunStatus.PAUSING)
+    interrupt.signal_run(run.lease, "pause")
 
 
 def after_decision(run: Run) -> bool:
@@ -259,6 +261,7 @@ def resume_run(run: Run) -> None:
 def cancel_run(run: Run) -> None:
     if run.status in {RunStatus.RUNNING, RunStatus.PAUSING} and not run.worker_lost:
         _set(run, RunStatus.CANCELLING)
+        interrupt.signal_run(run.lease, "cancel")
     elif run.status in {RunStatus.QUEUED, RunStatus.AWAITING, RunStatus.PAUSED, RunStatus.INTERRUPTED,
                         RunStatus.FAILED} or run.worker_lost:
         Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED, finished=timezone.now(), lease="")

@@ -19,7 +19,7 @@ from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 from webapp import disk
 
-from . import live, model_policy
+from . import interrupt, live, model_policy
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 
@@ -96,13 +96,14 @@ def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
         # Held to the operator's policy as it stands now: settings saved before it changed, and
         # an agent's own endpoint in an edited workflow, are refused here before any request.
         models = ModelSettings.from_dict(run.model_settings).bounded(model_policy.policy_for(run.task.project))
-        result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
-                        budget=Budget(max_tokens=run.max_tokens), out=log_out,
-                        gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
-                        model_override=run.model or None, models=models, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
-                        run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
-                        single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
-                        start=run.start or None, node_token_cap=run.node_token_cap)
+        with interrupt.armed():  # a person's pause or cancel lands mid-step too
+            result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
+                            budget=Budget(max_tokens=run.max_tokens), out=log_out,
+                            gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
+                            model_override=run.model or None, models=models, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
+                            run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
+                            single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
+                            start=run.start or None, node_token_cap=run.node_token_cap)
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
         status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED
         reason, extra = result.failed or result.stopped, {"result": result.to_dict()}

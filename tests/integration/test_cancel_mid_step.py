@@ -1,0 +1,113 @@
+"""Issue 37, items 7 and 12: pause and cancel were read only at the engine's step boundaries, so a
+step that ran long without one (a law the reader chewed on at 100 % CPU past 120 s, a program or
+an evaluate.py that takes its whole wall clock) kept the run going: Cancel could not interrupt it
+and Pause took 42.5 s. The studio now signals the pool process executing the run, which stops at
+once. Real studio: Redis, a Celery worker, the sandbox."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import time
+
+import psutil
+import pytest
+
+from tests.studio_harness import add_member, wait_for
+from webapp.runs import controls, interrupt
+from webapp.runs.models import GatePolicy, Project, Run, RunStatus
+
+SLOW_FOLD = '''
+_load_truth = load_truth
+
+
+def load_truth(path):  # a validation fold (fewer rows than the training set) takes its whole wall clock
+    truth = _load_truth(path)
+    if 60 < len(truth) < 150:  # preflight scores 50 rows; a fold of the light task about 100
+        import time
+        time.sleep(600)
+    return truth
+
+
+'''
+
+
+@pytest.fixture
+def slow_scoring(light_task, tmp_path):
+    folder = tmp_path / "slow-scoring"
+    shutil.copytree(light_task, folder)
+    evaluate = folder / "evaluate.py"
+    head, guard, tail = evaluate.read_text().rpartition('if __name__ == "__main__":')
+    evaluate.write_text(head + SLOW_FOLD + guard + tail)
+    return folder
+
+
+def _scoring_folds() -> bool:
+    for process in psutil.process_iter(["cmdline"]):
+        if any("evaluate.py" in part for part in process.info["cmdline"] or ()) and \
+                any("_bootstrap" in part for part in process.info["cmdline"] or ()):
+            return True
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action, settles", [("cancel", RunStatus.CANCELLED), ("pause", RunStatus.PAUSED)])
+def test_a_person_stops_a_run_in_the_middle_of_a_long_step(studio, slow_scoring, demo_user, action, settles):
+    project = Project.objects.get_or_create(name=f"Stop mid-step {action}")[0]
+    add_member(project, demo_user, "reviewer")
+    task = controls.task_for_folder(project, slow_scoring)
+    run = controls.start_run(task, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC,
+                             single_agent=False, executor="subprocess")
+    wait_for(_scoring_folds, 240, what="a validation fold's slow evaluate.py to be running")
+    asked = time.monotonic()
+    (controls.cancel_run if action == "cancel" else controls.pause_run)(Run.objects.get(pk=run.pk))
+    stopped = wait_for(lambda: (r := Run.objects.get(pk=run.pk)).status == settles and r, 30,
+                       what=f"the run to be {settles} (the step it was in lasts minutes)")
+    assert time.monotonic() - asked < 30
+    assert stopped.status_reason in ("", "paused", "cancelled") or settles in stopped.status_reason
+    wait_for(lambda: not _scoring_folds(), 30, what="the interrupted program to be gone")
+    if action == "pause":
+        assert stopped.can_resume
+
+
+def _spin(queue) -> None:
+    interrupt.install()
+    try:
+        with interrupt.armed():
+            queue.put("spinning")
+            while True:  # pure Python at 100 % CPU: no step boundary ever comes
+                sum(i * i for i in range(1000))
+    except BaseException as exc:  # noqa: BLE001
+        queue.put(type(exc).__name__ + ":" + getattr(exc, "reason", ""))
+
+
+def test_the_signal_interrupts_pure_python_at_full_cpu():
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_spin, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) == "spinning"
+    os.kill(child.pid, interrupt.CANCEL_SIGNAL)
+    assert queue.get(timeout=10) == "RunInterrupted:cancelled"
+    child.join(10)
+
+
+def test_a_signal_outside_the_engine_is_ignored():
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def idle(q):
+        interrupt.install()
+        q.put("ready")
+        time.sleep(1)
+        q.put("finished")
+
+    child = ctx.Process(target=idle, args=(queue,))
+    child.start()
+    assert queue.get(timeout=30) == "ready"
+    os.kill(child.pid, interrupt.PAUSE_SIGNAL)
+    assert queue.get(timeout=10) == "finished"
+    child.join(10)
+    assert child.exitcode == 0
