@@ -57,7 +57,7 @@ def summary(run: Run) -> dict:
     """One column of the comparison."""
     result = run.result or {}
     usage = run.usage or {}
-    version = run.current_version
+    version = run.final_version  # what was scored, never an edit not adopted
     initial, final = _official(result.get("initial")), _official(result.get("final"))
     higher = run.task.higher_is_better
     gain = None

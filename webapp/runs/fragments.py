@@ -22,7 +22,8 @@ NAMES = ("header", "queue", "timeline", "diff", "editor")
 
 def run_context(run: Run, role: Role | None) -> dict:
     versions = list(run.versions.all())
-    by_hash = {v.hash: v.number for v in versions}
+    # a hash's number: its newest adopted version (an edit never adopted named nothing that ran)
+    by_hash = {v.hash: v.number for v in versions if v.adopted}
     official = [{"label": label, "version": by_hash.get(d.get("workflow_hash")), **d}
                 for label, d in (run.result or {}).items() if label in ("initial", "final")]
     # A trivial baseline handed in as the final (it beat every candidate on the search's folds):

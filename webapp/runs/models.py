@@ -190,7 +190,24 @@ class Run(models.Model):
 
     @property
     def current_version(self) -> "WorkflowVersion | None":
+        """The newest version, adopted or not (a person's edit waiting for the engine): what an
+        edit is written on."""
         return self.versions.order_by("-number").first()
+
+    @property
+    def final_version(self) -> "WorkflowVersion | None":
+        """The version a reader is shown as the run's workflow: the one the official score was
+        computed on once there is one (the newest adopted version of that hash), else the newest
+        adopted version. Never an edit that was not adopted."""
+        adopted = self.versions.filter(adopted=True).order_by("-number")
+        final_hash = ((self.result or {}).get("final") or {}).get("workflow_hash")
+        if final_hash:
+            # a trivial baseline handed in: the team's own committed workflow is the one shown
+            searched = ((self.result or {}).get("final") or {}).get("searched") or {}
+            for wanted in (final_hash, searched.get("workflow_hash")):
+                if wanted and (found := adopted.filter(hash=wanted).first()) is not None:
+                    return found
+        return adopted.first()
 
 
 class WorkflowVersion(models.Model):

@@ -25,8 +25,8 @@ def agent_state(kind: str, status: str | None = None) -> str:
 def graph_state(run: Run) -> dict:
     """What the DAG panel shows. While a run is going: the workflow being executed now (the
     latest probe's candidate, which is also what a pending decision is about). Once it has
-    stopped: its current version. Agent states come from the latest execution of that workflow."""
-    version = run.current_version
+    stopped: its final version (what was scored). Agent states come from the latest execution of that workflow."""
+    version = run.current_version if run.is_active else (run.final_version or run.current_version)
     started = run.events.filter(kind="run_started").order_by("-seq").first()
     if started and not run.is_active and version and started.payload.get("workflow", {}).get("hash") != version.hash:
         started = next((e for e in run.events.filter(kind="run_started").order_by("-seq")

@@ -252,7 +252,7 @@ def _prediction_figures(run: Run) -> dict:
 
 
 def report_context(run: Run) -> dict:
-    version = run.current_version
+    version = run.final_version  # what was scored, never an edit not adopted
     s = score_series(run)
     j_chart = line_chart_svg([
         {"name": "J", "x": s["iteration"], "y": s["J"], "color": "#1d2430"},
