@@ -319,6 +319,15 @@ def fit_problems(workflow: Workflow, task: Task) -> list[str]:
                            f"but this task needs {contract}")
         except ContractSyntaxError:
             pass  # already reported by workflow.problems()
+    for edge in workflow.edges:  # a handoff of the predictions must carry what the task needs too
+        if edge.artifact != "predictions":
+            continue
+        try:
+            if not is_assignable(parse_type(edge.contract), expected):
+                out.append(f"the edge {edge.source} -> {edge.target} hands on predictions as {edge.contract}, "
+                           f"but this task's answer contract is {contract}")
+        except ContractSyntaxError:
+            pass
     return out
 
 

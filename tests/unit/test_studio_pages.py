@@ -148,6 +148,22 @@ def test_an_invalid_contract_type_is_refused_with_the_parsers_message(run, clien
     assert run.versions.count() == 1
 
 
+def test_a_contract_that_contradicts_the_tasks_answer_is_refused(run, client):
+    """Issue 37, item 12: the editor took csv[id:int, progression:str, extra:float] for the
+    predictions of a regression task whose answer contract is progression:float."""
+    edge = next(e for e in run.current_version.data["edges"] if e["artifact"] == "predictions")
+    key = f"{edge['source']}->{edge['target']}:predictions"
+    page = client.post(f"/runs/{run.pk}/editor", {"kind": "contract", "edge": key,
+                                                  "contract": "csv[id:int, progression:str, extra:float]"})
+    assert page.status_code == 422, page.content.decode()[-2000:]
+    assert b"answer contract is csv[id:int, progression:float]" in page.content and b"nothing changed" in page.content
+    assert run.versions.count() == 1
+    # a contract that still satisfies the task (an extra column) is taken
+    page = client.post(f"/runs/{run.pk}/editor", {"kind": "contract", "edge": key,
+                                                  "contract": "csv[id:int, progression:float, extra:float]"})
+    assert page.status_code == 200 and run.versions.count() == 2
+
+
 def test_an_edge_that_makes_a_cycle_is_refused(run, client):
     # debugger -> finalizer (code) turned round to finalizer -> coder closes a loop through
     # coder -> debugger -> verifier -> finalizer.

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 
+from engine.archive import fit_problems
 from engine.contracts import parse_type
-from engine.errors import ContractSyntaxError, WorkflowValidationError
+from engine.errors import ContractSyntaxError, TrellisError, WorkflowValidationError
 from engine.limits import MAX_NAME_CHARS, MAX_NOTE_CHARS, contract_problem, text_problem
 from engine.mutations import Mutation, MutationError
 from engine.search import registry
+from engine.task import load_task
 from engine.workflow import Workflow
 
 from .bridge import record_version
@@ -98,6 +100,18 @@ def mutation_from_form(kind: str, form: dict) -> Mutation:
     raise EditRejected([f"unknown kind of edit {kind[:40]!r}"])
 
 
+def _answer_contract_problems(run: Run, base: WorkflowVersion, child: Workflow) -> list[str]:
+    """What the edit makes contradict the task's answer contract (predictions of the wrong
+    columns or types): refused, as the run would fail its handoff checks on it. What the
+    workflow already contradicted before the edit is not this edit's doing."""
+    try:
+        task = load_task(run.task.folder)
+    except TrellisError:
+        return []  # a folder that cannot be read now: the run says so itself
+    before = set(fit_problems(Workflow.from_dict({**base.data, "hash": None}), task))
+    return [p for p in fit_problems(child, task) if p not in before and "predictions" in p]
+
+
 def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersion:
     base = run.current_version
     if base is None:
@@ -112,6 +126,9 @@ def apply_edit(run: Run, kind: str, form: dict, username: str) -> WorkflowVersio
         raise EditRejected(exc.problems) from exc
     except (MutationError, ValueError) as exc:  # a target the engine cannot read is refused, not a 500
         raise EditRejected([str(exc)]) from exc
+    contradictions = _answer_contract_problems(run, base, child)
+    if contradictions:
+        raise EditRejected(contradictions)
     # A Mimosa or SciMARS run still going adopts the edit at its next iteration or round (the
     # engine probes it first); any other run keeps it as the latest version straight away.
     waits_for_engine = registry.search_class(run.search).adopts_edits and run.status not in {
