@@ -303,7 +303,11 @@ class Search(ABC):
         self.ctx = ctx
         self.done = 0
         self.records: list = []
-        self.stopped = f"{self.unit} budget reached"
+        # the step count asked for, said as such: "run budget reached" after 17k of 2M tokens
+        # read as the token budget spent
+        n = ctx.iterations
+        self.stopped = (f"all {n} {self.unit}{'s' if n != 1 else ''} asked for done" if n else
+                        f"it ran once; no further {self.unit} was asked for")
 
     # --- steps a search implements ----------------------------------------------------------
     @abstractmethod

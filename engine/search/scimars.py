@@ -395,7 +395,6 @@ class ScimarsSearch(Search):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.stopped = "round budget reached"
         self.current: Workflow = ctx.initial
         self.first: Probe | None = None
         self.best: Probe | None = None

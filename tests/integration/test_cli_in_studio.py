@@ -51,6 +51,8 @@ def test_manage_run_task_with_a_project_records_one_run_of_the_team_in_the_studi
                  stdout=out)
     run = Run.objects.get(task__project__name="Once")
     assert f"run {run.pk}: completed" in out.getvalue()
+    # issue 37 item 12: it said "stopped: run budget reached" after 17k of 2M tokens
+    assert "budget reached" not in out.getvalue() and "it ran once; no further run was asked for" in out.getvalue()
     assert run.search == "fixed" and run.iterations == 0 and run.get_search_display() == "The team as it is (no search)"
     assert run.result["final"]["official"]["ok"] and run.created_by == demo_user
     assert run.versions.count() == 1  # the team, never changed

@@ -106,7 +106,7 @@ def test_search_keeps_only_strict_improvements_and_never_touches_the_official_ev
     monkeypatch.setattr(engine.search.mimosa, "paired_gain", lambda *a, **k: None)
     result, events = _evolve(tmp_path, iterations=4, seed=4, official=official)
     iterations = [p for p in _iterations(events) if p.get("J") is not None]
-    assert result.stopped == "iteration budget reached"
+    assert result.stopped == "all 4 iterations asked for done"
     j = result.initial["J"]
     for p in iterations:
         assert p["incumbent_J"] == pytest.approx(j)

@@ -74,7 +74,7 @@ def one_round(tmp_path_factory):
 # --- a full round ---------------------------------------------------------------------------------
 def test_full_round_final_is_at_least_as_good_as_reference_by_public_checks(one_round):
     result, events = one_round
-    assert result.iterations == 1 and result.stopped == "round budget reached"
+    assert result.iterations == 1 and result.stopped == "all 1 round asked for done"
     proposed = _of(events, "mutation_proposed")
     assert [p["editor"] for p in proposed] == list(EDITORS)
     assert all(p["parent_hash"] == result.initial["workflow_hash"] for p in proposed)
