@@ -184,10 +184,13 @@ def read(contract: AnswerContract[T], done: "Completion") -> Answer[T]:
     truncated = bool(getattr(done, "truncated", False))
     try:
         value = contract.read(done.text)
-        if not (truncated and isinstance(value, CodeBlock) and not value.closed):
-            return Answer(value, done.text, truncated=truncated)
-        # cut off inside its code block: it may compile (cut at a line's end), but it is half a program
-        problem = "the program stops where the answer was cut off (its code block was never closed)"
+        if not truncated:
+            return Answer(value, done.text)
+        # Cut off, it may still parse (a plan cut at a line's end, a program cut inside its block)
+        # but it is half an answer: never used as if whole (a planner's cut answer became the plan).
+        problem = ("the program stops where the answer was cut off (its code block was never closed)"
+                   if isinstance(value, CodeBlock) and not value.closed else
+                   "what it says may stop short of what it meant")
     except AnswerProblem as exc:
         problem = str(exc)
     if truncated:

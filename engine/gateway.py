@@ -60,6 +60,22 @@ class _Answer:
     finish_reason: str
 
 
+def _within_room(answer: _Answer, room: int) -> _Answer:
+    """The answer as read and counted: no longer than ``room`` tokens could be (MAX_CHARS_PER_TOKEN),
+    else cut there and marked cut off; its reported length no more than the room asked for."""
+    cap = room * MAX_CHARS_PER_TOKEN
+    if len(answer.text) <= cap and (answer.reported is None or answer.reported[1] <= room):
+        return answer
+    reported = (answer.reported[0], min(answer.reported[1], room)) if answer.reported else None
+    if len(answer.text) <= cap:
+        return replace(answer, reported=reported)
+    return replace(answer, text=answer.text[:cap], reported=reported, finish_reason="length")
+
+
+# An answer longer than this many characters per token of the room it was given came from a
+# server that ignored max_tokens (a 5 MB answer overran a run's budget 6x and filled its trace):
+# it is cut there, counted as the room, and treated as cut off (re-asked).
+MAX_CHARS_PER_TOKEN = 16
 RATE_LIMIT_RETRIES = 4        # a rate limit clears with time: a few more tries than other errors
 MAX_RETRY_AFTER_S = 120.0     # the longest a provider's Retry-After is obeyed before giving up
 
@@ -154,10 +170,11 @@ class ModelGateway:
             raise ModelUnavailable(model, f"this call is not in the cassette {self.cache_dir} (request {key[:12]}): "
                                    "a replay only answers the calls that were recorded", "not_recorded", agent, role)
         else:
-            answer = self._call(request, endpoint, agent, role, purpose)
+            answer = _within_room(self._call(request, endpoint, agent, role, purpose), room)
             cached_hit = False
             self._cache_put(key, answer)
         prompt_tokens, completion_tokens = answer.reported or (prompt_tokens, count_text_tokens(answer.text))
+        completion_tokens = min(completion_tokens, room)  # what the run asked for is all it is charged
         price = (endpoint.price_in or 0.0, endpoint.price_out or 0.0) \
             if endpoint.price_in is not None or endpoint.price_out is not None else None
         priced = price is not None or is_priced(model)
