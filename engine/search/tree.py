@@ -573,6 +573,7 @@ def _build(ctx: SearchContext, node_id: str, proposal: str,
         inputs["parent_code"] = parent.code
     code = extract_code(ctx.ask("engineer", "engineer", inputs, temperature=0.2)) or ""
     attempt = 0
+    tried = {code}
     while True:
         metric, result, checks = _validate(ctx, "engineer" if attempt == 0 else "debugger", node_id, code, attempt)
         if metric.get("ok") and _finite(metric.get("value")):
@@ -583,7 +584,13 @@ def _build(ctx: SearchContext, node_id: str, proposal: str,
         answer = ctx.ask("debugger", "debugger", {"code": code}, temperature=0.2,
                          procedure=DEFAULT_PROCEDURES["debugger"], answer_format=ANSWER_FORMATS["debugger"],
                          feedback=_debug_feedback(metric, result))
-        code = extract_code(answer) or code
+        fixed = extract_code(answer) or code
+        if fixed in tried:
+            # the same code again would fail the same way and ask the debugger the identical
+            # request (same code, same error, fixed seed): ~230 s of model time for nothing
+            return code, metric, result, attempt, checks
+        tried.add(fixed)
+        code = fixed
 
 
 def _finite(value: object) -> bool:
@@ -754,8 +761,8 @@ class TreeSearch(base.Search):
             self.failed = f"failed: {exc}"
             return
         _record(self.tools, self.tree, root)
-        if root.status != "scored":
-            self.failed = "failed: the root candidate never ran cleanly"
+        # A root that never ran cleanly does not end the search: its iterations try again from it
+        # (plan), each a fresh debate that sees why it failed, until one scores or none is left.
 
     def snapshot(self) -> TreeState:
         return TreeState(tree=self.tree.to_dict(), failed=self.failed)
@@ -764,16 +771,29 @@ class TreeSearch(base.Search):
         self.tree = Tree.from_dict(state.tree)
         self.failed = state.failed
 
+    def _unscored_root(self) -> Node | None:
+        """The root, when no node has scored yet and it may still be retried from."""
+        if self.tree.ranked() or not self.tree.nodes:
+            return None
+        root = next(iter(self.tree.nodes.values()))
+        return root if len(self.tree.children_of(root.id)) < self.tree.max_children and not root.vetoed else None
+
     def stop_reason(self) -> str | None:
         if self.failed:
             return self.failed
         if not self.tree.eligible():
+            if self._unscored_root() is not None:
+                return None  # retried from (plan)
+            if not self.tree.ranked():
+                return "failed: no candidate ran cleanly (the root and every retry of it)"
             return "no parents left: every node is retired, vetoed or failed"
         return None
 
     # --- one iteration: a child per parent -------------------------------------------------------
     def plan(self, n: int) -> list:
         parents = select_parents(self.tools, self.tree)
+        if not parents and (root := self._unscored_root()) is not None:
+            parents = [root]  # nothing scored yet: a new attempt from the failed root
         if parents:
             self.ctx.tracer.emit(SearchIteration(phase="started", parents=[p.id for p in parents],
                                                  best=parents[0].id, nodes=len(self.tree.nodes)))

@@ -424,3 +424,27 @@ def test_budget_exhaustion_stops_cleanly_and_keeps_the_partial_tree(tmp_path):
     assert len(_of(events, "model_call")) == 12 and _of(events, "budget_exhausted")
     assert _of(events, "search_finished")[-1].payload["stopped"] == result.stopped
     assert touched == []
+
+
+def test_a_root_that_never_ran_cleanly_is_retried_and_the_debugger_is_never_asked_twice_the_same(tmp_path):
+    """Issue 37, item 15: the tree asked the debugger the identical request three times (the same
+    code, the same error, a fixed seed: ~230 s of model time for nothing), and stopped at 0 of 2
+    iterations when its root failed."""
+    from tests.fakes import Outcome, traceback_of
+
+    failures = [12]  # the first programs that write predictions crash, whatever the debugger does
+
+    def script(code: str):
+        if "predictions" in code and failures[0] > 0:
+            failures[0] -= 1
+            return Outcome("error", stderr=traceback_of("ModuleNotFoundError: No module named 'scipy.fancy'"))
+        return None
+
+    touched: list = []
+    config = TreeConfig(iterations=2, seed=0, extra_parents=0, debate_rounds=1, selectors=1)
+    result, tree, events = guarded_tree_search(tmp_path / "run", touched, config, budget=Budget(max_tokens=2_000_000),
+                                               executor=FakeExecutor(tmp_path / "sandbox", script=script))
+    asked = [e.payload["request_key"] for e in events if e.kind == "model_call" and e.payload["role"] == "debugger"]
+    assert len(asked) == len(set(asked)), "the debugger was asked the identical request again"
+    assert result.iterations >= 1, result.stopped  # the failed root was tried again, not the end of the search
+    assert len(tree.nodes) > 1 and tree.nodes["n1"].parent == "n0"
