@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from .budget import Budget
-from .errors import TrellisError
+from .errors import ModelUnavailable, TrellisError
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .preflight import PreflightError, TaskFacts, preflight
@@ -209,8 +209,14 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
                        # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
                        discover_tools=True, allocate_tools=args.workflow in WORKFLOWS and not start,
                        executor_reason=choice.reason)
-    result = run_workflow(task, workflow, config, executor=choice.executor,
-                          sinks=[ConsoleSink(out, verbose=args.verbose)])
+    try:
+        result = run_workflow(task, workflow, config, executor=choice.executor,
+                              sinks=[ConsoleSink(out, verbose=args.verbose)])
+    except ModelUnavailable as exc:  # the summary of what ran before the model failed, then the error
+        if getattr(exc, "result", None) is not None:
+            print_summary(exc.result, out)
+            out.flush()
+        raise
     print_summary(result, out)
     trivial = trivial_or_error(task)
     baselines = official_baselines(task, trivial)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from .gateway import endpoint_lines
-from .models import ModelSettings, settings
+from .models import ModelSettings, describe_endpoints, settings
 from .runner import roles_of
 from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent, official_baselines,
                         single_agent_baseline, trivial_or_error)
@@ -179,13 +179,16 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         if on_checkpoint:
             on_checkpoint({**state, "start": start_state})
 
+    # every role that asks a model: the workflow's, then the search's own (judge, mutator, tree roles)
+    served = {**roles_of(initial_wf), **{role: (None, None) for role in search_class(search).model_roles}}
     tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed, memory=memory,
                               budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
                               workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None,
                               executor=choice.kind if choice else None,
-                              executor_reason=choice.reason if choice else None))
+                              executor_reason=choice.reason if choice else None,
+                              endpoints=describe_endpoints(models, served)))
     out.write(f"evolving {task.name} with {search}, {iterations} iteration(s), seed {seed}\n")
-    for line in endpoint_lines(models, roles_of(initial_wf)):
+    for line in endpoint_lines(models, served):
         out.write(line + "\n")
     if choice is not None:
         out.write(choice.describe() + "\n")
@@ -278,8 +281,16 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         return result
     except ModelUnavailable as exc:
         tracer.emit(SearchFailed(**exc.to_dict(), usage=budget.used.to_dict(), archived=False), exc.agent)
-        out.write(f"search stopped: model {exc.model} could not be called; nothing archived; "
-                  f"trace {trace_path}\n")
+        used = budget.used.to_dict()
+        # the search's summary too, on the console and beside the trace: what it spent before the model failed
+        (run_dir / "summary.json").write_text(json.dumps({
+            "status": "failed", "reason": f"model {exc.model} is unavailable: {exc.provider_message[:500]}",
+            "search": search, "usage": used, "trace_path": str(trace_path), "archived": False}, indent=2))
+        out.write(f"search stopped: model {exc.model} could not be called; nothing archived\n"
+                  f"status     failed: {exc.provider_message[:300]}\n"
+                  f"cost       {used['calls']} model calls ({used.get('failed_calls', 0)} failed), "
+                  f"{used['tokens']} tokens, ${used['cost_usd']:.4f}\n"
+                  f"trace      {trace_path}\n")
         out.flush()
         raise
     finally:

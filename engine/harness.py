@@ -8,6 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 ROLES = ("analyzer", "planner", "coder", "verifier", "router", "debugger", "finalizer")
+# Every role that asks a model, the workflow's own and the searches': the judge and the mutator
+# (Mimosa), the reviewer (repair), the editors and the reflector (SciMARS), the Evaluator that
+# drafts evaluate.py, and the tree's roles (AgenticSciML). A per-role model setting names one of
+# these (a setting for "codr" was ignored in silence).
+SEARCH_ROLES = ("judge", "mutator", "reviewer", "role_editor", "coordination_editor", "memory_editor", "reflector",
+                "evaluator", "selector", "proposer", "critic", "engineer", "result_analyst")
+MODEL_ROLES = ROLES + SEARCH_ROLES
 
 # What each role reads from the artifacts available to it and what it adds. Validation uses
 # this to check that an agent (one role, or several grouped by an adapter) can do its job.

@@ -16,6 +16,7 @@ trace or a page: settings name the *environment variable* that holds it (``api_k
 """
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -24,6 +25,7 @@ from typing import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import TrellisError
+from .harness import MODEL_ROLES
 from .limits import MAX_NAME_CHARS, model_problem
 
 OFFLINE_MODEL = "trellis/offline-scientist"
@@ -398,6 +400,10 @@ def parse_role_setting(text: str) -> tuple[str, ModelOptions]:
                                  "e.g. coder:model=ollama/qwen2.5-coder:7b,max_answer_tokens=2048")
     if len(role) > MAX_NAME_CHARS or not re.match(r"^[a-z_][a-z0-9_]*$", role):
         raise ModelSettingsError(f"{role[:40]!r} is not a role name (lower-case letters, digits and _)")
+    if role not in MODEL_ROLES:
+        near = difflib.get_close_matches(role, MODEL_ROLES, n=1)
+        raise ModelSettingsError(f"no role is called {role!r}{f' (did you mean {near[0]}?)' if near else ''}; "
+                                 f"the roles that ask a model: {', '.join(MODEL_ROLES)}")
     values: dict[str, str] = {}
     # split on commas that start a new key=, so a model name may hold ':' and a URL may hold ','
     for part in re.split(r",(?=\s*[a-z_]+\s*=)", rest):

@@ -194,8 +194,18 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
         (run_dir / "summary.json").write_text(json.dumps(result.to_dict(), indent=2))
         return result
     except ModelUnavailable as exc:
+        duration = time.perf_counter() - started
         tracer.emit(RunFailed(**exc.to_dict(), usage=config.budget.used.to_dict(),
-                              duration_s=round(time.perf_counter() - started, 3)), exc.agent)
+                              duration_s=round(duration, 3)), exc.agent)
+        # a run the model ended still has its summary, on disk and (exc.result) for the console
+        statuses = dict(scheduler.statuses) if "scheduler" in locals() else {}
+        exc.result = RunResult(
+            run_id=run_id, status="failed", reason=f"model {exc.model} is unavailable: {exc.provider_message[:500]}",
+            workflow_hash=workflow.hash, agent_status=statuses, usage=config.budget.used.to_dict(),
+            per_agent_usage={k: v.to_dict() for k, v in sorted(config.budget.per_agent.items())}, metric=None,
+            trace_path=str(trace_path), duration_s=duration, model_seconds=gateway.model_seconds,
+            execution_seconds=ctx.execution_seconds, evaluation_seconds=0.0)
+        (run_dir / "summary.json").write_text(json.dumps(exc.result.to_dict(), indent=2))
         raise
     finally:
         training_trace.close()

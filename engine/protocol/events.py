@@ -429,6 +429,8 @@ class SearchStarted(Payload):
     memory: bool = False                # the probes share one evidence graph
     executor: str | None = None         # the sandbox of every probe's programs, and why
     executor_reason: str | None = None
+    # every role that asks a model, the workflow's and the search's own -> its endpoint (no secrets)
+    endpoints: dict[str, dict] | None = None
 
 
 class SynthesisStage(Payload):

@@ -290,6 +290,7 @@ class Search(ABC):
     asks_gate: ClassVar[bool] = True      # False: it never changes anything a person must approve
     adopts_edits: ClassVar[bool] = False  # a person's edit of the workflow is adopted at its next step
     judges: ClassVar[bool] = False        # an LLM judge scores each probe (J and its criteria)
+    model_roles: ClassVar[tuple[str, ...]] = ()  # the search's own roles that ask a model (shown with their endpoints)
     writes_bundle: ClassVar[bool] = False  # its champion is packaged (engine/bundle/)
     presents: ClassVar[tuple[str, ...]] = ()  # the trace event kinds ``present`` reads
 

@@ -89,6 +89,7 @@ class MimosaSearch(Search):
     State = MimosaState
     adopts_edits = True
     judges = True
+    model_roles = ("judge", "mutator")
     presents = ("judgement", "mutation_proposed", "search_iteration")
 
     @classmethod

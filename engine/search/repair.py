@@ -182,6 +182,7 @@ class RepairSearch(Search):
     name = "repair"
     title = "AgentCo-op review: bounded local repair"
     unit = "round"
+    model_roles = ("reviewer",)
     State = RepairState
     adopts_edits = True
     presents = ("synthesis_stage", "search_iteration")

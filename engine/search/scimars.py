@@ -320,6 +320,7 @@ class ScimarsSearch(Search):
     title = "SciMARS rounds"
     State = ScimarsState
     unit = "round"
+    model_roles = EDITORS + ("reflector",)
     adopts_edits = True
     presents = ("reuse_receipt", "mutation_proposed", "search_iteration", "composition", "reflection")
 

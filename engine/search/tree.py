@@ -717,6 +717,7 @@ class TreeSearch(base.Search):
     """Children are proposed by debate, built and scored in the sandbox, and pass the gate like
     any other proposal: a person may veto a child (it never becomes a parent or the champion)
     or promote one (it is expanded in the next iteration)."""
+    model_roles = ("selector", "proposer", "critic", "engineer", "debugger", "result_analyst")
 
     name = "tree"
     title = "AgenticSciML tree"

@@ -1,4 +1,5 @@
 """The command a scientist types: python manage.py run_task examples/<task>."""
+import json
 import re
 import subprocess
 import sys
@@ -58,6 +59,16 @@ def test_an_unreachable_real_model_fails_the_run_with_a_clear_reason(tmp_path):
     assert "openai/gpt-4o-mini is unavailable" in proc.stderr and "OPENAI_API_KEY" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "analyzer     finished FAILURE" in proc.stdout
+    # issue 37 item 15: such a run printed no summary and wrote no summary.json
+    assert "status: failed" in proc.stdout and "cost       " in proc.stdout
+    summary = json.loads(Path(proc.stdout.split("trace      ")[1].split()[0]).with_name("summary.json").read_text())
+    assert summary["status"] == "failed" and "unavailable" in summary["reason"]
+
+
+def test_user_list_on_a_fresh_var_folder_sets_the_database_up_instead_of_a_traceback(tmp_path):
+    proc = _manage("user", "list", tmp_path=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "no accounts yet" in proc.stdout
 
 
 def test_the_demo_command_sets_up_its_database_on_a_fresh_checkout(tmp_path):

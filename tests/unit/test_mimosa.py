@@ -198,3 +198,11 @@ def test_a_persons_edit_is_adopted_and_their_vetoes_stand(tmp_path):
     final = (result.run_dir / "final_workflow.json").read_text()
     assert "Use ridge regression only." in final and result.final["workflow_hash"] == edit["workflow_hash"]
     assert vetoed["mutation"]["kind"] != "human_edit" and not vetoed["accepted"] and vetoed["decided_by"] == "user:ada"
+
+
+def test_the_search_started_event_names_the_judges_and_the_mutators_endpoints(tmp_path):
+    """Issue 37 item 15: the judge, the mutator and the tree's roles were missing from the first
+    lines and from what the run says serves each role."""
+    _, events = _evolve(tmp_path, iterations=1)
+    started = next(e for e in events if e.kind == "search_started")
+    assert {"judge", "mutator", "coder", "planner"} <= set(started.payload["endpoints"])

@@ -87,6 +87,8 @@ def test_the_worker_runs_the_engine_with_the_runs_model_settings(client, monkeyp
     ({"role_settings": "coder model=openai/x"}, "role_settings", "line 1: "),
     ({"role_settings": "coder:api_key=sk-123"}, "role_settings", "write api_key_env"),
     ({"role_settings": "coder:model=openai/a\ncoder:timeout_s=9"}, "role_settings", "coder is set twice"),
+    # issue 37 item 15: a line for a role nothing plays was ignored in silence
+    ({"role_settings": "codr:model=openai/a"}, "role_settings", "no role is called 'codr' (did you mean coder?)"),
 ])
 def test_a_model_setting_the_engine_would_refuse_is_an_error_on_its_field(client, fields, field, message):
     page = _post(client, model="openai/m", **fields)
@@ -95,3 +97,21 @@ def test_a_model_setting_the_engine_would_refuse_is_an_error_on_its_field(client
     assert any(message in e for e in form.errors.get(field, [])), form.errors
     assert '<details class="model-settings" open>' in page.content.decode()  # the refused setting is shown
     assert not Run.objects.exists()
+
+
+def test_every_role_that_asks_a_model_may_be_given_its_own_settings():
+    from engine.answers import TREE
+    from engine.harness import MODEL_ROLES
+    from engine.search import registry
+    from engine.search.scimars import EDITORS
+
+    searched = {role for name in registry.SEARCHES for role in registry.search_class(name).model_roles}
+    assert set(TREE) | set(EDITORS) | searched | {"judge", "evaluator", "reflector"} <= set(MODEL_ROLES)
+
+
+def test_the_header_says_each_roles_own_endpoint(client):
+    page = _post(client, model="openai/m", role_settings="coder:max_answer_tokens=2048\n"
+                                                            "verifier:api_base=http://127.0.0.1:9000/v1")
+    header = client.get(page.url).content.decode()
+    assert "coder: openai/m (max answer tokens 2048)" in header
+    assert "verifier: openai/m at http://127.0.0.1:9000/v1" in header and "own settings" not in header

@@ -149,7 +149,7 @@ class Run(models.Model):
             label += f" at {redact_url(run['api_base'])}"
         roles = settings.get("roles") or {}
         if roles:
-            label += " · " + ", ".join(f"{role}: {options.get('model') or 'own settings'}"
+            label += " · " + ", ".join(f"{role}: {_role_label(options, self.model)}"
                                        for role, options in sorted(roles.items()))
         return label
 
@@ -208,6 +208,17 @@ class Run(models.Model):
                 if wanted and (found := adopted.filter(hash=wanted).first()) is not None:
                     return found
         return adopted.first()
+
+
+def _role_label(options: dict, run_model: str) -> str:
+    """One role's own settings as the header says them: its model and where it is served, and
+    what else it sets ("own settings" told a reader nothing)."""
+    text = options.get("model") or run_model or "offline provider"
+    if options.get("api_base"):
+        text += f" at {redact_url(options['api_base'])}"
+    extra = [f"{name.replace('_', ' ')} {options[name]}" for name in
+             ("max_answer_tokens", "context_tokens", "timeout_s", "structured") if options.get(name) is not None]
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
 
 class WorkflowVersion(models.Model):

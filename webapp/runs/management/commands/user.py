@@ -46,7 +46,20 @@ class Command(BaseCommand):
                             help="the studio's address as people reach it")
 
     def handle(self, *args, **o):
+        self._database_ready()
         getattr(self, "_" + o["action"])(o)
+
+    def _database_ready(self) -> None:
+        """A fresh var folder has no tables yet (a traceback said "no such table: auth_user"):
+        they are made first, as the studio makes them when it starts."""
+        from django.core.management import call_command
+        from django.db import DEFAULT_DB_ALIAS, connections
+        from django.db.migrations.executor import MigrationExecutor
+
+        executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+        if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+            self.stderr.write("the studio's database is not set up yet (a new var folder): setting it up first")
+            call_command("migrate", verbosity=0, interactive=False)
 
     def _password(self, o: dict, user=None) -> None:
         user = user or self._user(o["name"])
@@ -70,7 +83,10 @@ class Command(BaseCommand):
         self._password(o, user)
 
     def _list(self, o: dict) -> None:
-        for user in get_user_model().objects.order_by("username").prefetch_related("memberships__project"):
+        users = get_user_model().objects.order_by("username").prefetch_related("memberships__project")
+        if not users.exists():
+            self.stdout.write("no accounts yet: python manage.py user add NAME (or start the studio: ./trellis demo)")
+        for user in users:
             roles = ", ".join(f"{m.project.name} ({m.get_role_display()})" for m in user.memberships.all())
             flags = " admin" if user.is_superuser else ""
             flags += "" if user.is_active else " deactivated"
