@@ -37,13 +37,44 @@ def is_built(agent: ExternalAgent) -> bool:
         return False
 
 
+def checked_requirements(agent: ExternalAgent) -> list[str]:
+    """The agent's requirements, each a plain PEP 508 requirement of a package by name. Wheels
+    alone are installed: building a source distribution, a local folder or a URL runs its
+    ``setup.py`` on the host, as the engine's user (root) with the Docker socket in reach, so
+    such a line (and any pip option, which could name another index or file) is refused by name."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    path = agent.folder / "requirements.txt"
+    if not path.is_file():
+        return []
+    wanted, problems = [], []
+    for n, raw in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            problems.append(f"line {n}: {line[:80]!r} is not a package requirement (pip options, paths and "
+                            "URLs are not taken)")
+            continue
+        if requirement.url:
+            problems.append(f"line {n}: {requirement.name} is named by a URL; name a package from the index")
+            continue
+        wanted.append(str(requirement))
+    if problems:
+        raise ExternalAgentError(f"agent {agent.name}: requirements.txt: " + "; ".join(problems))
+    return wanted
+
+
 def _install(agent: ExternalAgent, site: Path, out: TextIO) -> None:
-    requirements = agent.folder / "requirements.txt"
     site.mkdir(parents=True, exist_ok=True)
-    if not requirements.is_file():
+    wanted = checked_requirements(agent)
+    if not wanted:
         return
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-warn-script-location", "--target", str(site),
-           "-r", str(requirements)]
+    # --only-binary: a package with no wheel is refused, never built (its setup.py would run here)
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-warn-script-location", "--only-binary=:all:",
+           "--target", str(site), *wanted]
     for attempt in range(1, INSTALL_ATTEMPTS + 1):
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode == 0:
