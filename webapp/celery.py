@@ -15,6 +15,14 @@ _beat = None  # this worker's heartbeat thread (webapp/health.py), in its main p
 
 
 @signals.worker_init.connect
+def _die_with_the_studio(**_):
+    """Started by ``manage.py studio``: the worker and its pool go when the studio goes, however."""
+    from webapp.process_life import watch_parent
+
+    watch_parent()
+
+
+@signals.worker_init.connect
 def _import_litellm_before_the_pool_forks(**_):
     """litellm takes seconds to import; imported once here, in the main process, every pool
     process inherits it instead of paying for it on its first model call. A training worker
@@ -63,6 +71,13 @@ def _load_the_embedding_model(**_):
         from engine.embedding import load_in_background
 
         load_in_background()
+
+
+@signals.worker_process_init.connect
+def _pool_process_dies_with_its_worker(**_):
+    from webapp.process_life import watch_parent
+
+    watch_parent()
 
 
 @signals.worker_process_init.connect

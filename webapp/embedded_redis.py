@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ from urllib.parse import quote
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from webapp.process_life import dying_with_parent
 
 # Renamed to "" (gone) in the embedded server. Nothing in the studio uses them; a client that
 # has the password still cannot write files (CONFIG SET dir/dbfilename, SAVE, BGSAVE,
@@ -112,10 +115,11 @@ class EmbeddedRedis:
     """One redis-server for one var folder; ``start`` again after it died brings it back on the
     same socket with the same password, so clients only have to reconnect."""
 
-    def __init__(self, var_dir: Path):
+    def __init__(self, var_dir: Path, die_with_parent: bool = False):
         self.var_dir = Path(var_dir)
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
+        self.die_with_parent = die_with_parent  # the studio's own: it goes when the studio dies, however
 
     @property
     def socket(self) -> Path:
@@ -150,7 +154,8 @@ class EmbeddedRedis:
         log = self.log
         with log.open("ab") as out:  # a file, not a pipe nobody reads: a full pipe would block the server
             proc = subprocess.Popen([redis_server_binary(), "-"], stdin=subprocess.PIPE, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=home(self.var_dir))
+                                    stderr=subprocess.STDOUT, start_new_session=True, cwd=home(self.var_dir),
+                                    preexec_fn=dying_with_parent(signal.SIGTERM) if self.die_with_parent else None)
         proc.stdin.write(_config(self.var_dir).encode())
         proc.stdin.close()  # redis-server reads its configuration from stdin up to EOF
         deadline = time.monotonic() + timeout_s

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from webapp.embedded_redis import EmbeddedRedis
+from webapp.process_life import dying_with_parent
 
 MAX_RESTARTS = 5
 WINDOW_S = 60.0
@@ -35,12 +36,16 @@ class GaveUp(RuntimeError):
 
 class Child:
     """A child process in a process group of its own, so that a kill reaches everything it
-    started (a Celery worker's pool processes, their sandboxed programs)."""
+    started (a Celery worker's pool processes, their sandboxed programs).
+
+    ``death_signal``: sent to the child when the studio dies (SIGQUIT for a Celery worker: its cold
+    shutdown ends its pool processes and the runs they execute at once); None: it outlives it."""
 
     def __init__(self, name: str, argv: list[str], env: dict, cwd: Path, log: Path | None = None,
-                 pass_fds: tuple[int, ...] = ()):
+                 pass_fds: tuple[int, ...] = (), death_signal: int | None = None):
         self.name, self.argv, self.env, self.cwd, self.log = name, argv, env, cwd, log
         self.pass_fds = pass_fds  # e.g. the listening socket the web processes share
+        self.death_signal = death_signal
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -52,7 +57,8 @@ class Child:
         try:
             self.proc = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdout=out,
                                          stderr=subprocess.STDOUT if out else None, start_new_session=True,
-                                         pass_fds=self.pass_fds)
+                                         pass_fds=self.pass_fds,
+                                         preexec_fn=dying_with_parent(self.death_signal) if self.death_signal else None)
         finally:
             if out:
                 out.close()

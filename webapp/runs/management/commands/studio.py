@@ -21,6 +21,7 @@ from engine.search import registry
 from webapp import embedded_redis
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, Membership, Project, Role, Run, RunStatus
+from webapp.process_life import DIE_WITH_STUDIO
 from webapp.supervisor import Child, GaveUp, Supervisor, stop_children
 
 
@@ -40,8 +41,7 @@ class Command(BaseCommand):
                                  "or 1 on a machine without one; 0: jobs run in the runs' own worker)")
 
     def handle(self, *args, **options):
-        # SIGTERM (from a supervisor or `kill`) stops the children like Ctrl-C does.
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+        _stop_on_signals()
         call_command("migrate", interactive=False, verbosity=0)
         # One listening socket, bound first (a port in use is said before anything starts), that
         # every web process accepts on: a restarted one takes the same socket, and no connection
@@ -50,10 +50,11 @@ class Command(BaseCommand):
         embedded = settings.EMBEDDED_REDIS
         redis = None
         if embedded:
-            redis = embedded_redis.EmbeddedRedis(settings.VAR_DIR).start()
+            redis = embedded_redis.EmbeddedRedis(settings.VAR_DIR, die_with_parent=True).start()
             self.stdout.write(f"embedded Redis on {redis.socket} (password in {redis.socket.parent / 'password'})")
         env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "DJANGO_SETTINGS_MODULE": "webapp.settings",
-               "TRELLIS_STUDIO_HOST": options["host"]}  # the settings allow the host it serves on
+               "TRELLIS_STUDIO_HOST": options["host"],  # the settings allow the host it serves on
+               DIE_WITH_STUDIO: "1"}  # its workers go with it, however it goes (webapp/process_life.py)
         # Each in a process group of its own: the supervisor restarts the worker (and the web
         # server) when its main process dies, killing what it left behind first.
         children = [
@@ -69,6 +70,10 @@ class Command(BaseCommand):
             self.stdout.write(f"training worker: {training.argv[training.argv.index('-c') + 1]} job(s) at once"
                               + (f" on GPU(s) {training.env['TRELLIS_TRAINING_GPUS']}"
                                  if training.env.get("TRELLIS_TRAINING_GPUS") else " on the CPU"))
+        for child in children:
+            # Killed outright, the studio still takes its parts with it: a worker's cold shutdown
+            # (SIGQUIT) ends the runs its pool executes at once; they resume from their checkpoints.
+            child.death_signal = signal.SIGTERM if child.name.startswith("web") else signal.SIGQUIT
         # Another broker may have other workers: then a restart of ours resumes nothing by itself.
         supervisor = Supervisor(children, redis, on_restart=self._after_restart if embedded else lambda name: None,
                                 say=lambda text: self.stderr.write(text))
@@ -177,6 +182,22 @@ class Command(BaseCommand):
             self.stderr.write(f"{exc}; stopping the studio")
         except KeyboardInterrupt:
             self.stdout.write("\nstopping the studio")
+
+
+def _stop_on_signals() -> None:
+    """SIGINT, SIGTERM (and SIGHUP, unless nohup asked to ignore it) stop the studio and all it
+    started, like Ctrl-C. SIGINT explicitly: a studio started in the background without a
+    terminal inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt, so
+    SIGINT to its group did nothing. Once stopping, further signals do not interrupt the stop."""
+    def stop(*_) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, stop)
 
 
 def default_web_processes() -> int:
