@@ -35,6 +35,7 @@ from .control import Control, NoControl
 from .sandbox import Executor
 from .search.base import AutoGate, Endpoint, Gate, SearchContext
 from .search.probe import ProbeRunner, search_gateway
+from .search import registry
 from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
 from .evidence.memory import EVIDENCE_FILE, SharedMemory
 
@@ -180,7 +181,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             on_checkpoint({**state, "start": start_state})
 
     # every role that asks a model: the workflow's, then the search's own (judge, mutator, tree roles)
-    served = {**roles_of(initial_wf), **{role: (None, None) for role in search_class(search).model_roles}}
+    served = {**roles_of(initial_wf), **{role: (None, None) for role in registry.search_class(search).model_roles}}
     tracer.emit(SearchStarted(search=search, task=task.name, iterations=iterations, seed=seed, memory=memory,
                               budget=budget.limits(), workflow_hash=initial_wf.hash, start=start_info,
                               workflow=initial_wf.to_dict(), resumed_after=resume.get("n") if resume else None,
