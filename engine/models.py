@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import TrellisError
 from .harness import MODEL_ROLES
@@ -284,8 +284,12 @@ class EndpointPolicy:
 
     def allows_base(self, url: str) -> bool:
         scheme, host, port, path = _url_parts(url)
-        if "@" in urlsplit(url.strip()).netloc:
+        parts = urlsplit(url.strip())
+        if "@" in parts.netloc:
             return False  # credentials belong in a key variable, not in a URL a page shows
+        if parts.query or parts.fragment or "\\" in url or any(
+                segment in (".", "..") for segment in unquote(parts.path).split("/")):
+            return False  # /v1/../admin reaches another path of an allowed host than the one allowed
         for allowed in self.api_bases:
             a_scheme, a_host, a_port, a_path = _url_parts(allowed)
             if (scheme, host, port) == (a_scheme, a_host, a_port) and (path == a_path or path.startswith(a_path + "/")):

@@ -121,6 +121,16 @@ def test_credentials_inside_an_allowed_url_are_refused():
     assert not policy.allows_base("http://llm.lab:8001/v1") and not policy.allows_base("http://llm.lab:8000v1")
 
 
+@pytest.mark.parametrize("url", ["http://llm.lab:8000/v1/../admin", "http://llm.lab:8000/v1/%2e%2e/admin",
+                                 "http://llm.lab:8000/v1/.%2E/x", "http://llm.lab:8000/v1/\\..\\x",
+                                 "http://llm.lab:8000/v1?next=http://evil", "http://llm.lab.evil.com:8000/v1"])
+def test_an_allowed_endpoints_host_is_not_a_way_to_another_path(url):
+    """An attack of this session's own: an allowed base's prefix let /v1/../admin through."""
+    policy = EndpointPolicy(api_bases=("http://llm.lab:8000/v1",))
+    assert not policy.allows_base(url)
+    assert policy.allows_base("http://LLM.lab:8000/v1/chat")
+
+
 def _run_with(settings_dict: dict, tmp_path) -> Run:
     folder = example_choices()[0][0]
     project = Project.objects.create(name="Theirs")

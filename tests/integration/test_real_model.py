@@ -62,19 +62,22 @@ def test_a_run_recorded_with_smollm2_replays_offline(tmp_path):
         "(README, 'Using your own model': --cassette)")
     started = next(e for e in events if e["kind"] == "run_started")
     assert started["payload"]["endpoints"]["coder"]["model"] == "openai/smollm2-135m"
-    # What SmolLM2 did, as recorded: every unusable answer re-asked once and named. The analyzer's
-    # answer was cut off and re-asked with twice the room; the coder's program did not compile, its
-    # re-asked answer was cut off: the debugger got it (the run did not halt at the handoff), its
-    # repair did not compile either and its re-asked answer held no program: FAILURE, said so, and
-    # the run failed naming who did not finish.
+    # What SmolLM2 did, as recorded (again for issue 37, when a cut-off answer stopped being used
+    # as if whole): every unusable answer re-asked once and named. The analyzer's, the planner's, the
+    # coder's and the debugger's answers were cut off at 400 tokens and re-asked with twice the room:
+    # the planner's cut plan parsed, yet was re-asked, not used; the coder's program ran and failed
+    # its checks, the verifier named no status (RETRY from the checks), and the debugger's re-asked
+    # answer held no program: FAILURE, said so, and the run failed naming who did not finish.
     reasks = [e["payload"] for e in events if e["kind"] == "answer_reasked" and e["payload"].get("used") is not None]
-    assert {r["role"] for r in reasks} >= {"analyzer", "coder", "debugger"}
+    assert {r["role"] for r in reasks} >= {"analyzer", "planner", "coder", "debugger"}
     calls = [e["payload"] for e in events if e["kind"] == "model_call"]
     cut = next(i for i, c in enumerate(calls) if c["finish_reason"] == "length" and not c["purpose"].endswith("re-ask"))
     assert calls[cut + 1]["purpose"].endswith("re-ask") and calls[cut + 1]["max_tokens"] == 2 * calls[cut]["max_tokens"]
+    planner = [c for c in calls if c["role"] == "planner"]
+    assert planner[0]["finish_reason"] == "length" and planner[1]["purpose"].endswith("re-ask")
     cut = next(i for i, c in enumerate(calls) if c["role"] == "coder" and c["finish_reason"] == "length")
-    assert any(c["role"] == "debugger" for c in calls[cut + 2:])  # the cut-off program went to the debugger
-    debugger = next(e["payload"] for e in events if e["kind"] == "agent_finished" and e["agent"] == "debugger")
+    assert any(c["role"] == "debugger" for c in calls[cut + 2:])  # the failing program went to the debugger
+    debugger = [e["payload"] for e in events if e["kind"] == "agent_finished" and e["agent"] == "debugger"][-1]
     assert debugger["status"] == "FAILURE" and "no Python program" in debugger["message"]
     assert "status: failed" in done.stdout and "debugger=FAILURE" in done.stdout
 
