@@ -83,31 +83,32 @@ def _spin(queue) -> None:
         queue.put(type(exc).__name__ + ":" + getattr(exc, "reason", ""))
 
 
-def test_the_signal_interrupts_pure_python_at_full_cpu():
+def _signalled(target, signum: int) -> tuple[list[str], int | None]:
+    """``target(queue)`` in a forked process, sent ``signum`` once it said it is ready: what it
+    said, and how it exited."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_spin, args=(queue,))
+    child = ctx.Process(target=target, args=(queue,))
     child.start()
-    assert queue.get(timeout=30) == "spinning"
-    os.kill(child.pid, interrupt.CANCEL_SIGNAL)
-    assert queue.get(timeout=10) == "RunInterrupted:cancelled"
+    said = [queue.get(timeout=30)]
+    os.kill(child.pid, signum)
+    said.append(queue.get(timeout=10))
     child.join(10)
+    return said, child.exitcode
+
+
+def test_the_signal_interrupts_pure_python_at_full_cpu():
+    said, _ = _signalled(_spin, interrupt.CANCEL_SIGNAL)
+    assert said == ["spinning", "RunInterrupted:cancelled"]
+
+
+def _idle(queue) -> None:
+    interrupt.install()
+    queue.put("ready")
+    time.sleep(1)
+    queue.put("finished")
 
 
 def test_a_signal_outside_the_engine_is_ignored():
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-
-    def idle(q):
-        interrupt.install()
-        q.put("ready")
-        time.sleep(1)
-        q.put("finished")
-
-    child = ctx.Process(target=idle, args=(queue,))
-    child.start()
-    assert queue.get(timeout=30) == "ready"
-    os.kill(child.pid, interrupt.PAUSE_SIGNAL)
-    assert queue.get(timeout=10) == "finished"
-    child.join(10)
-    assert child.exitcode == 0
+    said, exitcode = _signalled(_idle, interrupt.PAUSE_SIGNAL)
+    assert said == ["ready", "finished"] and exitcode == 0
