@@ -102,13 +102,16 @@ def test_the_readme_recipe_for_a_real_model_runs_as_written(tmp_path):
     port = free_port()
     script = readme_real_model_recipe().replace("8080", str(port))
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "TRELLIS_MCP_CONFIG": "none"}
-    shell = subprocess.Popen(["bash", "-e", "-c", script], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = shell.communicate(timeout=1500)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, signal.SIGKILL)  # the server the recipe left in the background
+    # files, not pipes: the server the recipe leaves in the background holds its output open
+    with (tmp_path / "out").open("w") as out_file, (tmp_path / "err").open("w") as err_file:
+        shell = subprocess.Popen(["bash", "-e", "-c", script], cwd=ROOT, env=env, stdout=out_file,
+                                 stderr=err_file, start_new_session=True)
+        try:
+            shell.wait(timeout=1500)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(shell.pid, signal.SIGKILL)  # the server the recipe left in the background
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
     done = subprocess.CompletedProcess(shell.args, shell.returncode, out, err)
     assert "trace      " in out, (out[-3000:], err[-3000:])
     trace = Path(out.split("trace      ")[1].split()[0])
