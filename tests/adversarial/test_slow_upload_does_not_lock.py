@@ -66,3 +66,32 @@ def test_others_sign_in_and_a_run_writes_while_a_slow_task_is_checked(slow_task,
     assert result["done"] - started >= SLOW_S
     assert result["page"].status_code == 302, result["page"].content.decode()[-3000:]
     assert Task.objects.filter(project__name="Slow").exists()
+
+
+def test_a_runs_events_wait_for_a_busy_database_instead_of_failing_the_run(monkeypatch):
+    """Another process holding SQLite's write lock past the busy timeout made a live run end
+    "failed: database is locked". Its event writes now wait and write again."""
+    import sqlite3
+
+    from django.db import connection
+
+    from webapp.runs import bridge
+
+    monkeypatch.setattr(bridge, "BUSY_WAITS_S", (0.3,) * 20)
+    task = Task.objects.create(project=Project.objects.create(name="Busy"), name="t",
+                               folder=str(EXAMPLES / "discontinuous-1d"))
+    run = Run.objects.create(task=task, status=RunStatus.RUNNING, lease="L", search="mimosa")
+    sink = RunEventSink(run, "L")
+    connection.ensure_connection()
+    connection.cursor().execute("PRAGMA busy_timeout = 100")  # SQLite's own wait, short for the test
+    other = sqlite3.connect(str(connection.settings_dict["NAME"]), check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process's write lock, held for 2 s
+    released = threading.Timer(2.0, other.commit)
+    released.start()
+    started = time.monotonic()
+    sink.emit(EngineEvent(run_id="r", seq=1, ts=time.time(), kind="agent_started", agent="coder", iteration=0,
+                          payload={"roles": ["coder"], "inputs": []}))
+    released.join()
+    other.close()
+    assert time.monotonic() - started >= 1.5  # it did wait for the lock
+    assert Event.objects.filter(run=run).count() == 1 and Run.objects.get(pk=run.pk).last_seq == 1

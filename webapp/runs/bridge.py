@@ -17,9 +17,10 @@ import logging
 import os
 import threading
 import time
+from typing import Callable, TypeVar
 
 from channels.layers import get_channel_layer
-from django.db import transaction
+from django.db import OperationalError, transaction
 from django.utils import timezone
 
 from engine.errors import AwaitingDecision, RunInterrupted
@@ -36,6 +37,7 @@ from .models import (Event, GatePolicy, Judgement, Mutation, MutationStatus, Run
                      WorkflowVersion)
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 CONTROL_CHECK_S = 1.0
 BROADCAST_BACKOFF_S = 2.0
 
@@ -108,6 +110,24 @@ async def _send(layer, run_id: int, message: dict, fragments: list[str], studio:
                                              "fragments": fragments, "seq": None if studio else message["seq"]})
 
 
+BUSY_WAITS_S = (0.5, 1, 2, 4, 8, 15, 30)  # after the database's own busy timeout, each time it is still locked
+
+
+def while_busy(write: Callable[[], T]) -> T:
+    """``write`` again while the database says it is locked (SQLite's writer lock held past its busy
+    timeout by another process): a run's events wait for a busy database instead of failing the
+    run ("failed: database is locked"). Any other error, or a lock that outlasts the waits, raises."""
+    for wait in (*BUSY_WAITS_S, None):
+        try:
+            return write()
+        except OperationalError as exc:
+            if wait is None or "locked" not in str(exc):
+                raise
+            log.warning("the database is busy (%s); writing again in %g s", exc, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
 def record_version(run: Run, data: dict, author: str, note: str, iteration: int, adopted: bool = True,
                    change: dict | None = None) -> WorkflowVersion:
     with transaction.atomic():
@@ -133,12 +153,18 @@ class RunEventSink:
     def emit(self, event: EngineEvent) -> None:
         self.seq += 1
         payload = event.payload
-        Event.objects.create(run_id=self.run_id, seq=self.seq, source=event.run_id, source_seq=event.seq,
-                             ts=event.ts, kind=event.kind, agent=event.agent or "", iteration=event.iteration,
-                             payload=payload)
         if event.kind == "model_call" and isinstance(payload.get("budget_used"), dict):
             self.usage = payload["budget_used"]  # the run's one budget, as of this call
-        Run.objects.filter(pk=self.run_id).update(last_seq=self.seq, heartbeat=timezone.now(), usage=self.usage)
+
+        def write() -> None:
+            with transaction.atomic():
+                Event.objects.create(run_id=self.run_id, seq=self.seq, source=event.run_id, source_seq=event.seq,
+                                     ts=event.ts, kind=event.kind, agent=event.agent or "",
+                                     iteration=event.iteration, payload=payload)
+                Run.objects.filter(pk=self.run_id).update(last_seq=self.seq, heartbeat=timezone.now(),
+                                                          usage=self.usage)
+
+        while_busy(write)
         self._side_effects(event)
         broadcast(self.run_id, live.event_message(self.run_id, self.seq, event))
 
