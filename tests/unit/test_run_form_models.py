@@ -42,6 +42,8 @@ def test_the_home_page_offers_the_model_settings_folded(client):
     for name in ("api_base", "api_key_env", "max_answer_tokens", "context_tokens", "model_timeout_s",
                  "structured_output", "role_settings"):
         assert f'name="{name}"' in page
+    # what the operator allows is said before anyone types (issue 37)
+    assert "allowed here: http://ollama:11434/v1" in page and "allowed here: TRELLIS_TEST_KEY_NOBODY_SET" in page
 
 
 def test_a_local_server_and_a_per_role_model_reach_the_engine(client, monkeypatch):

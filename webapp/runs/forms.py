@@ -62,6 +62,14 @@ class NewRunForm(forms.Form):
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["task_folder"].choices = task_choices(user)
+        # what the operator allows, said before anyone types (a project may have more, in the admin)
+        policy = model_policy.policy_for(None)
+        self.fields["api_base"].help_text += (f"; allowed here: {', '.join(policy.api_bases)}" if policy.api_bases
+                                              else "; the operator allows no server of your own here "
+                                                   "(TRELLIS_MODEL_ENDPOINTS)")
+        self.fields["api_key_env"].help_text += (f"; allowed here: {', '.join(policy.key_envs)}" if policy.key_envs
+                                                 else "; the operator allows no key variable here "
+                                                      "(TRELLIS_MODEL_KEY_VARIABLES)")
     search = forms.ChoiceField(choices=Run.SEARCHES, initial=registry.DEFAULT)
     iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
     start = forms.ChoiceField(label="Start from", required=False, initial="", choices=START_FORM_CHOICES,
