@@ -237,6 +237,8 @@ TRELLIS_EXAMPLES_DIR = BASE_DIR / "examples"
 # Tasks people bring: uploaded zips are unpacked under TRELLIS_TASKS_DIR; a folder already on the
 # server may be registered only from under one of TRELLIS_TASK_ROOTS (os.pathsep-separated).
 TRELLIS_TASKS_DIR = VAR_DIR / "tasks"
+# A project's own library (skills and references over the shared one): one folder per project here.
+TRELLIS_PROJECT_LIBRARIES_DIR = VAR_DIR / "project-libraries"
 TRELLIS_TASK_ROOTS = [Path(p) for p in os.environ.get(
     "TRELLIS_TASK_ROOTS", os.pathsep.join([str(TRELLIS_EXAMPLES_DIR), str(VAR_DIR / "task-folders")])).split(os.pathsep)
     if p.strip()]

@@ -135,10 +135,12 @@ def external_agents(library: Library) -> None:
         library.add(agent.artifact())
 
 
-def load_library(folder: Path | None = None, *, starter: bool = True, knowledge: bool = True,
-                 agents: bool = True, registry=None) -> Library:
+def load_library(folder: Path | None = None, *, overlay: Path | None = None, starter: bool = True,
+                 knowledge: bool = True, agents: bool = True, registry=None) -> Library:
     """The library in force: shipped starter, knowledge resources, external agents, then the
-    user's ``folder`` (default ``$TRELLIS_LIBRARY`` or var/library), then discovered tools."""
+    user's ``folder`` (default ``$TRELLIS_LIBRARY`` or var/library), then a project's own
+    ``overlay`` (a file there overrides a shared one of the same name; edits are saved there),
+    then discovered tools."""
     folder = Path(folder) if folder is not None else user_dir()
     library = Library(folder=folder)
     if starter:
@@ -149,4 +151,7 @@ def load_library(folder: Path | None = None, *, starter: bool = True, knowledge:
     if agents:
         external_agents(library)
     _read_folder(library, folder, "user")
+    if overlay is not None:
+        _read_folder(library, Path(overlay), "project")
+        library.folder = Path(overlay)
     return library.with_tools(registry) if registry is not None else library

@@ -309,3 +309,37 @@ def test_a_project_owner_cannot_rewrite_the_shared_library(tmp_path, monkeypatch
     for project in (mine, theirs):
         entry = AuditEntry.objects.get(project=project, action="library")
         assert entry.actor == "user:operator" and entry.detail["name"] == "profile-series"
+
+
+
+@pytest.mark.django_db
+def test_a_projects_reviewers_keep_their_own_library_which_no_other_project_reads(tmp_path, monkeypatch, settings):
+    """Issue 37, item 4: a project may keep its own skills over the shared library; its reviewers
+    write them, its runs alone read them, and its audit log alone says so."""
+    from webapp.runs.models import AuditEntry, LibraryEdit
+    from webapp.runs.project_library import library_for, run_library
+
+    monkeypatch.setenv("TRELLIS_LIBRARY", str(tmp_path / "shared"))
+    settings.TRELLIS_PROJECT_LIBRARIES_DIR = tmp_path / "projects"
+    mine, theirs = Project.objects.create(name="Mine"), Project.objects.create(name="Theirs")
+    reviewer = get_user_model().objects.create_user("rev")
+    add_member(mine, reviewer, "reviewer")
+    viewer = get_user_model().objects.create_user("viewer")
+    add_member(mine, viewer, "viewer")
+    c = Client()
+    c.force_login(reviewer)
+    text = c.get(f"/library/skill/profile-series?project={mine.pk}").context["text"].replace(
+        "## Procedure", "## Procedure\nOur lab's own first step.")
+    answer = c.post(f"/library/skill/profile-series?project={mine.pk}", {"text": text, "note": "lab habit"})
+    assert answer.status_code == 302 and answer.url.endswith(f"?project={mine.pk}")
+    assert "Our lab's own first step." in library_for(mine).get("skill:profile-series").body
+    assert "Our lab's own first step." not in library_for(theirs).get("skill:profile-series").body
+    assert "Our lab's own first step." not in library_for(None).get("skill:profile-series").body
+    assert run_library(mine) is not None and run_library(theirs) is None
+    assert LibraryEdit.objects.get().project == mine
+    assert list(AuditEntry.objects.filter(action="library").values_list("project__name", flat=True)) == ["Mine"]
+    # the shared library stays staff's, a viewer edits nothing, and a project one cannot see is not there
+    assert c.post("/library/skill/profile-series", {"text": text}).status_code == 403
+    c.force_login(viewer)
+    assert c.post(f"/library/skill/profile-series?project={mine.pk}", {"text": text}).status_code == 403
+    assert c.get(f"/library/?project={theirs.pk}").status_code == 404

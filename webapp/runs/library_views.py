@@ -11,13 +11,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from engine.library import KINDS, LibraryError, load_library, parse_artifact
 from engine.library.artifact import NAME
 
+from . import access
 from .models import AuditEntry, LibraryEdit, Project
+from .project_library import library_for
 
 EDITABLE = ("skill", "resource")
 TEMPLATE = """# A short title saying what the skill does
@@ -37,17 +40,35 @@ What in a task calls for it.
 """
 
 
-def may_edit(user) -> bool:
-    """Staff alone: the library is shared by every project's runs, and anyone becomes a project's
-    owner by uploading a task, so a project role must not reach what other projects' agents read."""
-    return bool(user.is_active and user.is_staff)
+def may_edit(user, project: Project | None = None) -> bool:
+    """The shared library: staff alone (every project's runs read it, and anyone becomes a project's
+    owner by uploading a task, so a project role must not reach what other projects' agents read).
+    A project's own library: its reviewers, whose edits reach that project's runs only."""
+    if not user.is_active:
+        return False
+    if project is None:
+        return bool(user.is_staff)
+    return user.is_staff or (access.role_of(user, project) or 0) >= access.REVIEW
 
 
-def _audit_everywhere(edit: LibraryEdit, user) -> None:
-    """The edit in every project's audit log: every project's runs read the shared library."""
-    detail = {"kind": edit.kind, "name": edit.name, "version": edit.version[:12], "note": edit.note}
-    AuditEntry.objects.bulk_create([AuditEntry(project=project, actor=f"user:{user.get_username()}", action="library",
-                                               detail=detail) for project in Project.objects.all()], batch_size=500)
+def _scope(request: HttpRequest) -> Project | None:
+    """The project whose library is shown (``?project=<id>``, one the person can see), or None: shared."""
+    pk = request.GET.get("project") or ""
+    if not pk:
+        return None
+    if not pk.isdigit():
+        raise Http404("no such project")
+    return get_object_or_404(Project, pk=int(pk), pk__in=access.visible_projects(request.user).values("pk"))
+
+
+def _audit(edit: LibraryEdit, user, project: Project | None) -> None:
+    """The edit in the audit log of every project whose runs read it: all of them for the shared
+    library, the one project for its own."""
+    detail = {"kind": edit.kind, "name": edit.name, "version": edit.version[:12], "note": edit.note,
+              "library": project.name if project else "shared"}
+    projects = [project] if project is not None else Project.objects.all()
+    AuditEntry.objects.bulk_create([AuditEntry(project=p, actor=f"user:{user.get_username()}", action="library",
+                                               detail=detail) for p in projects], batch_size=500)
 
 
 def _matches(artifact, words: str) -> bool:
@@ -58,15 +79,17 @@ def _matches(artifact, words: str) -> bool:
 
 @login_required
 def library_page(request: HttpRequest) -> HttpResponse:
-    library = load_library()
+    project = _scope(request)
+    library = library_for(project)
     kind, words = request.GET.get("kind", ""), request.GET.get("q", "").strip()[:200]
     shown = [a for a in library.artifacts.values() if (not kind or a.kind == kind) and _matches(a, words)]
     shown.sort(key=lambda a: (KINDS.index(a.kind) if a.kind in KINDS else 9, a.name))
     counts = {k: sum(1 for a in library.artifacts.values() if a.kind == k) for k in KINDS}
     return render(request, "runs/library.html", {
         "artifacts": shown, "counts": counts, "kind": kind, "q": words, "problems": library.problems,
-        "can_edit": may_edit(request.user), "folder": library.folder,
-        "edits": LibraryEdit.objects.select_related("author")[:10]})
+        "can_edit": may_edit(request.user, project), "folder": library.folder, "project": project,
+        "projects": access.visible_projects(request.user).order_by("name")[:100],
+        "edits": LibraryEdit.objects.filter(project=project).select_related("author")[:10]})
 
 
 @login_required
@@ -74,18 +97,20 @@ def library_page(request: HttpRequest) -> HttpResponse:
 def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse:
     if kind not in KINDS or len(name) > 200:
         raise Http404("no such library artifact")
-    library = load_library()
+    project = _scope(request)
+    library = library_for(project)
     new = name == "new"
     artifact = None if new else library.artifacts.get(f"{kind}:{name}")
     if artifact is None and not new:
         raise Http404(f"no {kind} {name!r} in the library")
-    editable = kind in EDITABLE and may_edit(request.user)
+    editable = kind in EDITABLE and may_edit(request.user, project)
     error, text, save_as = None, (artifact.to_markdown() if artifact else TEMPLATE.replace("kind: skill", f"kind: {kind}")), \
         (artifact.name if artifact else "")
     status = 200
     if request.method == "POST":
         if not editable:
-            raise PermissionDenied("only staff edit the shared library")
+            raise PermissionDenied("only staff edit the shared library" if project is None else
+                                   f"editing {project.name}'s own library needs its reviewer role")
         text = request.POST.get("text", "").replace("\r\n", "\n")
         save_as = request.POST.get("name", "").strip() if new else name
         try:
@@ -96,13 +121,17 @@ def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse
             saved = library.save(save_as, text)
             with transaction.atomic():
                 edit = LibraryEdit.objects.create(name=saved.name, kind=saved.kind, text=text, version=saved.version,
-                                                  author=request.user, note=request.POST.get("note", "")[:500])
-                _audit_everywhere(edit, request.user)
-            messages.success(request, f"{saved.kind} {saved.name!r} saved ({saved.version[:12]}); new runs use it")
-            return redirect("library_artifact", kind=saved.kind, name=saved.name)
+                                                  author=request.user, note=request.POST.get("note", "")[:500],
+                                                  project=project)
+                _audit(edit, request.user, project)
+            whose = f"{project.name}'s new runs use it" if project else "every project's new runs use it"
+            messages.success(request, f"{saved.kind} {saved.name!r} saved ({saved.version[:12]}); {whose}")
+            url = reverse("library_artifact", kwargs={"kind": saved.kind, "name": saved.name})
+            return redirect(f"{url}?project={project.pk}" if project else url)
         except LibraryError as exc:
             error, status = str(exc), 400
-    history = LibraryEdit.objects.filter(kind=kind, name=name).select_related("author")[:20] if not new else []
+    history = LibraryEdit.objects.filter(kind=kind, name=name, project=project).select_related("author")[:20] \
+        if not new else []
     return render(request, "runs/library_artifact.html", {
         "artifact": artifact, "kind": kind, "new": new, "editable": editable, "error": error, "text": text,
-        "name": save_as, "history": history}, status=status)
+        "name": save_as, "history": history, "project": project}, status=status)

@@ -382,6 +382,8 @@ class LibraryEdit(models.Model):
     author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     note = models.CharField(max_length=500, blank=True)
     created = models.DateTimeField(auto_now_add=True)
+    # None: the shared library (staff); else the project whose own library it was written into
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="library_edits")
 
     class Meta:
         ordering = ["-created"]

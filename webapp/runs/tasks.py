@@ -19,7 +19,7 @@ from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 from webapp import disk
 
-from . import interrupt, live, model_policy
+from . import interrupt, live, model_policy, project_library
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 
@@ -103,7 +103,8 @@ def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
                             model_override=run.model or None, models=models, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                             run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
                             single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
-                            start=run.start or None, node_token_cap=run.node_token_cap)
+                            start=run.start or None, node_token_cap=run.node_token_cap,
+                            library=project_library.run_library(run.task.project))
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
         status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED
         reason, extra = result.failed or result.stopped, {"result": result.to_dict()}
