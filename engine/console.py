@@ -129,6 +129,12 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
     return None
 
 
+def cost_line(usage: dict) -> str:
+    """What a run or search spent, as its summary says it (a budget's ``used``)."""
+    failed = f", {usage['failed_calls']} failed" if usage.get("failed_calls") else ""
+    return f"cost       {usage['calls']} model calls{failed}, {usage['tokens']} tokens, ${usage['cost_usd']:.4f}"
+
+
 def print_summary(result, out: TextIO = sys.stdout) -> None:
     m = result.metric or {}
     usage = result.usage
@@ -141,8 +147,7 @@ def print_summary(result, out: TextIO = sys.stdout) -> None:
         out.write(f"metric     {m['metric']} = {m['value']:.6g}  ({direction} is better; computed by evaluate.py)\n")
     else:
         out.write(f"metric     none ({m.get('error', 'run did not reach evaluation')})\n")
-    failed = f", {usage['failed_calls']} failed" if usage.get("failed_calls") else ""
-    out.write(f"cost       {usage['calls']} model calls{failed}, {usage['tokens']} tokens, ${usage['cost_usd']:.4f}\n")
+    out.write(cost_line(usage) + "\n")
     out.write(f"agents     {', '.join(f'{a}={s}' for a, s in result.agent_status.items())}\n")
     out.write(f"time       {result.duration_s:.1f}s (models {result.model_seconds:.1f}s, code "
               f"{result.execution_seconds:.1f}s, engine {result.overhead_seconds:.2f}s)\n")

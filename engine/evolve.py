@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
+from .console import cost_line
 from .gateway import endpoint_lines
 from .models import ModelSettings, describe_endpoints, settings
 from .runner import roles_of
@@ -288,9 +289,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
             "status": "failed", "reason": f"model {exc.model} is unavailable: {exc.provider_message[:500]}",
             "search": search, "usage": used, "trace_path": str(trace_path), "archived": False}, indent=2))
         out.write(f"search stopped: model {exc.model} could not be called; nothing archived\n"
-                  f"status     failed: {exc.provider_message[:300]}\n"
-                  f"cost       {used['calls']} model calls ({used.get('failed_calls', 0)} failed), "
-                  f"{used['tokens']} tokens, ${used['cost_usd']:.4f}\n"
+                  f"status     failed: {exc.provider_message[:300]}\n{cost_line(used)}\n"
                   f"trace      {trace_path}\n")
         out.flush()
         raise

@@ -61,15 +61,10 @@ class _Answer:
 
 
 def _within_room(answer: _Answer, room: int) -> _Answer:
-    """The answer as read and counted: no longer than ``room`` tokens could be (MAX_CHARS_PER_TOKEN),
-    else cut there and marked cut off; its reported length no more than the room asked for."""
+    """The answer as read: no longer than ``room`` tokens could be (MAX_CHARS_PER_TOKEN), else cut
+    there and marked cut off (what it is charged is capped where it is counted, in ``complete``)."""
     cap = room * MAX_CHARS_PER_TOKEN
-    if len(answer.text) <= cap and (answer.reported is None or answer.reported[1] <= room):
-        return answer
-    reported = (answer.reported[0], min(answer.reported[1], room)) if answer.reported else None
-    if len(answer.text) <= cap:
-        return replace(answer, reported=reported)
-    return replace(answer, text=answer.text[:cap], reported=reported, finish_reason="length")
+    return answer if len(answer.text) <= cap else replace(answer, text=answer.text[:cap], finish_reason="length")
 
 
 # An answer longer than this many characters per token of the room it was given came from a
