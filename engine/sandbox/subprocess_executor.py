@@ -337,12 +337,35 @@ class SubprocessExecutor:
         if process_cap_hit:
             stderr += (f"\nsandbox: the program reached its limit of {limits.max_processes} "
                        "processes and threads; more were refused\n")
+        status = _classify(outcome, stderr, limits, memory_exhausted)
+        hide = _host_path_hider(workdir, view_root)
         return ExecutionResult(
-            status=_classify(outcome, stderr, limits, memory_exhausted), exit_code=outcome.returncode,
-            stdout=outcome.stdout.text(), stderr=stderr, duration_s=duration,
+            status=status, exit_code=outcome.returncode,
+            stdout=hide(outcome.stdout.text()), stderr=hide(stderr), duration_s=duration,
             workdir=workdir, files={}, violations=list(outcome.scanner.violations),
             executor=self.name,
         )
+
+
+def _host_path_hider(workdir: Path, view_root: Path | None):
+    """What the program printed, with this machine's paths (the sandbox folder's random name, the
+    Python environment's install prefix) said the same way on every machine: a traceback through
+    site-packages reaches the models' prompts, and a prompt that names the host differs from one
+    machine to the next (a recorded run would not replay elsewhere) and tells a model the host's layout."""
+    swaps = {str(workdir) + "/": "", str(workdir): "."}
+    if view_root is not None:
+        swaps.update({str(view_root) + "/": "", str(view_root): "."})
+    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
+        for form in {prefix, os.path.realpath(prefix)}:
+            if len(form) > 1:
+                swaps[form] = "<python>"
+    ordered = sorted(swaps.items(), key=lambda kv: -len(kv[0]))  # the longest first: a venv inside a prefix
+
+    def hide(text: str) -> str:
+        for host, said in ordered:
+            text = text.replace(host, said)
+        return text
+    return hide
 
 
 _shared_uid_warned = False

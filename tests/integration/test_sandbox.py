@@ -90,6 +90,23 @@ def test_crashing_program_is_an_error_with_traceback(executor):
     assert "bootstrap" not in result.stderr  # sandbox frames are not the reader's concern
 
 
+def test_what_a_program_prints_names_no_path_of_this_machine(executor):
+    """A traceback through site-packages, and a program printing where it runs, read the same on
+    every machine: these texts reach the models' prompts, and a prompt naming the host's Python
+    prefix made a run recorded on one machine unreplayable on another (CI's clone lives elsewhere)."""
+    result = run(executor, """
+        import os, sys
+        print("cwd", os.getcwd())
+        print("numpy at", __import__("numpy").__file__)
+        from scipy import no_such_module
+    """)
+    assert result.status == "error" and "ImportError" in result.stderr
+    for host in {sys.prefix, sys.base_prefix, os.path.realpath(sys.prefix), str(result.workdir)}:
+        assert host not in result.stdout + result.stderr
+    assert "cwd ." in result.stdout
+    assert "<python>/lib/python" in result.stdout and "<python>/lib/python" in result.stderr
+
+
 def test_exit_code_and_args_are_passed_through(executor):
     result = run(executor, "import sys; print(sys.argv[1:]); sys.exit(3)", args=["--n", "5"])
     assert result.status == "error"

