@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from . import embedding
+from .archive_index import ArchiveIndex, entry_fields
 from .artifacts import write_text_atomically
 from .contracts import ContractSyntaxError, is_assignable, parse_type
 from .embedding import Embedder, TaskEmbedder, cosine, embedder_name, task_text
@@ -196,8 +198,6 @@ class WorkflowArchive:
         archive has entries, none for this text), while the caller goes on (setting up, checking
         the data); whether one was started. Nothing for a task searched before: its archived
         vector is used."""
-        from . import embedding
-
         # only the model's own embedder: another (a test's fake, a subclass) embeds as it likes
         if type(self.embedder) is not embedding.TaskEmbedder:
             return False
@@ -251,8 +251,6 @@ class WorkflowArchive:
         return self._nearest_by_scan(task)
 
     def _index(self):
-        from .archive_index import ArchiveIndex
-
         with self._lock:
             if self._vector_index is None:
                 self._vector_index = ArchiveIndex(self.entries_dir, self.root / INDEX_FILE)
@@ -333,8 +331,6 @@ def fit_problems(workflow: Workflow, task: Task) -> list[str]:
 
 def _indexed_fields(path: Path) -> dict | None:
     """What the vector index keeps of an entry file; a file it cannot read is said once, when indexed."""
-    from .archive_index import entry_fields
-
     fields = entry_fields(path, _rank_of)
     if fields is None:
         warnings.warn(f"skipping unreadable archive entry {path}", ArchiveWarning, stacklevel=3)

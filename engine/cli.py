@@ -6,17 +6,31 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from . import evaluator_draft as ev
+from .archive import WorkflowArchive
+from .assessment import trivial_or_error
 from .budget import Budget
+from .console import ConsoleSink, print_summary
+from .ending import baseline_files, describe_baselines, describe_single_agent, single_agent_baseline
 from .errors import ModelUnavailable, TrellisError
-from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
+from .gateway import ModelGateway, endpoint_lines
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
+from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
+from .official import official_baselines, saved_predictions
+from .official_gap import describe_gaps, official_gaps
 from .preflight import PreflightError, TaskFacts, preflight
-from .synthesis import WORKFLOWS, single_agent_workflow
+from .runner import RunConfig, roles_of, run_workflow
+from .sandbox.select import EXECUTOR_KINDS, make_executor
+from .synthesis import WORKFLOWS, export, single_agent_workflow
+from .synthesis.imports import load_workflow_file, read_text
+from .synthesis.start import choose_start
 from .task import Task, load_task
+from .trace import JsonlTraceSink, Tracer
 from .workflow import Workflow
 
 if TYPE_CHECKING:
@@ -109,9 +123,6 @@ def cassette(args: argparse.Namespace) -> tuple[Path | None, bool]:
 
 
 def describe_models(models: ModelSettings, workflow: Workflow) -> list[str]:
-    from .gateway import endpoint_lines
-    from .runner import roles_of
-
     return endpoint_lines(models, roles_of(workflow))
 
 
@@ -145,8 +156,6 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_executor_argument(parser: argparse.ArgumentParser) -> None:
-    from .sandbox.select import EXECUTOR_KINDS
-
     parser.add_argument("--executor", choices=EXECUTOR_KINDS, default="auto",
                         help="the sandbox of generated programs: docker (a container each; build its image "
                              "with `python -m engine.sandbox.image build`), subprocess, or auto (default: "
@@ -190,13 +199,6 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     for line in describe_models(models, workflow):
         out.write(line + "\n")
     # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
-    from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent,
-                            official_baselines, single_agent_baseline, trivial_or_error)
-    from .official import saved_predictions
-    from .official_gap import describe_gaps, official_gaps
-    from .console import ConsoleSink, print_summary
-    from .runner import RunConfig, run_workflow
-    from .sandbox.select import make_executor
 
     kind = getattr(args, "executor", None)
     # before any model call: an executor asked for that cannot run here is an error naming the fix
@@ -241,13 +243,8 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
 
 def _start(task: Task, start: str, args: argparse.Namespace, run_dir: Path, out: TextIO) -> Workflow:
     """The workflow ``--start`` names; synthesis's stages traced in <run>/synthesis.jsonl."""
-    from .synthesis.start import choose_start
-    from .trace import JsonlTraceSink, Tracer
-
     archive = None
     if start == "archive":
-        from .archive import WorkflowArchive
-
         archive = WorkflowArchive(Path(args.archive))
     run_dir.mkdir(parents=True, exist_ok=True)
     tracer = Tracer(f"{run_dir.name}-synthesis", [JsonlTraceSink(run_dir / "synthesis.jsonl")])
@@ -270,8 +267,6 @@ def add_evaluator_arguments(parser: argparse.ArgumentParser) -> None:
 
 def evaluator_from_args(args: argparse.Namespace, out=sys.stdout) -> int:
     """Draft evaluate.py from Evaluation.md and show it, or approve the draft a person read."""
-    from .assessment import evaluator_draft as ev
-
     folder = Path(args.task)
     if args.approve:
         path = ev.approve(folder, args.approve, args.by)
@@ -279,8 +274,6 @@ def evaluator_from_args(args: argparse.Namespace, out=sys.stdout) -> int:
         return 0
     write = None
     if args.model:
-        from .models import ModelOptions, ModelSettings
-
         write = _with_models(ModelSettings(ModelOptions(model=args.model, api_base=args.api_base,
                                                         api_key_env=args.api_key_env)))
     draft = ev.draft_for(folder, write)
@@ -297,11 +290,6 @@ def evaluator_from_args(args: argparse.Namespace, out=sys.stdout) -> int:
 def _with_models(models):
     """A writer for the Evaluator: the model ``models`` names, behind a gateway of its own."""
     def run(task):
-        from .assessment import evaluator_draft as ev
-        from .budget import Budget
-        from .gateway import ModelGateway
-        from .trace import Tracer
-
         gateway = ModelGateway(Budget(max_tokens=200_000), Tracer("evaluator"), models=models)
         return ev.model_draft(gateway, models.run.model or "a model")(task)
     return run
@@ -319,9 +307,6 @@ def add_workflow_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def workflow_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from .synthesis import export
-    from .synthesis.imports import load_workflow_file, read_text
-
     if args.action == "export":
         workflow = Workflow.from_json(read_text(Path(args.file)))
         text = export.to_langgraph(workflow) if args.to == "langgraph" else export.to_json(workflow)
@@ -357,8 +342,6 @@ def main(argv: list[str] | None = None) -> int:
     except TrellisError as exc:
         # one line is the answer; the traceback is for whoever debugs the engine (never for the data's problems)
         if getattr(args, "verbose", False) and not isinstance(exc, PreflightError):
-            import traceback
-
             traceback.print_exc()
         print(f"error: {exc}", file=sys.stderr)
         return 2

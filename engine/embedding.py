@@ -11,6 +11,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -116,9 +118,6 @@ _AHEAD_LOCK = threading.Lock()
 def embed_ahead(text: str, device: str = "cpu") -> bool:
     """Start embedding ``text`` in a process of its own; whether one was started (not when the
     vector is known, being made, or the model is loaded or being loaded here)."""
-    import subprocess
-    import sys
-
     key = (device, text)
     with _AHEAD_LOCK:
         if key in _CACHE or key in _AHEAD or device in _MODELS or _BACKGROUND is not None:
@@ -316,7 +315,5 @@ def _split_long(paragraph: str, count: Callable[[str], int], budget: int) -> lis
 
 
 if __name__ == "__main__":  # the ahead process: a text on stdin, its vector as JSON on stdout
-    import sys
-
     sys.stdout.write(json.dumps(TaskEmbedder(sys.argv[1] if len(sys.argv) > 1 else "cpu").embed(
         sys.stdin.buffer.read().decode("utf-8", "surrogatepass"))))

@@ -17,9 +17,12 @@ import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .evaluator_sandbox import EVALUATE, INPUT_DIR, run_evaluate_py, run_task_code, task_inputs
-from .task import Task
+
+if TYPE_CHECKING:  # a task holds its assessment (engine/task.py): the type only, never the module
+    from .task import Task
 
 FOLD_SCORER = Path(__file__).with_name("fold_scorer.py")
 SCORER = "trellis_fold_scorer.py"  # its name in the sandbox, beside evaluate.py

@@ -16,9 +16,13 @@ import shutil
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, UnsafeOutput
-from .task import Task
+from .sandbox.subprocess_executor import SubprocessExecutor
+
+if TYPE_CHECKING:  # a task holds its assessment (engine/task.py): the type only, never the module
+    from .task import Task
 
 # Task-folder entries never copied in: caches and version control, not the task.
 _NOT_THE_TASK = {"__pycache__", ".git", ".hg", ".svn", ".ipynb_checkpoints", "evaluate.draft.py",
@@ -61,8 +65,6 @@ def run_task_code(task: Task, entrypoint: str, code: str, args: list[str], input
                   max_output_bytes: int = 64 * 1024 * 1024) -> EvaluatorRun:
     """Run ``code`` as ``entrypoint`` in a fresh sandbox holding ``inputs``, and read back the
     ``outputs`` it wrote (never through a link); ``stop`` ends it early. Nothing is left behind."""
-    from .sandbox.subprocess_executor import SubprocessExecutor
-
     limits = evaluator_limits(task, timeout_s)
     executor = SubprocessExecutor(keep=True)
     watch = (lambda _workdir: stop.is_set()) if stop is not None else None

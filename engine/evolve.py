@@ -10,36 +10,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from .console import cost_line
-from .gateway import endpoint_lines
-from .models import ModelSettings, describe_endpoints, settings
-from .runner import roles_of
-from .baselines import (baseline_files, describe as describe_baselines, describe_single_agent, official_baselines,
-                        single_agent_baseline, trivial_or_error)
+from .archive import WorkflowArchive
+from .assessment import trivial_or_error
 from .budget import Budget
+from .bundle import write_champion_bundle
+from .console import cost_line
+from .control import Control, NoControl
+from .embedding import TaskEmbedder
+from .ending import baseline_files, describe_baselines, describe_single_agent, single_agent_baseline
 from .errors import ModelUnavailable
+from .evidence.memory import EVIDENCE_FILE, SharedMemory
+from .gateway import endpoint_lines
 from .hindsight import hindsight
+from .models import ModelSettings, describe_endpoints, settings
+from .official import (official_baselines, official_for_code, official_for_predictions, official_metric,
+                       saved_predictions)
 from .official_gap import Gap, describe_gaps, official_gaps
 from .preflight import preflight
-from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished,
-                              SearchStarted, ValidationPlanned)
+from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
+                              ValidationPlanned)
+from .runner import roles_of
+from .sandbox import Executor
+from .sandbox.select import executor_for_run
+from .search import registry
+from .search.base import AutoGate, Endpoint, Gate, SearchContext
+from .search.probe import ProbeRunner, search_gateway
+from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
+from .search.tree import TreeResult
 from .synthesis import team_workflow
+from .synthesis.start import choose_start
 from .task import Task, load_task
-from .training.jobs import tracing_to
 from .tools.allocation import allocate, available_only
 from .tools.config import load_config
 from .tools.discovery import discover
 from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
+from .training.jobs import tracing_to
 from .workflow import Workflow
-from .control import Control, NoControl
-from .sandbox import Executor
-from .search.base import AutoGate, Endpoint, Gate, SearchContext
-from .search.probe import ProbeRunner, search_gateway
-from .search import registry
-from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
-from .evidence.memory import EVIDENCE_FILE, SharedMemory
-
 
 FINAL_PREDICTIONS = "final-predictions.csv"  # the final workflow's delivered predictions, in run_dir
 
@@ -59,7 +66,7 @@ class EvolveResult:
     archived: dict = field(default_factory=dict)  # {"entry": id} or {"skipped": why}
     trace: str = ""  # this attempt's search trace (search.jsonl, then search.2.jsonl after a resume)
     baselines: dict = field(default_factory=dict)  # official scores: trivial baselines and the single agent
-    single_agent: dict | None = None  # engine.baselines.single_agent_baseline(), unless skipped
+    single_agent: dict | None = None  # engine.ending.single_agent_baseline(), unless skipped
     hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
     gaps: dict = field(default_factory=dict)  # baseline -> engine.official_gap.Gap.to_dict(): beyond test noise?
     failed: str = ""  # why the run failed although the search ended: its final workflow has no official score
@@ -117,14 +124,10 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         warm_start = search not in TAKES_MEMORY
     control = control or NoControl()
     if embedder is None:
-        from .embedding import TaskEmbedder
-
         embedder = TaskEmbedder()  # loads its model only when synthesis or a review first ranks with it
     task = load_task(task_folder)
     archive = None
     if archive_dir is not None:
-        from .archive import WorkflowArchive
-
         archive = WorkflowArchive(archive_dir)
         restarting = bool(resume and resume.get("start"))
         if not restarting and (start == "archive" if start is not None else warm_start):
@@ -139,8 +142,6 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
     choice = None
     if executor is None and executor_kind is not None:
-        from .sandbox.select import executor_for_run
-
         # an executor asked for that cannot run here (no Docker daemon) fails now, with the fix;
         # a resumed run keeps the one it started with
         choice = executor_for_run(executor_kind, run_dir / "sandboxes", ((resume or {}).get("start") or {}).get("executor"))
@@ -157,8 +158,6 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     if resume and resume.get("start"):  # the start chosen before the interruption, not a new one
         initial_wf, start_info = Workflow.from_dict(resume["start"]["workflow"]), resume["start"]["info"]
     elif start is not None:
-        from .synthesis.start import choose_start
-
         initial_wf, start_info = choose_start(task, start, archive=archive, tracer=tracer,
                                               registry=tools.registry if tools else None,
                                               library=library, embedder=embedder, external_agents=external_agents)
@@ -306,9 +305,6 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
 def _champion_bundle(task: Task, run_dir: Path, outcome, official: dict, baselines: dict, out: TextIO) -> None:
     """A tree search's champion bundle (engine/bundle/), written now that the official evaluation
     is done. A bundle that cannot be written is said on ``out``; the run's result stands."""
-    from .bundle import write_champion_bundle
-    from .search.tree import TreeResult
-
     tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
     if tree is None or tree.champion is None:
         return
@@ -347,8 +343,6 @@ def not_archivable(final: Endpoint, budget: Budget) -> str:
 def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[..., dict] | None) -> dict:
     """The held-out score of one end: a probe's saved predictions, the predictions a program
     wrote at the final commitment, or else the program run on the task's data now."""
-    from .official import official_for_code, official_for_predictions, official_metric
-
     if end.probe is not None:
         return (official or official_metric)(task, end.probe.run_dir, end.probe.result.predictions_sha256)
     if end.predictions is not None:
@@ -359,8 +353,6 @@ def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[
 def _delivered(end: Endpoint) -> bytes | None:
     """The predictions an end delivered, as scored officially: its probe's, or those its program
     wrote at the final commitment."""
-    from .official import saved_predictions
-
     if end.probe is not None:
         return saved_predictions(end.probe.run_dir, end.probe.result.predictions_sha256)
     return end.predictions

@@ -11,14 +11,16 @@ import math
 import os
 import time
 from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Mapping
 
 from .budget import Budget
 from .control import Control, NoControl
 from .errors import ModelCallError, ModelUnavailable, first_line
-from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, offline_completion, provider_of
-from .models import OFFLINE_MODEL, MIN_ANSWER_TOKENS, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
+from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, provider_of
+from .models import MIN_ANSWER_TOKENS, OFFLINE_MODEL, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
+from .offline.chat import offline_completion
 from .prompt_format import fit_prompt
 from .protocol.events import ModelCall, ModelCallFailed
 from .trace import Tracer
@@ -116,7 +118,7 @@ class ModelGateway:
                  tool_choice: str | None = None, response_schema: dict | None = None,
                  agent_options: ModelOptions | None = None, answer_tokens: int | None = None) -> Completion:
         """One model call. ``tools`` are function schemas the model may call (litellm's
-        ``tools=``; engine/tools/calls.py runs what it asks for); ``tool_choice="none"`` asks
+        ``tools=``; engine/tool_calls.py runs what it asks for); ``tool_choice="none"`` asks
         for an answer without further calls. ``response_schema`` (a JSON schema) is sent as a
         structured-output request where the endpoint takes one (engine/answers.py decides).
         ``answer_tokens`` replaces the endpoint's answer length for this call (a re-ask after
@@ -220,7 +222,7 @@ class ModelGateway:
                 if offline and request["model"] == OFFLINE_MODEL:
                     # the in-process offline scientist, answered directly: litellm's call path (cost
                     # calculation, logging, response metadata) was most of a node's time, for nothing
-                    response = offline_completion(request)  # engine/llm.py: the one module that imports it
+                    response = offline_completion(request)  # no litellm for the offline scientist
                 else:
                     # The gateway does the retrying, so litellm and the provider SDK must not retry too.
                     response = get_litellm().completion(**request, **endpoint.litellm_arguments(), num_retries=0,
@@ -395,8 +397,6 @@ def retry_after(exc: BaseException) -> float | None:
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        from email.utils import parsedate_to_datetime
-
         try:
             seconds = parsedate_to_datetime(str(value)).timestamp() - time.time()
         except (TypeError, ValueError):
@@ -404,7 +404,7 @@ def retry_after(exc: BaseException) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-MAX_TOOL_CALLS = 8  # calls one answer may ask for; more are dropped (engine/tools/calls.py says so)
+MAX_TOOL_CALLS = 8  # calls one answer may ask for; more are dropped (engine/tool_calls.py says so)
 
 
 def tool_calls_of(message) -> tuple[dict, ...]:

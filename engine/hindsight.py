@@ -24,6 +24,9 @@ import numpy as np
 
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
+from .official import official_for_code
+from .search.probe import JUDGEMENT_FILE
+from .search.tree import Tree
 from .task import Task
 
 MIN_CANDIDATES = 3  # below this a rank correlation says nothing
@@ -83,8 +86,6 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
     """Every candidate a search probed, read from its folder: the workflow probes under
     probes/ (their summary and the judge's verdict) and the tree's nodes (tree/tree.json). Read from
     disk, so a search resumed after a crash sees the candidates of every attempt."""
-    from .search.probe import JUDGEMENT_FILE
-
     found: list[Candidate] = []
     for folder in sorted(Path(run_dir, "probes").glob("*/")):
         try:
@@ -104,8 +105,6 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
                                predictions=(folder, sha) if sha else None, program=program_sha(summary.get("final_code"))))
     tree_file = Path(run_dir, "tree", "tree.json")  # where the tree search keeps its tree
     if tree_file.exists():
-        from .search.tree import Tree
-
         for node in Tree.load(tree_file).nodes.values():
             if node.status == "scored" and node.score is not None:
                 found.append(Candidate(f"node {node.id}", None, node.score, code=node.code,
@@ -137,7 +136,6 @@ def score_officially(task: Task, candidates: list[Candidate], executor=None,
     (with ``executor``) unless ``known`` has its score already (keyed by its code).
     ``official`` replaces evaluate.py (tests' stand-ins)."""
     known = known or {}
-    from .official import official_for_code
 
     by_sha: dict[str, list[Candidate]] = {}
     for c in candidates:

@@ -1,7 +1,9 @@
-"""Lazy access to litellm, with the offline provider registered.
+"""Lazy access to litellm, and what the gateway asks of it besides a call: token counts,
+prices, provider names.
 
 litellm takes seconds to import and fetches a price map from the internet unless told not
-to, so it is imported here, on the first model call, with the local price map.
+to, so it is imported here, on the first model call, with the local price map. The offline
+scientist never goes through litellm: the gateway answers it directly (engine/offline/chat.py).
 """
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import functools
 import os
 import threading
 from types import ModuleType
+
+from .token_count import NotCountedHere, count_messages, count_text
 
 OFFLINE_PROVIDER = "trellis"
 OFFLINE_MODEL = "trellis/offline-scientist"
@@ -26,38 +30,13 @@ def get_litellm() -> ModuleType:
             os.environ.setdefault("LITELLM_LOG", "ERROR")
             import litellm
 
-            from .offline.provider import OfflineScientistLLM
-
             litellm.telemetry = False
             litellm.suppress_debug_info = True
             # Providers that do not take a parameter (Anthropic has no `seed`) get the call
             # without it instead of a BadRequestError; the offline provider still receives it.
             litellm.drop_params = True
-            litellm.custom_provider_map = [
-                *[p for p in litellm.custom_provider_map if p.get("provider") != OFFLINE_PROVIDER],
-                {"provider": OFFLINE_PROVIDER, "custom_handler": OfflineScientistLLM()},
-            ]
             _litellm = litellm
         return _litellm
-
-
-def offline_completion(request: dict):
-    """The offline scientist's answer to ``request`` in the shape litellm's response has (what
-    ``_call`` reads: the message, its tool calls, the finish reason, the usage), with the same
-    token counts the litellm provider reports. litellm is not imported for it."""
-    from types import SimpleNamespace
-
-    from .offline.chat import answer_request
-
-    message, finish, usage = answer_request(request["messages"], int(request.get("seed") or 0),
-                                            request.get("tools"), request.get("tool_choice"))
-    calls = [SimpleNamespace(id=c["id"], type="function",
-                             function=SimpleNamespace(name=c["function"]["name"], arguments=c["function"]["arguments"]))
-             for c in message.get("tool_calls") or []]
-    return SimpleNamespace(choices=[SimpleNamespace(
-        finish_reason=finish, message=SimpleNamespace(content=message.get("content"), tool_calls=calls or None,
-                                                      refusal=None))],
-        usage=SimpleNamespace(prompt_tokens=usage[0], completion_tokens=usage[1]))
 
 
 def provider_of(model: str) -> str:
@@ -72,8 +51,6 @@ def count_tokens(model: str, messages: list[dict]) -> int:
     one by one and each kept: a role's instructions and the task's text recur in every call, and
     tokenizing them again was most of a call's time."""
     if model.startswith(OFFLINE_PROVIDER + "/"):
-        from .token_count import NotCountedHere, count_messages
-
         try:
             return count_messages(messages)
         except NotCountedHere:  # no encoding file, or a message in parts: litellm counts it
@@ -119,8 +96,6 @@ def _priming(model: str) -> int:
 def count_text_tokens(text: str) -> int:
     """An answer's tokens, as gpt-4o counts them (the gateway's count of an answer no provider
     counted, and the offline scientist's)."""
-    from .token_count import NotCountedHere, count_text
-
     try:
         return count_text(text)
     except NotCountedHere:

@@ -9,6 +9,10 @@ import csv
 from pathlib import Path
 
 from .artifacts import ArtifactStore
+from .assessment import trivial_or_error
+from .baselines import BASELINES
+from .evaluation import evaluate_many
+from .sandbox import ExecutionRequest, UnsafeOutput
 from .task import Task
 
 
@@ -77,8 +81,6 @@ def heldout_columns(task: Task, columns: list[str]) -> dict[str, dict[str, str]]
 
 def official_for_code(task: Task, code: str, executor) -> dict:
     """Run a committed program on the task's real data, then score it officially."""
-    from .sandbox import ExecutionRequest, UnsafeOutput
-
     result = executor.run(ExecutionRequest(code=code, input_files=task.input_files(), limits=task.resources.limits))
     if not result.ok:
         return {"ok": False, "error": f"the committed program {result.status} on the task's data"}
@@ -90,3 +92,14 @@ def official_for_code(task: Task, code: str, executor) -> dict:
     except UnsafeOutput as exc:
         return {"ok": False, "error": f"predictions refused: {exc}"}
     return official_for_predictions(task, predictions)
+
+
+def official_baselines(task: Task, predictions: dict[str, bytes] | str | None = None) -> dict[str, dict]:
+    """Each trivial baseline's official score (evaluate.py on the held-out targets), of
+    ``predictions`` when given (what trivial_or_error() returned). Run after the final commitment
+    only, like the team's own official score."""
+    if predictions is None:
+        predictions = trivial_or_error(task)
+    if isinstance(predictions, str):
+        return {name: {"ok": False, "error": f"baseline not computed: {predictions}"} for name in BASELINES}
+    return dict(zip(predictions, evaluate_many(task, list(predictions.values()))))

@@ -27,15 +27,18 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .assessment.kind import decide_kind
 from .checks import Check
 from .metrics import METRICS
-from .task import Task
+from .selection import ROUNDED, better
+from .task_kind import decide_kind
+
+if TYPE_CHECKING:  # a task holds its assessment (engine/task.py): the type only, never the module
+    from .task import Task
 
 # How far (in spans of the training target) an undeclared bound lies beyond the training
 # target's range, before scaling for extrapolation. One span lets an interpolating model
@@ -188,7 +191,7 @@ class TaskData:
 
 
 def infer_kind(declared: str | None, metric: str, contract_type: str | None, target: pd.Series) -> str:
-    """The task's kind, decided where every part of Trellis decides it (engine/assessment/kind.py)."""
+    """The task's kind, decided where every part of Trellis decides it (engine/task_kind.py)."""
     return decide_kind(declared, metric, contract_type, target.astype(str).tolist()).kind
 
 
@@ -377,7 +380,6 @@ def beats_trivial(validation: dict | None, metric: str, higher_is_better: bool) 
     best baseline: a program worse than a constant or its nearest training row on the very
     question it was asked has learned nothing, or learned wrong. What the program printed is
     not read: a flattering number it prints earns nothing here."""
-    from .selection import ROUNDED, better
 
     if not validation or not validation.get("ok") or not isinstance(validation.get("value"), (int, float)) \
             or not math.isfinite(validation["value"]):
@@ -448,7 +450,7 @@ class Reference:
 
     @classmethod
     def from_validation(cls, metric: dict | None, name: str) -> "Reference | None":
-        """The reference in an in-loop validation result (engine/validation.validate_program),
+        """The reference in an in-loop validation result (Assessment.validate, engine/assessment),
         or None when the validation did not score."""
         if not metric or not metric.get("ok") or not isinstance(metric.get("value"), (int, float)):
             return None

@@ -30,14 +30,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from . import python_ast
 from .errors import TaskSpecError
 from .evaluator_sandbox import INPUT_DIR, EvaluatorRun, run_evaluate_py
 from .task import Task
-from .validation import EXTRAPOLATION_SHARE
-from . import python_ast
+from .task_kind import CLASSIFICATION_METRICS, MAX_INFERRED_CLASSES, REGRESSION_METRICS, decide_kind  # noqa: E402
+from .validation import EXTRAPOLATION_SHARE, read_data
 
-from .assessment.kind import (CLASSIFICATION_METRICS, MAX_INFERRED_CLASSES, REGRESSION_METRICS,  # noqa: E402
-                              decide_kind)
 TRUTH_ROWS = 50          # rows of the training file in the tiny truth evaluate.py scores
 SHOWN = 8                # names or line numbers quoted in one message
 
@@ -392,7 +391,7 @@ class _Checker:
 
     # --- the label ---------------------------------------------------------------------------------
     def _kind(self, y: "_Column") -> tuple[str, str]:
-        """Decided where every part of Trellis decides it (engine/assessment/kind.py)."""
+        """Decided where every part of Trellis decides it (engine/task_kind.py)."""
         decision = decide_kind(self.r.kind, self.task.metric.name, self.r.prediction_columns.get(self.r.target or ""),
                                [v for i, v in enumerate(y.raw) if i not in y.missing_set],
                                self.r.target or "the target")
@@ -518,7 +517,6 @@ class _Checker:
         extra = self._extra_truth_columns()
         if not extra:
             return None
-        from .validation import read_data
         try:
             assessment = self.task.assessment()
             data = read_data(self.task)

@@ -43,7 +43,7 @@ LESSONS = "Lessons from earlier runs"
 ANSWER_FORMAT = "Answer format"
 INPUT_PREFIX = "Input: "
 FEEDBACK_PREFIX = "Feedback from "
-# A tool message whose call failed begins with this (engine/tools/calls.py writes it).
+# A tool message whose call failed begins with this (engine/tool_calls.py writes it).
 TOOL_ERROR_PREFIX = "ERROR: "
 TOOL_RESULTS = "tool_results"   # the input the offline scientist reads its tool results as
 NO_INPUTS = "Answer now, in the answer format above."   # the user turn of a prompt without inputs

@@ -11,21 +11,21 @@ from .answers import Answer, AnswerContract
 from .artifacts import ArtifactStore
 from .checks import Check, execution_checks, hash_preserved
 from .evidence.graph import Record
-from .evidence.memory import TeamMemory, render as render_memory
-from .plausibility import claims_match, measured_in
-from .prompt_format import extract_strategy, strategy_line
+from .evidence.memory import TeamMemory
+from .evidence.memory import render as render_memory
 from .gateway import ModelGateway
-from .protocol.events import Check as CheckEvent, CodeExecution, ToolCall
-from .prompt_format import find_code, syntax_problem
+from .plausibility import claims_match, measured_in
+from .prompt_format import extract_strategy, find_code, strategy_line, syntax_problem
 from .prompts import build_messages
+from .protocol.events import Check as CheckEvent
+from .protocol.events import CodeExecution, ToolCall
 from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
-from .training.jobs import labelled
 from .task import Task
-from .tools.calls import CallRecord, complete_with_tools
+from .tool_calls import CallRecord, complete_with_tools
 from .tools.host import ToolHost
 from .trace import Tracer
+from .training.jobs import labelled
 from .workflow import Agent, Workflow
-
 
 T = TypeVar("T")
 

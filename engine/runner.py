@@ -14,23 +14,28 @@ from .artifacts import ArtifactStore
 from .budget import Budget
 from .checks import Check, placeholder_check
 from .contracts import check_value, parse_type
+from .control import Control, NoControl
 from .errors import BudgetExhausted, ModelCallError, ModelUnavailable
 from .evidence.memory import EVIDENCE_FILE, MemoryScope, TeamMemory
+from .external_step import external_for, external_step
 from .gateway import ModelGateway, refuse_unpriced_cost_budget
 from .models import ModelSettings, settings
 from .plausibility import Reference, beats_trivial, claims_match, measured_in
 from .prompt_format import extract_strategy, strategy_line
-from .protocol.events import (AgentFinished, AgentStarted, BudgetExhausted as BudgetExhaustedEvent,
-                              Check as CheckEvent, Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted)
-from .external.step import external_for, external_step
+from .protocol.events import AgentFinished, AgentStarted
+from .protocol.events import BudgetExhausted as BudgetExhaustedEvent
+from .protocol.events import Check as CheckEvent
+from .protocol.events import Evaluation, Handoff, Route, RunFailed, RunFinished, RunStarted
 from .roles import ROLE_STEPS, RunContext, StepOutcome
-from .control import Control, NoControl
 from .sandbox import Executor
+from .sandbox.subprocess_executor import SubprocessExecutor
 from .task import Task
-from .training.jobs import labelled, tracing_to, training_executor
+from .tools.allocation import allocate
+from .tools.discovery import discover
 from .tools.host import ToolHost
 from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt, encode_json
+from .training.jobs import labelled, tracing_to, training_executor
 from .workflow import Workflow
 
 
@@ -102,8 +107,6 @@ class RunResult:
 
 
 def default_executor(root: Path) -> Executor:
-    from .sandbox.subprocess_executor import SubprocessExecutor
-
     return SubprocessExecutor(root=root)
 
 
@@ -129,9 +132,6 @@ def run_workflow(task: Task, workflow: Workflow, config: RunConfig, executor: Ex
     tools = config.tools
     own_tools = None
     if tools is None and config.discover_tools:
-        from .tools.allocation import allocate
-        from .tools.discovery import discover
-
         tools = own_tools = discover(task, run_dir, tracer)
         if tools is not None and config.allocate_tools:
             with use(tools.registry):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from .assessment import ANSWER_KINDS, Assessment, assessment_for
 from .errors import TaskSpecError
 from .sandbox import ExecutionLimits
 
@@ -169,9 +170,8 @@ class Task:
                   f"{'higher' if self.metric.higher_is_better else 'lower'} is better", self.evaluation]
         return "\n".join(lines)
 
-    def assessment(self):
+    def assessment(self) -> Assessment:
         """What this task delivers and how it is judged (engine/assessment, by its answer kind)."""
-        from .assessment import assessment_for
         return assessment_for(self)
 
     def fingerprint(self) -> str:
@@ -310,8 +310,6 @@ def _parse_data_config(folder: Path) -> Resources:
 def _parse_answer(folder: Path, raw: object, files: dict[str, str]) -> AnswerSpec:
     if raw is None:
         return AnswerSpec()
-    from .assessment import ANSWER_KINDS
-
     if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str):
         raise TaskSpecError("Data_config.json", "'answer' must be an object with a 'kind' "
                             f"({', '.join(ANSWER_KINDS)}) and that kind's options")

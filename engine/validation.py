@@ -7,7 +7,7 @@ exactly the test file's columns), so its predictions can be scored against targe
 kept back. The task's own evaluate.py scores each fold (`--truth`), so the in-loop metric is
 the official one, whatever its name; the held-out answer key is never read here.
 
-The split mirrors the question the official test asks (`plan_validation`): a task declares it
+The split mirrors the question the official test asks (its answer kind's ``Assessment.plan``): a task declares it
 in Data_config.json (`validation`), and when it declares nothing and its test inputs lie
 beyond the training range, Trellis validates on the edge of that range (extrapolation) instead
 of on random folds, which measure interpolation and rank extrapolating models wrongly.
@@ -18,14 +18,17 @@ import csv
 import io
 import math
 import random
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .baselines import predict
 from .evaluation import FoldJob, evaluate_folds, supports_truth
 from .metrics import metric_fn
-from .sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput
-from .task import Task
+from .sandbox import ExecutionResult, UnsafeOutput
+
+if TYPE_CHECKING:  # a task holds its assessment (engine/task.py): the type only, never the module
+    from .task import Task
 
 SPLITS = ("kfold", "holdout_range", "group", "time")
 DEFAULT_FOLDS = {"kfold": 5, "holdout_range": 3, "group": 5, "time": 3}
@@ -122,12 +125,6 @@ def validation_columns(task: Task, data: _Data) -> list[str]:
 
 
 # --- planning the split ------------------------------------------------------------------------
-def plan_validation(task: Task) -> SplitPlan:
-    """The split that asks the question the task's official split asks (its answer kind's)."""
-    from .assessment import assessment_for
-    return assessment_for(task).plan()
-
-
 def row_plan(task: Task) -> SplitPlan:
     """One prediction per row: the split the task declares, or the one its data calls for."""
     declared = getattr(task.resources, "validation", None)
@@ -198,12 +195,6 @@ def _extrapolation(task: Task, data: _Data) -> SplitPlan | None:
 
 
 # --- folds -------------------------------------------------------------------------------------
-def fold_rows(task: Task, plan: SplitPlan, data: _Data, seed: int) -> list[tuple[list[int], list[int]]]:
-    """(fit row indices, validation row indices) for each fold of ``plan`` (its answer kind's)."""
-    from .assessment import assessment_for
-    return assessment_for(task).folds(plan, data, seed)
-
-
 def row_folds(task: Task, plan: SplitPlan, data: _Data, seed: int) -> list[tuple[list[int], list[int]]]:
     """(fit row indices, validation row indices) for each fold of a per-row ``plan``."""
     n = len(data.rows)
@@ -317,17 +308,6 @@ def _jump_neighbours(rows: list[dict], features: list[str], target: str, factor:
     return pinned
 
 
-def validation_rows(task: Task, seed: int = 0,
-                    plan: SplitPlan | None = None) -> list[list[tuple[int, dict[str, str]]]]:
-    """For each fold of ``plan``, the training rows it validates on as (row number in the
-    training file, row), in the order the program's validation file numbers them (id k is the
-    k-th): the truth a fold's predictions are compared with, for the plots made after a search
-    (engine/bundle/)."""
-    plan = plan or plan_validation(task)
-    data = read_data(task)
-    return [[(i, data.rows[i]) for i in val_idx] for _, val_idx in fold_rows(task, plan, data, seed)]
-
-
 def input_columns(task: Task) -> list[str]:
     """The inputs a program is given for each row (the test file's columns, id and target aside)."""
     return validation_columns(task, read_data(task))
@@ -340,17 +320,6 @@ def plan_from_dict(d: dict) -> SplitPlan:
 
 
 # --- one fold's files --------------------------------------------------------------------------
-def make_split(task: Task, workdir: Path, seed: int = 0, fold: int = 0, plan: SplitPlan | None = None) -> ValidationSplit:
-    """The files of fold ``fold`` of ``plan`` (default: the task's plan)."""
-    from .assessment import assessment_for
-    assessment = assessment_for(task)
-    plan = plan or assessment.plan()
-    data = read_data(task)
-    folds = assessment.folds(plan, data, seed)
-    fit_idx, val_idx = folds[fold % len(folds)]
-    return assessment.write_fold(data, workdir, fit_idx, val_idx)
-
-
 def write_rows_fold(task: Task, data: _Data, workdir: Path, fit_idx: list[int], val_idx: list[int],
                     truth_columns: list[str] | None = None) -> ValidationSplit:
     """A fold's files: the fit rows as the training file, the validation rows' inputs (numbered
@@ -421,19 +390,6 @@ def score_predictions(task: Task, split: ValidationSplit, predictions_csv: bytes
             "higher_is_better": task.metric.higher_is_better, "n": len(ids), "scorer": "built-in"}
 
 
-def validate_program(task: Task, code: str, executor: Executor, seed: int = 0,
-                     plan: SplitPlan | None = None) -> tuple[dict, ExecutionResult]:
-    """Run ``code`` on every fold of the task's split and score each with the task's metric
-    (engine/assessment: its answer kind cuts the folds and writes their files).
-
-    Every fold's program runs first; then all folds are scored at once (one evaluate.py
-    process, see evaluation.evaluate_folds). A failing fold stops the validation with its
-    reason. The per-fold values are kept (``split_values``) so that two programs validated
-    with the same seed and plan can be compared fold by fold (paired noise)."""
-    from .assessment import assessment_for
-    return assessment_for(task).validate(code, executor, seed=seed, plan=plan)
-
-
 def summarize_folds(task: Task, plan: SplitPlan, scores: list[dict], n_folds: int, names: list[str]) -> dict:
     """One validation result from the program's fold scores (the first ``n_folds``) and each
     baseline's (``n_folds`` each, in ``names`` order)."""
@@ -460,8 +416,6 @@ def summarize_folds(task: Task, plan: SplitPlan, scores: list[dict], n_folds: in
 def row_fold_baselines(task: Task, data: _Data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
     """engine/baselines.py's predictors fitted on a fold's fit rows, predicting its validation
     rows (numbered as the program's validation file numbers them)."""
-    from .baselines import predict
-
     r = task.resources
     columns = validation_columns(task, data)
     test = [{r.id_column: str(k), **{c: data.rows[i][c] for c in columns}} for k, i in enumerate(val_idx)]

@@ -10,17 +10,19 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import networkx as nx
 
 from .contracts import ContractSyntaxError, Type, is_assignable, parse_type
 from .errors import WorkflowValidationError
+from .evidence.graph import RECORD_KINDS
 from .harness import ROLE_GIVES, ROLE_NEEDS, ROLES, Harness
+from .limits import (MAX_AGENTS, MAX_EDGES, MAX_NAME_CHARS, MAX_PROCEDURE_CHARS, MAX_PROMPT_CHARS, MAX_QUERY_HINT_CHARS,
+                     MAX_QUERY_HINTS, MAX_RECORD_LIMIT, MAX_ROUTES, contract_problem, model_problem, number_problem,
+                     text_problem)
+from .models import ModelOptions, ModelSettingsError
 from .tools.registry import BUILTIN_TOOLS, tool_problem
-from .limits import (MAX_AGENTS, MAX_EDGES, MAX_NAME_CHARS, MAX_PROCEDURE_CHARS, MAX_PROMPT_CHARS,
-                     MAX_QUERY_HINT_CHARS, MAX_QUERY_HINTS, MAX_RECORD_LIMIT, MAX_ROUTES, contract_problem,
-                     model_problem, number_problem, text_problem)
 
 STATUSES = ("SUCCESS", "RETRY", "FALLBACK", "FAILURE")
 ENGINE_INPUTS = {"task": "markdown"}  # artifacts the engine itself gives every agent
@@ -29,10 +31,6 @@ MAX_ROUTE_LOOPS = 10
 MAX_AGENT_TOOLS = 50
 MAX_ATTACHMENTS = 12
 ATTACHMENT_KINDS = ("skill", "resource", "tool", "agent")
-
-
-if TYPE_CHECKING:
-    from .models import ModelOptions
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,6 @@ class Agent:
     attachments: tuple[Attachment, ...] = ()
 
     def endpoint_options(self) -> "ModelOptions | None":
-        from .models import ModelOptions
-
         return ModelOptions.from_dict(self.model_options, f"agent {self.id!r} model_options") \
             if self.model_options else None
 
@@ -436,8 +432,6 @@ def _route_problems(wf: Workflow, known: set[str]) -> list[str]:
 def memory_problems(memory) -> list[str]:
     """Every way a memory policy is unusable: an unknown role or record kind, a limit out of
     range, too many or too long query hints. Empty when it is usable."""
-    from .evidence.graph import RECORD_KINDS
-
     out: list[str | None] = []
     for role, m in sorted(memory.roles.items()):
         if role not in ROLES:
@@ -457,8 +451,6 @@ def memory_problems(memory) -> list[str]:
 
 def _options_problem(agent: Agent) -> str | None:
     """Why an agent's model_options cannot be used (an unknown setting, a key written in), or None."""
-    from .models import ModelSettingsError
-
     try:
         agent.endpoint_options()
     except ModelSettingsError as exc:

@@ -1,9 +1,9 @@
 """One interface for what a task delivers and how it is judged (base.py), one module per answer
-kind, and the one place a task's regression/classification kind is decided (kind.py)."""
+kind; a task's regression/classification kind is decided in engine/task_kind.py."""
 from __future__ import annotations
 
+from ..task_kind import CLASSIFICATION, REGRESSION, KindDecision, decide_kind, task_kind
 from .base import Assessment
-from .kind import CLASSIFICATION, REGRESSION, KindDecision, decide_kind, task_kind
 from .field import FieldAssessment
 from .parameters import ParametersAssessment
 from .series import SeriesAssessment
@@ -18,5 +18,18 @@ def assessment_for(task) -> Assessment:
     return ANSWER_KINDS[getattr(task.resources.answer, "kind", "rows")](task)
 
 
+def trivial_predictions(task) -> dict[str, bytes]:
+    """Each trivial baseline's answer to the official test (the task's answer kind's)."""
+    return assessment_for(task).trivial_predictions()
+
+
+def trivial_or_error(task) -> dict[str, bytes] | str:
+    """trivial_predictions(), or why the task's files cannot give them."""
+    try:
+        return trivial_predictions(task)
+    except (OSError, KeyError, ValueError, IndexError) as exc:
+        return str(exc)
+
+
 __all__ = ["ANSWER_KINDS", "Assessment", "CLASSIFICATION", "KindDecision", "REGRESSION", "assessment_for",
-           "decide_kind", "task_kind"]
+           "decide_kind", "task_kind", "trivial_or_error", "trivial_predictions"]

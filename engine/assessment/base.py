@@ -11,19 +11,24 @@ in long format; ...) says
 - the public checks of one delivered answer;
 - the official score (evaluate.py on the held-out answer key, after the final commitment).
 
-The runner, the roles, the searches, evolve, the bundle and the studio ask ``assessment_for(task)``
-(engine/assessment/__init__.py); adding a kind is one module and one example task.
+The runner, the roles, the searches, evolve, the bundle and the studio ask ``task.assessment()``
+(``assessment_for``, engine/assessment/__init__.py); adding a kind is one module and one example task.
 """
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
+from .. import baselines, validation
 from ..checks import Check
+from ..evaluation import evaluate_predictions
+from ..plausibility import plausibility_checks
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
-from ..task import Task
-from .kind import KindDecision, task_kind
+from ..task_kind import KindDecision, task_kind
+
+if TYPE_CHECKING:  # a task holds its assessment (engine/task.py): the type only, never the module
+    from ..task import Task
 
 
 class Assessment:
@@ -58,11 +63,9 @@ class Assessment:
 
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):
-        from .. import validation
         return validation.row_plan(self.task)
 
     def folds(self, plan, data, seed: int) -> list[tuple[list[int], list[int]]]:
-        from .. import validation
         return validation.row_folds(self.task, plan, data, seed)
 
     def truth_columns(self) -> list[str]:
@@ -72,7 +75,6 @@ class Assessment:
         return [r.id_column or "id", r.target or "target"]
 
     def write_fold(self, data, workdir: Path, fit_idx: list[int], val_idx: list[int]):
-        from .. import validation
         return validation.write_rows_fold(self.task, data, workdir, fit_idx, val_idx, self.truth_columns())
 
     def fold_output(self) -> str:
@@ -81,18 +83,15 @@ class Assessment:
 
     def score_folds(self, splits: list, answers: list[Path]) -> list[dict]:
         """Each fold answer scored against its fold's truth (evaluate.py --truth, one process)."""
-        from .. import validation
         return validation.score_folds(self.task, splits, answers)
 
     def fold_baselines(self, data, fit_idx: list[int], val_idx: list[int]) -> dict[str, bytes]:
         """The trivial baselines fitted on a fold's fit rows, answering its validation rows."""
-        from .. import validation
         return validation.row_fold_baselines(self.task, data, fit_idx, val_idx)
 
     def validate(self, code: str, executor: Executor, seed: int = 0, plan=None) -> tuple[dict, ExecutionResult]:
         """Run ``code`` on every fold and score each with the task's metric, beside the trivial
         baselines on the same folds (engine/validation.py has the scoring)."""
-        from .. import validation
         plan = plan or self.plan()
         data = validation.read_data(self.task)
         folds = self.folds(plan, data, seed)
@@ -124,10 +123,26 @@ class Assessment:
         assert last is not None
         return validation.summarize_folds(self.task, plan, scores, len(folds), names), last
 
+    def validation_rows(self, seed: int = 0, plan=None) -> list[list[tuple[int, dict[str, str]]]]:
+        """For each fold of ``plan`` (default: this kind's), the training rows it validates on as
+        (row number in the training file, row), in the order the program's validation file numbers
+        them (id k is the k-th): the truth a fold's predictions are compared with, for the plots
+        made after a search (engine/bundle/)."""
+        plan = plan or self.plan()
+        data = validation.read_data(self.task)
+        return [[(i, data.rows[i]) for i in val_idx] for _, val_idx in self.folds(plan, data, seed)]
+
+    def split(self, workdir: Path, seed: int = 0, fold: int = 0, plan=None):
+        """The files of fold ``fold`` of ``plan`` (default: this kind's), written under ``workdir``."""
+        plan = plan or self.plan()
+        data = validation.read_data(self.task)
+        folds = self.folds(plan, data, seed)
+        fit_idx, val_idx = folds[fold % len(folds)]
+        return self.write_fold(data, workdir, fit_idx, val_idx)
+
     # --- baselines ---------------------------------------------------------------------------------
     def trivial_predictions(self) -> dict[str, bytes]:
         """Each trivial baseline's answer to the official test, as contract-following CSV."""
-        from .. import baselines
         return baselines.row_trivial_predictions(self.task)
 
     # --- checks ------------------------------------------------------------------------------------
@@ -160,13 +175,11 @@ class Assessment:
 
     def checks(self, answer_csv: bytes, stdout: str, data=None) -> list[Check]:
         """The plausibility checks of one delivered answer (engine/plausibility.py)."""
-        from ..plausibility import plausibility_checks
         return plausibility_checks(self.task, answer_csv, stdout, data)
 
     # --- the official score ------------------------------------------------------------------------
     def score(self, answer: bytes) -> dict:
         """evaluate.py's held-out score of an answer's bytes, as evaluate.py says it."""
-        from ..evaluation import evaluate_predictions
         return evaluate_predictions(self.task, answer)
 
     def official(self, answer: bytes) -> dict:

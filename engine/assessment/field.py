@@ -22,7 +22,9 @@ from typing import ClassVar
 
 from .. import python_ast
 from ..checks import Check
+from ..evaluator_sandbox import INPUT_DIR, run_task_code
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
+from ..validation import SplitPlan, read_answer
 from .base import Assessment
 
 SCORER = Path(__file__).with_name("field_scorer.py")
@@ -128,7 +130,6 @@ class FieldAssessment(Assessment):
 
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):
-        from ..validation import SplitPlan
         n = len(self._observations())
         folds = min(OBSERVATION_FOLDS, n) if n >= MIN_OBSERVATIONS else 1
         how = (f"and {n} observations, {folds}-fold" if folds > 1 else "alone (too few observations to hold out)"
@@ -163,7 +164,6 @@ class FieldAssessment(Assessment):
                     files[obs_rel] = _write_rows(folder / "observations.csv", observations, fit)
                     held_path = _write_rows(folder / "held_out.csv", observations, held)
                 last = executor.run(ExecutionRequest(code=code, input_files=files, limits=self.task.resources.limits))
-                from ..validation import read_answer
                 produced, problem = read_answer(self.task, last)
                 if problem:
                     return {"ok": False, "error": f"{problem} (validation fold {k + 1} of {len(folds)})",
@@ -189,8 +189,6 @@ class FieldAssessment(Assessment):
                 "baselines": baselines, "baseline_split_values": baseline_folds, "validation": plan.to_dict()}, last
 
     def _run_scorer(self, tmp: Path, config: dict, outputs: tuple[str, ...] = ("results.json",)):
-        from ..evaluator_sandbox import INPUT_DIR, run_task_code
-
         config_path = tmp / "field-config.json"
         inputs = {self._rel("law"): self._path("law"), self._rel("query"): self._path("query")}
         for k, job in enumerate(config.get("jobs", [])):

@@ -19,8 +19,10 @@ from collections import defaultdict
 from statistics import median
 from typing import ClassVar
 
+from .. import validation
+from ..task_kind import CLASSIFICATION
+from ..validation import SplitPlan
 from .base import Assessment
-from .kind import CLASSIFICATION
 
 DEFAULT_FOLDS = 3
 MIN_HISTORY = 3  # a fold keeps at least this many steps of a series to fit on
@@ -72,7 +74,6 @@ class SeriesAssessment(Assessment):
     def horizon(self, data=None) -> int:
         if self.options.get("horizon"):
             return int(self.options["horizon"])
-        from .. import validation
         data = data or validation.read_data(self.task)
         counts: dict[str, int] = defaultdict(int)
         for row in data.test_rows:
@@ -81,7 +82,6 @@ class SeriesAssessment(Assessment):
 
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):
-        from ..validation import SplitPlan
         folds = int(self.options.get("folds") or DEFAULT_FOLDS)
         h = self.horizon()
         return SplitPlan("series", folds, column=self.time_column, chosen_by="task",
@@ -135,7 +135,6 @@ class SeriesAssessment(Assessment):
     def trivial_predictions(self) -> dict[str, bytes]:
         if self.kind().kind == CLASSIFICATION:
             return super().trivial_predictions()
-        from .. import validation
         data = validation.read_data(self.task)
         return self._per_series(data.rows, data.test_rows)
 

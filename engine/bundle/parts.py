@@ -20,8 +20,9 @@ from typing import BinaryIO
 from ..sandbox import ExecutionRequest, UnsafeOutput, open_output
 from ..task import Task
 from ..trace import trace_attempts
-from ..training.jobs import JobState, is_training_program, job_key
-from ..validation import input_columns, plan_from_dict, plan_validation, validation_rows
+from ..training.folder import JobState, job_key
+from ..training.jobs import is_training_program
+from ..validation import input_columns, plan_from_dict
 
 MAX_STATE_BYTES = 16 * 1024 * 1024
 MAX_TRACE_BYTES = 256 * 1024 * 1024
@@ -125,8 +126,8 @@ def validation_pairs(task: Task, run_dir: Path, folds_rel: str) -> Pairs:
     they were scored against (never the held-out truth): the folds' own split, rebuilt from the
     seed and plan the search used."""
     kept = json.loads(read_run_file(run_dir, folds_rel, 64 * 1024 * 1024))
-    plan = plan_from_dict(kept["plan"]) if isinstance(kept.get("plan"), dict) else plan_validation(task)
-    truth_rows = validation_rows(task, int(kept.get("seed") or 0), plan)
+    plan = plan_from_dict(kept["plan"]) if isinstance(kept.get("plan"), dict) else task.assessment().plan()
+    truth_rows = task.assessment().validation_rows(int(kept.get("seed") or 0), plan)
     folds = kept.get("folds") or []
     if len(folds) != len(truth_rows):
         raise PartMissing(f"{len(folds)} fold(s) of predictions kept, but the split has {len(truth_rows)}")

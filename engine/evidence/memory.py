@@ -21,8 +21,8 @@ from typing import Iterable
 
 from ..harness import MemoryPolicy
 from ..protocol.events import EvidenceBranch, EvidenceRecorded, MemoryRetrieval
-from ..trace import Tracer
-from .graph import Author, EvidenceStore, Provenance, Query, Record
+from ..trace import JsonlTraceSink, Tracer
+from .graph import Author, EvidenceError, EvidenceStore, Provenance, Query, Record
 from .sqlite_store import SqliteEvidenceStore
 
 EVIDENCE_FILE = "evidence.sqlite"
@@ -194,8 +194,6 @@ def add_person_record(run_dir: Path, person: str, kind: str, text: str,
     """A person's record in a run's graph (its trunk: every agent whose policy retrieves the kind
     sees it at its next step), traced to ``people.jsonl`` in the run folder. Raises
     EvidenceError for a kind people may not write, an empty text or a link to no record."""
-    from .graph import EvidenceError
-
     if kind not in PERSON_KINDS:
         raise EvidenceError(f"a person records a {', '.join(PERSON_KINDS[:-1])} or {PERSON_KINDS[-1]}, not {kind!r}")
     run_dir = Path(run_dir)
@@ -208,7 +206,6 @@ def add_person_record(run_dir: Path, person: str, kind: str, text: str,
                            links=[(t, int(target)) for t, target in links])
     finally:
         store.close()
-    from ..trace import JsonlTraceSink
 
     tracer = Tracer("people", [JsonlTraceSink(run_dir / PEOPLE_TRACE)])
     try:

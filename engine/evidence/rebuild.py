@@ -7,6 +7,10 @@ traces are its own ``trace.jsonl``; a search's are ``search.jsonl`` and every pr
 """
 from __future__ import annotations
 
+import argparse
+import sys
+import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
@@ -77,11 +81,6 @@ def same_graph(a: SqliteEvidenceStore, b: SqliteEvidenceStore) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """``python -m engine.evidence.rebuild <run folder> [--out file]``: rebuild the folder's graph
     from its traces, say what it holds and whether it equals the graph the run wrote."""
-    import argparse
-    import sys
-    import tempfile
-    from collections import Counter
-
     parser = argparse.ArgumentParser(prog="python -m engine.evidence.rebuild", description=main.__doc__)
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--out", type=Path, help="where to write the rebuilt graph (default: a temporary file)")

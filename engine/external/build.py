@@ -19,7 +19,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from packaging.requirements import InvalidRequirement, Requirement
+
+from ..sandbox import ExecutionRequest
+from ..sandbox.docker_executor import DockerExecutor
 from ..sandbox.image import BUILD_HINT, ImageError, docker_client, image_present, image_ref
+from ..task import load_task
 from .adapter import AGENT_DIR, SITE_DIR, run_agent, selftest_program
 from .spec import ExternalAgent, ExternalAgentError, load_agent
 
@@ -42,8 +47,6 @@ def checked_requirements(agent: ExternalAgent) -> list[str]:
     alone are installed: building a source distribution, a local folder or a URL runs its
     ``setup.py`` on the host, as the engine's user (root) with the Docker socket in reach, so
     such a line (and any pip option, which could name another index or file) is refused by name."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     path = agent.folder / "requirements.txt"
     if not path.is_file():
         return []
@@ -87,8 +90,6 @@ def _install(agent: ExternalAgent, site: Path, out: TextIO) -> None:
 
 def executor(ref: str, root: str | Path, keep: bool = True):
     """A Docker sandbox of the agent's image whose programs may read the agent's code."""
-    from ..sandbox.docker_executor import DockerExecutor
-
     return DockerExecutor(root=root, keep=keep, image=ref, extra_read_paths=(AGENT_DIR, SITE_DIR))
 
 
@@ -136,8 +137,6 @@ def build(folder: Path, out: TextIO = sys.stdout, rebuild: bool = False) -> str:
 
 def selftest(agent: ExternalAgent, ref: str) -> str:
     """'' when the agent's self-test passes in ``ref``; else what it printed."""
-    from ..sandbox import ExecutionRequest
-
     if not agent.selftest:
         return ""
     with tempfile.TemporaryDirectory(prefix="trellis-agent-test-") as tmp:
@@ -148,8 +147,6 @@ def selftest(agent: ExternalAgent, ref: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..task import load_task
-
     parser = argparse.ArgumentParser(prog="python -m engine.external")
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build an external agent's image and run its self-test in it")

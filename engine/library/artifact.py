@@ -20,7 +20,7 @@ A skill or resource is one markdown file, readable and editable by a scientist:
 
 Inputs and outputs are written in the contract language of engine/contracts.py, separated by
 ``;`` (a type may itself hold commas: ``predictions: csv[id:int, y:float]``). ``applies to``
-names task kinds (engine/assessment/kind.py); none means every kind.
+names task kinds (engine/task_kind.py); none means every kind.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from typing import Iterable
 from ..artifacts import write_text_atomically
 from ..contracts import parse_type
 from ..errors import ContractSyntaxError
+from ..external.spec import load_agents
+from ..knowledge import KNOWLEDGE_DIR, load_knowledge
 from .artifact import LibraryArtifact, LibraryError, parse_artifact, read_artifact, version_of
 
 STARTER_DIR = Path(__file__).resolve().parent / "starter"
@@ -88,8 +90,6 @@ def _read_folder(library: Library, folder: Path, origin: str) -> None:
 
 def knowledge_resources() -> Iterable[LibraryArtifact]:
     """The knowledge base's entries (engine/knowledge) as reference resources."""
-    from ..knowledge import KNOWLEDGE_DIR, load_knowledge
-
     for entry in load_knowledge():
         text = (KNOWLEDGE_DIR / f"{entry.id}.md").read_text(encoding="utf-8")
         yield LibraryArtifact(name=entry.id, kind="resource", title=entry.title, tags=entry.tags,
@@ -127,8 +127,6 @@ def tool_artifacts(registry) -> list[LibraryArtifact]:
 
 def external_agents(library: Library) -> None:
     """The external agents (engine/external/) as library artifacts of kind ``agent``."""
-    from ..external.spec import load_agents
-
     agents, problems = load_agents()
     library.problems += problems
     for agent in agents:

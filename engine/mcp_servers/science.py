@@ -23,6 +23,7 @@ import math
 from importlib import resources
 
 import numpy as np
+import pandas as pd
 
 from .confine import ToolInputError, create, output_file, readable
 from .expressions import NAMED, ExpressionError, model_form
@@ -44,8 +45,6 @@ def _number(x: float) -> float | None:
 
 
 def _read_csv(path: str):
-    import pandas as pd
-
     real = readable(path)
     try:
         header = pd.read_csv(real, nrows=0)

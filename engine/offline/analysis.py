@@ -14,7 +14,7 @@ from string import Template
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .strategies import DataSpec
+    from .strategy import DataSpec
 
 MAX_TABLE_ROWS = 20   # features listed one per row; more are summarised
 TOP_CORRELATIONS = 10

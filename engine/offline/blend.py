@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .strategies import CLASSIFY, FAMILIES, DataSpec, Strategy, family_of, get_strategy
+from .strategies import get_strategy
+from .strategy import CLASSIFY, FAMILIES, DataSpec, Strategy, family_of
 
 KEY = "blend"
 MAX_PARTS = 3

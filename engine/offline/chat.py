@@ -1,10 +1,10 @@
 """The offline scientist as a chat endpoint: a request's messages in, an assistant message, its
-finish reason and its token counts out. Free of litellm, so that the gateway answers the offline
-model directly (engine/llm.py) without importing it; litellm's custom provider (provider.py) wraps
-the same function for anything that goes through litellm."""
+finish reason and its token counts out, in the shape litellm's response has. Free of litellm: the
+gateway answers the offline model directly, without importing it."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 from ..llm import OFFLINE_MODEL, count_text_tokens, count_tokens  # litellm only if the tokenizer fails
 from .scientist import answer
@@ -13,7 +13,7 @@ from .scientist import answer
 def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> tuple[dict, str, tuple[int, int]]:
     """The offline scientist's answer as a chat message, its finish reason and (prompt,
     completion) tokens counted as for gpt-4o. The gateway calls this directly for the offline
-    model; litellm's custom provider (provider.py) wraps it for anything that goes through litellm."""
+    model, through ``offline_completion``."""
     said = answer(messages, seed=seed, tools=tools, tool_choice=tool_choice)
     text = said.text
     message: dict = {"role": "assistant", "content": text}
@@ -25,3 +25,18 @@ def answer_request(messages: list, seed: int, tools=None, tool_choice=None) -> t
         text = message["tool_calls"][0]["function"]["arguments"]  # something to count
     usage = (count_tokens(OFFLINE_MODEL, messages), count_text_tokens(text))
     return message, "tool_calls" if said.tool_calls else "stop", usage
+
+
+def offline_completion(request: dict):
+    """The offline scientist's answer to ``request`` in the shape litellm's response has (what
+    ``_call`` reads: the message, its tool calls, the finish reason, the usage), counted as
+    gpt-4o counts them. litellm is not imported for it."""
+    message, finish, usage = answer_request(request["messages"], int(request.get("seed") or 0),
+                                            request.get("tools"), request.get("tool_choice"))
+    calls = [SimpleNamespace(id=c["id"], type="function",
+                             function=SimpleNamespace(name=c["function"]["name"], arguments=c["function"]["arguments"]))
+             for c in message.get("tool_calls") or []]
+    return SimpleNamespace(choices=[SimpleNamespace(
+        finish_reason=finish, message=SimpleNamespace(content=message.get("content"), tool_calls=calls or None,
+                                                      refusal=None))],
+        usage=SimpleNamespace(prompt_tokens=usage[0], completion_tokens=usage[1]))

@@ -8,7 +8,7 @@ Imported by strategies.py once its helpers exist; not meant to be imported on it
 """
 from __future__ import annotations
 
-from .strategies import CLASSIFY, PIPE_IMPORT, SCALER_IMPORT, SKLEARN_FIT, Strategy, make_strategy
+from .strategy import CLASSIFY, PIPE_IMPORT, SCALER_IMPORT, SKLEARN_FIT, Strategy, make_strategy
 
 _ONLY = (CLASSIFY,)
 

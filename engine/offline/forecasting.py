@@ -13,7 +13,7 @@ autoregression, and a harmonic regression (trend + seasonal harmonics + AR(1) re
 """
 from __future__ import annotations
 
-from .strategies import FORECAST, Strategy, make_strategy
+from .strategy import FORECAST, Strategy, make_strategy
 
 _SEASON = '''
 def to_model_scale(y, transform):

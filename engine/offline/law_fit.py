@@ -16,7 +16,7 @@ the parameters and the reproduction of the test-features rows.
 """
 from __future__ import annotations
 
-from .strategies import PARAMETERS_FAMILY, Strategy, make_strategy
+from .strategy import PARAMETERS_FAMILY, Strategy, make_strategy
 
 _LAW_MAIN = '''
 def load_law(train):

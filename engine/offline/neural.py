@@ -30,7 +30,7 @@ Imported by strategies.py once its helpers exist; not meant to be imported on it
 """
 from __future__ import annotations
 
-from .strategies import ONE_D, TABULAR, Strategy, make_strategy
+from .strategy import ONE_D, TABULAR, Strategy, make_strategy
 
 CHECKPOINT_FILE = "checkpoint.pt"
 

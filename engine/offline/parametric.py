@@ -12,7 +12,7 @@ Imported by strategies.py once its helpers exist; not meant to be imported on it
 """
 from __future__ import annotations
 
-from .strategies import ONE_D, POLY_IMPORT, TABULAR, Strategy, Variant, make_strategy
+from .strategy import ONE_D, POLY_IMPORT, TABULAR, Strategy, Variant, make_strategy
 
 _BOTH = (ONE_D, TABULAR)
 _CURVE_FIT = "from scipy.optimize import curve_fit"

@@ -11,7 +11,7 @@ reports how far the solution is from them.
 """
 from __future__ import annotations
 
-from .strategies import FIELD_FAMILY, Strategy, make_strategy
+from .strategy import FIELD_FAMILY, Strategy, make_strategy
 
 _PDE_MAIN = '''
 def load_law():

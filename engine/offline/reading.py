@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 
 from ..prompt_format import INSTRUCTIONS, LESSONS, PROCEDURE, inputs, section, task_sections
-
-from ..assessment.kind import CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS, metric_kind  # noqa: F401
-
+from ..task_kind import (CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS,  # noqa: F401
+                         metric_kind)
+from .prose_law import python_source, read_law
 
 # Cues in the task's prose. Each is a regex on lower-cased text; a cue preceded closely by a
 # negation ("no", "not", "without", ...) in the same sentence does not count.
@@ -364,8 +364,6 @@ def _ranges(resources: str) -> tuple[tuple[str, float, float], ...]:
 
 def _prose_law(prose: str, resources: str, names: tuple[str, ...], evidence: list[str]) -> tuple[str, str]:
     """The law the task's text states, as program source, or why its equations cannot be used."""
-    from .prose_law import python_source, read_law
-
     target = (_backticked(resources, "target column") or [""])[0]
     columns = _backticked(resources, "feature columns")
     time = (_backticked(resources, "the law's time column") or [""])[0]

@@ -18,9 +18,11 @@ from typing import Callable
 from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
                              parse_tool_results, reading_view, render_tool_results, role_of, section, strategy_line,
                              task_sections, tool_exchanges)
+from .analysis import render_analysis_script
 from .blend import BLEND, fallback, runs
 from .reading import TaskFacts, read_facts, report_text, tags_asked
-from .strategies import DataSpec, Strategy, fix_bug, inject_bug, render_analysis_script, strategies_for
+from .strategies import fix_bug, inject_bug, strategies_for
+from .strategy import DataSpec, Strategy
 from .tool_use import fit_findings, plan_calls, profile_notes
 
 CONSTANT_STRATEGY = "mean_baseline"  # predicts one number; switching away is the only repair

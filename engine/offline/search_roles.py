@@ -12,7 +12,7 @@ import math
 import random
 import re
 
-from ..judge import OUTPUT_QUALITY_AT_BASELINE as AT_BASELINE
+from ..judge_rubric import OUTPUT_QUALITY_AT_BASELINE as AT_BASELINE
 from ..prompt_format import json_block
 from .mutator import HINTS, planner_id, propose
 from .scientist import input_section, register

@@ -21,7 +21,7 @@ Imported by strategies.py once its helpers exist; not meant to be imported on it
 from __future__ import annotations
 
 from .parametric import FAR_END, LSTSQ
-from .strategies import ONE_D, TABULAR, Strategy, make_strategy
+from .strategy import ONE_D, TABULAR, Strategy, make_strategy
 
 SYMBOLIC: tuple[Strategy, ...] = (
     make_strategy(

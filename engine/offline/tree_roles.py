@@ -16,10 +16,11 @@ import re
 
 from ..prompt_format import extract_strategy, strategy_line
 from . import scientist
-from .reading import read_facts
 from .blend import BLEND, blendable, fallback
+from .reading import read_facts
 from .scientist import applicable, data_spec, input_section, register, seed_of, strategy_from, words
-from .strategies import DataSpec, Strategy, inject_bug
+from .strategies import inject_bug
+from .strategy import DataSpec, Strategy
 
 EXPLOIT_RATE = 0.7      # how often a selector votes for the best listed node
 UNCHANGED_WITHIN = 0.005  # relative score change the result analyst calls "unchanged"

@@ -583,7 +583,7 @@ class OfficialEvaluation(Payload, Metric):
 
 
 class SingleAgentBaseline(Strict):
-    """engine.baselines.single_agent_baseline(): one agent playing every role, the team's budget."""
+    """engine.ending.single_agent_baseline(): one agent playing every role, the team's budget."""
 
     workflow_hash: str
     status: str
@@ -797,7 +797,7 @@ class NodeRetired(Payload):
 
 
 class ValidationPlanned(Payload):
-    """How a search validates candidates, said once at its start (engine.validation.plan_validation)."""
+    """How a search validates candidates, said once at its start (its answer kind's Assessment.plan)."""
 
     kind: ClassVar[str] = "validation_planned"
     plan: ValidationPlan

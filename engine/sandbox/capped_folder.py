@@ -31,8 +31,11 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
+from engine.sandbox import ExecutionResult
+from engine.sandbox.workspace import MAX_REPORTED_FILES, PRIVATE_DIR, populate
+
 if TYPE_CHECKING:
-    from engine.sandbox import ExecutionRequest, ExecutionResult
+    from engine.sandbox import ExecutionRequest
 
 log = logging.getLogger(__name__)
 
@@ -185,8 +188,6 @@ class CappedFolder:
 
 
 def _produced(root: Path, skip: set[PurePosixPath], skip_dirs: tuple[str, ...]) -> list[str]:
-    from engine.sandbox.workspace import MAX_REPORTED_FILES
-
     found: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         rel_dir = PurePosixPath(os.path.relpath(dirpath, root))
@@ -285,8 +286,6 @@ def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: Pure
 
     ``folder``: one made and mounted beforehand (a warm container's, sized to this request's
     limits), used instead of a new one; all that follows it is the same."""
-    from engine.sandbox.workspace import PRIVATE_DIR, populate
-
     premade = folder is not None
     if folder is None:
         if (refused := cap_above_free_space(root, request.limits, executor)) is not None:
@@ -319,7 +318,6 @@ def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: Pure
     except OSError as exc:
         if not is_enospc(exc):
             raise
-        from engine.sandbox import ExecutionResult
 
         return ExecutionResult(status="error", exit_code=None, stdout="",
                                stderr=f"sandbox: no space left where programs run ({exc}); the program could "
@@ -334,8 +332,6 @@ def run_in_capped_folder(root: Path, request: ExecutionRequest, entrypoint: Pure
 def cap_above_free_space(root: Path, limits, executor: str):
     """The failed result for a working-directory cap above the free space of the disk it is made
     on (a sparse image that big is no cap: the disk fills first), else None."""
-    from engine.sandbox import ExecutionResult
-
     try:
         free_mb = shutil.disk_usage(root).free // (1024 * 1024)
     except OSError:
@@ -351,8 +347,6 @@ def cap_above_free_space(root: Path, limits, executor: str):
 
 def inputs_too_big(exc: OSError, limits, workdir: Path, executor: str):
     """The failed result for inputs that do not fit the working directory (None: another error)."""
-    from engine.sandbox import ExecutionResult
-
     if not is_enospc(exc):
         return None
     return ExecutionResult(status="error", exit_code=None, stdout="",

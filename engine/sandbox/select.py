@@ -14,6 +14,9 @@ from pathlib import Path
 
 from ..errors import TrellisError
 from . import Executor
+from .docker_executor import DockerExecutor
+from .image import ImageError, image_ref
+from .subprocess_executor import SubprocessExecutor
 
 EXECUTOR_KINDS = ("auto", "docker", "subprocess")
 ENV_VAR = "TRELLIS_EXECUTOR"
@@ -77,16 +80,11 @@ def executor_for_run(kind: str | None, root: str | Path, started_with: str | Non
 
 
 def _docker_reason(asked: str) -> str:
-    from .image import image_ref
-
     ref = image_ref()
     return f"asked for; image {ref}" if asked == "docker" else f"a Docker daemon answers and {ref} is built"
 
 
 def _docker(root: str | Path, **options) -> Executor:
-    from .docker_executor import DockerExecutor
-    from .image import ImageError
-
     try:
         return DockerExecutor(root=root, **options)
     except ImageError as exc:
@@ -94,6 +92,4 @@ def _docker(root: str | Path, **options) -> Executor:
 
 
 def _subprocess(root: str | Path, **options) -> Executor:
-    from .subprocess_executor import SubprocessExecutor
-
     return SubprocessExecutor(root=root, **options)

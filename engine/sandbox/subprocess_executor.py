@@ -17,6 +17,7 @@ stderr; this module turns those into ``ExecutionResult.violations``.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -30,13 +31,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus
-from engine.sandbox import cgroups
+from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, ExecutionStatus, cgroups
 from engine.sandbox.capped_folder import run_in_capped_folder, unmount_orphans
-from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer,
-                                   strip_info_lines, supervisor_notes)
-from engine.sandbox.workspace import (BOOTSTRAP_NAME, DiskWatch, chown_tree, child_env, fresh_ids,
-                                      validate_request)
+from engine.sandbox.output import (DEFAULT_OUTPUT_CAP, MEMORY_MARKERS, MarkerScanner, TailBuffer, strip_info_lines,
+                                   supervisor_notes)
+from engine.sandbox.workspace import BOOTSTRAP_NAME, DiskWatch, child_env, chown_tree, fresh_ids, validate_request
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +69,6 @@ PR_SET_PDEATHSIG = 1
 
 
 def _libc_prctl():
-    import ctypes
-
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -385,8 +382,6 @@ def _warn_shared_uid_once() -> None:
 def landlock_abi() -> int:
     """The Landlock ABI this kernel offers (0: none), i.e. whether the kernel layer of
     the file-system confinement is in force in addition to the audit hook."""
-    import ctypes
-
     numbers = {"x86_64": 444, "aarch64": 444}.get(os.uname().machine)
     if numbers is None:
         return 0

@@ -30,24 +30,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol, TextIO
 
+from pydantic import BaseModel
+
+from .. import answers
+from ..assessment import trivial_or_error
 from ..budget import Budget
 from ..control import Control, NoControl
 from ..errors import BudgetExhausted, WorkflowValidationError
 from ..gateway import ModelGateway
-from .. import answers
-from ..mutations import KINDS as MUTATION_KINDS, Mutation, MutationError
+from ..mutations import KINDS as MUTATION_KINDS
+from ..mutations import Mutation, MutationError
 from ..prompt_format import extract_json
-from pydantic import BaseModel
-
 from ..protocol.checkpoints import Checkpoint, InProgress, from_legacy
 from ..protocol.events import MutationProposed
 from ..protocol.gate import Decision, Proposal
+from ..protocol.panels import Panel, TraceEvent
 from ..sandbox import Executor
 from ..selection import Unbeaten, unbeaten_baseline
 from ..task import Task
 from ..trace import Tracer
 from ..workflow import Workflow
-from .presentation import Panel, TraceEvent
 from .probe import Probe, ProbeRunner
 
 
@@ -296,7 +298,7 @@ class Search(ABC):
 
     @classmethod
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
-        """What this search did, as panels a page draws (engine/search/presentation.py), from
+        """What this search did, as panels a page draws (engine/protocol/panels.py), from
         its trace events of the ``presents`` kinds in emission order."""
         return []
 
@@ -485,8 +487,6 @@ class Search(ABC):
             said = f"{unbeaten.describe()}; the search's own final stands"
             ctx.say(f"final commitment: {said}")
             return replace(outcome, unbeaten=unbeaten, final=replace(outcome.final, verdict=said))
-        from ..baselines import trivial_or_error
-
         made = trivial_or_error(ctx.task)
         predictions = made.get(unbeaten.baseline) if isinstance(made, dict) else None
         said = unbeaten.describe()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..protocol.panels import Panel, TraceEvent
 from .memory_fixed import MemoryFixedSearch
-from .presentation import Panel, TraceEvent
 from .probe import Probe
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from ..protocol.checkpoints import MemoryFixedState
 from ..protocol.events import SearchIteration
 from ..protocol.gate import Decision, Proposal
+from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, chart
 from ..workflow import Workflow
 from .base import Endpoint, Search, SearchOutcome, fmt
-from .presentation import Card, Group, Line, Panel, TraceEvent, cards, chart
 from .probe import Probe
 from .scimars import _branch, is_supported
 

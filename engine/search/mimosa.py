@@ -9,18 +9,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ..errors import ModelCallError
 from ..console import shorten
+from ..errors import ModelCallError
 from ..mutations import Mutation, diff
-from ..selection import Gain, paired_gain
 from ..prompt_format import build_messages, fenced_json
-from ..protocol.events import Judgement, MutationProposed, SearchIteration
 from ..protocol.checkpoints import MimosaState
+from ..protocol.events import Judgement, MutationProposed, SearchIteration
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
+from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
+from ..selection import Gain, paired_gain
 from ..tools.registry import MCP_PREFIX
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change, fmt
-from .presentation import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
 from .probe import Probe, ProbeRunner
 
 MUTATOR_PROCEDURE = (

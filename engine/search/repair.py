@@ -14,21 +14,24 @@ probed instead, with the reason on the trace.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..console import shorten
 from ..errors import ModelCallError
 from ..harness import ROLE_GIVES
+from ..library.retrieval import Similarity, retrieve
+from ..library.store import load_library
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
-from ..protocol.checkpoints import ProbeRef, RepairState
+from ..protocol.checkpoints import RepairState
 from ..protocol.events import MutationProposed, SearchIteration, SynthesisStage
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
+from ..protocol.panels import Card, Group, Panel, TraceEvent, cards, change_line, decided
 from ..selection import paired_gain
+from ..synthesis.stages import plan
 from ..workflow import MAX_ROUTE_LOOPS, Workflow, WorkflowValidationError
-from .base import Endpoint, Search, SearchOutcome, ask_mutation, fmt
+from .base import Endpoint, Search, SearchOutcome, ask_mutation
 from .mimosa import check_fields
-from .presentation import Card, Group, Panel, TraceEvent, cards, change_line, decided
 from .probe import Probe
 
 # What each public check is about: the artifact whose producer a failure implicates.
@@ -267,9 +270,6 @@ class RepairSearch(Search):
 
     # --- one round -----------------------------------------------------------------------------
     def _alternatives(self, failure: Failure) -> list:
-        from ..library import Similarity, load_library, retrieve
-        from ..synthesis.stages import plan
-
         if self._library is None:
             tools = getattr(self.ctx.runner, "tools", None)
             self._library = self.ctx.library or load_library(registry=tools.registry if tools else None)

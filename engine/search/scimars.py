@@ -16,25 +16,25 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 
+from ..answers import AnswerContract, AnswerProblem, ask, json_reader
 from ..artifacts import ArtifactStore, sha256_file
+from ..console import shorten
 from ..errors import BudgetExhausted, ModelCallError, WorkflowValidationError
 from ..evidence.graph import Author
-from ..console import shorten
 from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
-from ..answers import AnswerContract, AnswerProblem, ask, json_reader
 from ..prompt_format import build_messages, fenced_json
+from ..protocol.checkpoints import ScimarsState
+from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
+from ..protocol.gate import Change, Check, Decision, Evidence
+from ..protocol.gate import Proposal as GateProposal
+from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
 from ..selection import paired_gain
 from ..trace import Tracer
 from ..workflow import Workflow
-from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
-from ..protocol.checkpoints import ScimarsState
-from ..protocol.gate import Change, Check, Decision, Evidence
-from ..protocol.gate import Proposal as GateProposal
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change
 from .mimosa import check_fields
 from .probe import Probe, ProbeRunner
-from .presentation import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
 
 EDITORS = ("role_editor", "coordination_editor", "memory_editor")
 EDITOR_KINDS: dict[str, tuple[str, ...]] = {

@@ -30,34 +30,36 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from .. import answers
+from .. import knowledge as kb
+from .. import prompt_format
 from ..checks import Check, execution_checks
 from ..errors import ModelCallError, TrellisError
 from ..gateway import ModelGateway
 from ..harness import DEFAULT_PROCEDURES
-from .. import knowledge as kb
 from ..knowledge import KnowledgeEntry, Match, load_knowledge, rank
 from ..plausibility import beats_trivial, fold_data
-from .. import prompt_format
 from ..prompt_format import extract_code
-from ..prompt_format import extract_strategy as parse_strategy, extract_verdict as parse_verdict
+from ..prompt_format import extract_strategy as parse_strategy
+from ..prompt_format import extract_verdict as parse_verdict
 from ..prompt_format import extract_vote as parse_vote
-from .. import answers
-from ..prompts import ANSWER_FORMATS, answer_format as with_program_output
+from ..prompts import ANSWER_FORMATS
+from ..prompts import answer_format as with_program_output
+from ..protocol.checkpoints import TreeState
+from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
+from ..protocol.events import Check as CheckEvent
+from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
+                               SelectorVote, ToolCall, TreeNode)
+from ..protocol.gate import Change
+from ..protocol.gate import Check as GateCheck
+from ..protocol.gate import Decision, Evidence, Proposal
+from ..protocol.panels import Line, Panel, TraceEvent, chart
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..selection import paired_gain
 from ..task import Task
 from ..trace import Tracer
 from ..training.jobs import labelled
-from ..validation import validate_program
-from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
-from ..protocol.events import Check as CheckEvent
-from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
-                               SelectorVote, ToolCall, TreeNode)
-from ..protocol.checkpoints import TreeState
-from ..protocol.gate import Change, Decision, Evidence, Proposal
-from ..protocol.gate import Check as GateCheck
 from . import base
-from .presentation import Line, Panel, TraceEvent, chart
 
 
 @dataclass
@@ -461,8 +463,8 @@ def _debate(ctx: SearchContext, tree: Tree, parent: Node | None, knowledge: Matc
 
 # --- engineering, debugging and validation ---------------------------------------------------------------
 class _FoldChecker:
-    """The executor validate_program runs each fold on: it checks each fold's predictions as
-    the fold ends, while the fold's files exist (they vanish with validate_program's folder)."""
+    """The executor validation runs each fold on: it checks each fold's predictions as
+    the fold ends, while the fold's files exist (they vanish with the validation's folder)."""
 
     def __init__(self, task: Task, inner: Executor):
         self.task, self.inner, self.name = task, inner, inner.name
@@ -501,7 +503,7 @@ def _fold_predictions(task: Task, result: ExecutionResult) -> str | None:
         return result.read_file(task.resources.predictions_file, max_bytes=MAX_KEPT_FOLD_BYTES).decode(
             "utf-8", errors="replace")
     except (OSError, ValueError):
-        return None  # none, a link, or too large: nothing to plot, and validate_program says why
+        return None  # none, a link, or too large: nothing to plot, and the validation says why
 
 
 def fold_predictions_path(tree_dir: Path, node_id: str) -> Path:
@@ -543,7 +545,7 @@ def _validate(ctx: SearchContext, agent: str, node_id: str, code: str,
                              limits=asdict(ctx.task.resources.limits)), agent)
     checker = _FoldChecker(ctx.task, ctx.executor)
     with labelled("in-loop validation", node_id):  # a training program's curves are this node's
-        metric, result = validate_program(ctx.task, code, checker, seed=ctx.config.seed)
+        metric, result = ctx.task.assessment().validate(code, checker, seed=ctx.config.seed)
     ctx.tracer.emit(CodeExecution(purpose="in-loop validation", node=node_id, attempt=attempt,
                                   **result.evidence(), stdout=result.stdout[-20000:], stderr=result.stderr[-20000:],
                                   workdir=str(result.workdir), validation=metric), agent)

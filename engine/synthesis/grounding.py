@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import networkx as nx
+
+from ..errors import WorkflowValidationError
 from ..harness import ROLE_GIVES, ROLE_NEEDS, ROLES, Harness
 from ..task import Task
 from ..workflow import Agent, Edge, Route, Workflow
@@ -77,8 +80,6 @@ def _agent_id(raw: str, taken: set[str]) -> str:
 
 def ground(prior: StructuralPrior, task: Task) -> tuple[Workflow, list[str]]:
     """The Trellis workflow ``prior`` grounds to on ``task``, and what grounding decided."""
-    from ..errors import WorkflowValidationError
-
     if not prior.nodes:
         raise WorkflowValidationError([f"the imported {prior.source} graph has no nodes"])
     if len(prior.nodes) > MAX_NODES:
@@ -133,8 +134,6 @@ def ground(prior: StructuralPrior, task: Task) -> tuple[Workflow, list[str]]:
 
 
 def _order(prior: StructuralPrior) -> list[PriorNode]:
-    import networkx as nx
-
     g = nx.DiGraph()
     position = {n.id: i for i, n in enumerate(prior.nodes)}
     g.add_nodes_from(position)

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import ast
 import json
+import tempfile
 from pathlib import Path
 
+from .. import python_ast
 from ..errors import TrellisError, WorkflowValidationError
+from ..protocol.events import SynthesisStage
+from ..sandbox import ExecutionLimits, ExecutionRequest
+from ..sandbox.subprocess_executor import SubprocessExecutor
 from ..task import Task
 from ..workflow import Workflow
-from .grounding import PriorNode, StructuralPrior
+from .grounding import PriorNode, StructuralPrior, ground
 
 MAX_FILE_BYTES = 2_000_000
 LANGGRAPH_TIMEOUT_S = 60
@@ -73,9 +78,6 @@ def open_workflow_file(path: Path, task: Task, *, tracer=None) -> tuple[Workflow
 
 
 def grounded(prior: StructuralPrior, task: Task, path: Path, tracer=None) -> tuple[Workflow, str]:
-    from ..protocol.events import SynthesisStage
-    from .grounding import ground
-
     workflow, notes = ground(prior, task)
     if tracer is not None:
         tracer.emit(SynthesisStage(stage="plan", inputs={"imported": prior.to_dict(), "file": str(path)},
@@ -118,8 +120,6 @@ def aflow_prior_from_json(data: dict, where: str) -> StructuralPrior:
 def aflow_prior_from_source(text: str, where: str) -> StructuralPrior:
     """AFlow's graph.py read as a syntax tree (never executed): operators made in ``__init__``,
     their awaited calls in ``__call__`` in source order, loops around calls."""
-    from .. import python_ast
-
     try:
         tree = python_ast.parse(text)
     except SyntaxError as exc:
@@ -208,10 +208,6 @@ print(json.dumps({"nodes": [{"id": str(n.id), "name": str(n.name), "doc": doc(n.
 
 def langgraph_prior(path: Path, name: str | None = None, executor=None) -> StructuralPrior:
     """The graph a LangGraph file defines, introspected in the sandbox through langgraph's API."""
-    import tempfile
-
-    from ..sandbox import ExecutionLimits, ExecutionRequest
-    from ..sandbox.subprocess_executor import SubprocessExecutor
 
     executor = executor or SubprocessExecutor(root=tempfile.mkdtemp(prefix="trellis-import-"), keep=False)
     result = executor.run(ExecutionRequest(code=_INTROSPECT, input_files={"graph_module.py": path},

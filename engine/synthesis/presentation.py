@@ -3,7 +3,7 @@ attachments each role was given from the library and why, the artifacts refused 
 by type, and what grounding decided for an imported graph (from the ``synthesis_stage`` events)."""
 from __future__ import annotations
 
-from ..search.presentation import Card, Group, Panel, TraceEvent, cards
+from ..protocol.panels import Card, Group, Panel, TraceEvent, cards
 
 STAGES = ("plan", "retrieve", "synthesize")
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..external.build import is_built
+from ..external.spec import find_agent
 from ..harness import ROLE_GIVES, Harness
-from ..library import Library, Retrieval, Similarity, Slot, retrieve
+from ..library.retrieval import Retrieval, Similarity, Slot, retrieve
+from ..library.store import Library
+from ..protocol.events import SynthesisStage
 from ..task import Task
 from ..trace import Tracer
 from ..workflow import ENGINE_INPUTS, Attachment, Workflow
@@ -118,8 +122,6 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
     ``external_agents``: an external agent whose image is built may play a role it fits (by
     type, and at least as close in meaning as the role's best skill); off by default, so that
     what a synthesized team does never depends on which images a machine happens to have."""
-    from ..protocol.events import SynthesisStage
-
     base = base or team_workflow(task, Harness())
     slots = plan(task, base)
     if tracer is not None:
@@ -165,9 +167,6 @@ def synthesize(task: Task, library: Library, similarity: Similarity, tracer: Tra
 def _pick(got: Retrieval, role: str, floor: float, external_agents: bool = False) -> list[tuple]:
     skills = [h for h in got.hits if h.artifact.kind == "skill"]
     if external_agents:
-        from ..external.build import is_built
-        from ..external.spec import find_agent
-
         best = skills[0].similarity if skills else floor
         for hit in (h for h in got.hits if h.artifact.kind == "agent" and h.similarity >= max(best, floor)):
             if is_built(find_agent(hit.artifact.name)):

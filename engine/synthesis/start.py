@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..embedding import TaskEmbedder
 from ..errors import TrellisError
+from ..library.retrieval import Similarity
+from ..library.store import load_library
 from ..task import Task
 from ..trace import Tracer
 from ..workflow import Workflow
 from .fixed import WORKFLOWS, team_workflow
+from .imports import open_workflow_file
+from .stages import synthesize
 
 START_CHOICES = ("team", "synthesized", "archive")
 
@@ -18,16 +23,11 @@ def synthesized(task: Task, *, tracer: Tracer | None = None, registry=None, libr
                 base: Workflow | None = None, name: str | None = None, external_agents: bool = False):
     """The Synthesis of ``task`` from ``library`` (default: the library in force plus the tools
     ``registry`` discovered), ranked by ``embedder`` (default: the real sentence model)."""
-    from ..library import Similarity, load_library
-    from .stages import synthesize
-
     if library is None:
         library = load_library(registry=registry)
     elif registry is not None:
         library = library.with_tools(registry)
     if embedder is None:
-        from ..embedding import TaskEmbedder
-
         embedder = TaskEmbedder()
     return synthesize(task, library, Similarity(embedder), tracer, base=base, name=name,
                       external_agents=external_agents)
@@ -61,7 +61,6 @@ def choose_start(task: Task, start: str, *, archive=None, tracer: Tracer | None 
             info["reason"] += f"; {made['synthesis'].info()['reason']}"
             info["path"] = "synthesized"
         return warm.workflow, info
-    from .imports import open_workflow_file
 
     workflow, source, prior = open_workflow_file(Path(start), task, tracer=tracer)
     info = {"path": "file", "similarity": None, "source": str(start), "reason": source,

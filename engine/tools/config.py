@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..errors import TrellisError
+from ..harness import ROLES
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = PROJECT_ROOT / "mcp_servers.json"
@@ -119,8 +120,6 @@ def parse_config(data: object, where: str = "the MCP configuration") -> list[Ser
 
 
 def _entry_problems(entry: object) -> list[str]:
-    from ..harness import ROLES
-
     if not isinstance(entry, dict):
         return ["an entry is an object with name and command"]
     out = [f"unknown field {k!r}; fields are {', '.join(sorted(FIELDS))}" for k in sorted(set(entry) - FIELDS)]

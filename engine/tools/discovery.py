@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..protocol.events import ToolsDiscovered
-from ..task import Task
 from ..trace import Tracer
 from .config import config_path, load_config
 from .host import ToolHost
+
+if TYPE_CHECKING:  # the type only: engine/task.py sits above the tools
+    from ..task import Task
 
 OUTPUT_FOLDER = "tool-outputs"   # in the run folder: what tools write (plots)
 LOG_FOLDER = "tool-logs"         # in the run folder: each server's stderr

@@ -23,7 +23,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import hashlib
 import json
 import math
 import os
@@ -31,16 +30,16 @@ import tempfile
 import threading
 import time
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Protocol
+from typing import Callable, Iterator
 
-from ..artifacts import ArtifactStore, sha256_file
-from ..protocol.events import (Payload, TrainingCheckpoint, TrainingFinished, TrainingProgress,
-                               TrainingStarted)
-from ..sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
-from . import trellis_train as helper
 from .. import python_ast
+from ..protocol.events import Payload, TrainingCheckpoint, TrainingFinished, TrainingProgress, TrainingStarted
+from ..sandbox import ExecutionRequest, ExecutionResult, Executor, UnsafeOutput, open_output
+from . import trellis_train as helper
+from .folder import Command, JobFolder, JobHost, JobState, cancelled_while_paused, job_key, not_run
+from .remote import wait_for_job, waiting_here
 
 HELPER_SOURCE = Path(helper.__file__)
 HELPER_NAME = "trellis_train.py"
@@ -49,33 +48,10 @@ MAX_READ_PER_POLL = 1 << 20    # bytes of the metrics file read per poll
 MAX_POINTS = 5000              # points of a curve kept in state.json (the trace keeps them all)
 WATCH_SECONDS = 0.5
 PAUSED_POLL_S = 0.5            # how often a run waiting on a paused job looks at its command
-MAX_KEPT_INPUTS = 64 << 20     # bytes of inputs a job keeps to be resumed with nobody waiting on it
-# pause and cancel are a person's; stop is the engine's own when the run that waited on the job
-# stopped (it is cleared when the program is started again, a person's commands are not)
-Command = Literal["pause", "cancel", "stop"]
-COMMANDS = ("pause", "cancel", "stop")
 
 _tracer: ContextVar[object | None] = ContextVar("trellis_training_tracer", default=None)
 _host: ContextVar["JobHost | None"] = ContextVar("trellis_training_host", default=None)
 _label: ContextVar[tuple[str, str | None]] = ContextVar("trellis_training_label", default=("", None))
-
-
-class JobHost(Protocol):
-    """Where a run's training jobs go when it is not this process (the studio: a Celery
-    ``training`` queue, webapp/runs/training.py), and what the run does while it waits."""
-
-    def slots(self) -> int:
-        """Training jobs the host can run at once now (0: none, the job runs here)."""
-        ...
-
-    def send(self, spec: dict) -> None:
-        """Queue one job ticket (engine/training/remote.py) for a training worker."""
-        ...
-
-    def waiting(self) -> None:
-        """Called a few times a second while the run waits on a job (queued, training or paused):
-        raise (RunInterrupted) to stop waiting; the job is stopped and keeps its checkpoint."""
-        ...
 
 
 @contextlib.contextmanager
@@ -131,18 +107,6 @@ def is_training_program(code: str) -> bool:
     return False
 
 
-def job_key(request: ExecutionRequest) -> str:
-    """The program and what it is given: the same key means the same training."""
-    h = hashlib.sha256()
-    h.update(request.code.encode("utf-8"))
-    h.update(json.dumps([request.entrypoint, list(request.args)]).encode())
-    for rel in sorted(request.input_files):
-        source = Path(request.input_files[rel])
-        digest = sha256_file(source) if source.is_file() else "dir"
-        h.update(f"\0{rel}\0{digest}".encode())
-    return h.hexdigest()[:16]
-
-
 def detect_device() -> str:
     """CUDA when this machine has a GPU torch can use, else CPU (the same program runs on both).
     TRELLIS_TRAINING_DEVICE=cpu|cuda overrides. Asked once per process (torch takes seconds to
@@ -175,124 +139,6 @@ def visible_gpus() -> list[str]:
         return [str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus")))]
     except OSError:
         return []
-
-
-@dataclass
-class JobState:
-    key: str
-    purpose: str = ""
-    node: str | None = None          # the tree node whose program it is
-    status: str = "queued"   # queued, running, ok, error, timeout, memory, violation, killed, paused, cancelled
-    device: str = "cpu"
-    started: float = 0.0
-    updated: float = 0.0
-    epoch: int | None = None
-    epochs: int | None = None
-    best_val: float | None = None
-    eta_s: float | None = None
-    checkpoint: dict | None = None   # {"name", "sha256", "bytes", "epoch"} of the last one kept
-    points: list[dict] = field(default_factory=list)
-    runs: int = 0                    # how many times the program was started (resumes included)
-    first_epoch: int = 0             # the epoch this start began at (after the checkpoint it was handed)
-
-    def to_dict(self) -> dict:
-        return dict(vars(self))
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "JobState":
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
-
-
-class JobFolder:
-    """One job's folder: its state, its command, its checkpoints."""
-
-    def __init__(self, root: Path, key: str) -> None:
-        self.key = key
-        self.path = Path(root) / key
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.store = ArtifactStore(self.path / "checkpoints")
-
-    def load(self) -> JobState:
-        try:
-            return JobState.from_dict(json.loads((self.path / "state.json").read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            return JobState(self.key)
-
-    def save(self, state: JobState) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".state-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(state.to_dict(), fh)
-        os.replace(tmp, self.path / "state.json")
-
-    def command(self) -> Command | None:
-        try:
-            text = (self.path / "control").read_text(encoding="utf-8").strip()
-        except OSError:
-            return None
-        return text if text in COMMANDS else None
-
-    def send(self, command: Command | None) -> None:
-        """A person's pause or cancel, the engine's stop (None clears it: a resume)."""
-        target = self.path / "control"
-        if command is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.write_text(command, encoding="utf-8")
-
-    def checkpoint_file(self, state: JobState) -> Path | None:
-        if not state.checkpoint:
-            return None
-        path = self.store.path_for(state.checkpoint["sha256"])
-        return path if path.is_file() else None
-
-
-    def keep_request(self, request: ExecutionRequest, executor: Executor) -> bool:
-        """Keep what it takes to run the job again with no run waiting on it (a person's resume
-        of a cancelled job): the request, its inputs copied into the job's store (a validation
-        fold's files vanish with the fold), the sandbox it ran in. False when the inputs are
-        folders or over MAX_KEPT_INPUTS: such a job resumes only with its run."""
-        sources = {rel: Path(path) for rel, path in request.input_files.items()}
-        if not all(p.is_file() for p in sources.values()) or \
-                sum(p.stat().st_size for p in sources.values()) > MAX_KEPT_INPUTS:
-            (self.path / "request.json").unlink(missing_ok=True)
-            return False
-        inputs = {rel: str(self.store.path_for(self.store.put_file(p))) for rel, p in sources.items()}
-        data = {**encode_request(request), "input_files": inputs, "executor": executor.name,
-                "sandbox_root": str(getattr(executor, "root", "") or "")}
-        fd, tmp = tempfile.mkstemp(dir=self.path, prefix=".request-")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, self.path / "request.json")
-        return True
-
-    def kept_request(self) -> dict | None:
-        """What ``keep_request`` kept (an encoded request, its executor and sandbox), or None."""
-        try:
-            data = json.loads((self.path / "request.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) and data.get("sandbox_root") else None
-
-
-def encode_request(request: ExecutionRequest) -> dict:
-    """The request as JSON (it travels to a training worker, or waits in the job's folder)."""
-    return {"code": request.code, "input_files": {rel: str(path) for rel, path in request.input_files.items()},
-            "limits": asdict(request.limits), "args": list(request.args), "entrypoint": request.entrypoint}
-
-
-def decode_request(data: dict) -> ExecutionRequest:
-    return ExecutionRequest(code=data["code"], input_files={rel: Path(p) for rel, p in data["input_files"].items()},
-                            limits=ExecutionLimits(**data["limits"]), args=tuple(data["args"]),
-                            entrypoint=data["entrypoint"])
-
-
-def list_jobs(root: Path) -> list[JobState]:
-    """Every job of a run, newest first (for the studio's job list and the CLI)."""
-    root = Path(root)
-    states = [JobFolder(root, p.name).load() for p in root.iterdir() if (p / "state.json").is_file()] \
-        if root.is_dir() else []
-    return sorted(states, key=lambda s: s.started, reverse=True)
 
 
 class _Watcher:
@@ -433,25 +279,6 @@ def tracer_emit(agent: str = "trainer") -> Callable[[Payload], None]:
     return emit
 
 
-def not_run(folder: JobFolder, why: str) -> ExecutionResult:
-    """The execution of a job that did not run (a person paused or cancelled it first)."""
-    empty = folder.path / "not-run"
-    empty.mkdir(exist_ok=True)
-    return ExecutionResult(status="killed", exit_code=None, stdout="", stderr=f"trellis: {why}\n",
-                           duration_s=0.0, workdir=empty, files={}, executor="training")
-
-
-def cancelled_while_paused(folder: JobFolder, emit: Callable[[Payload], None]) -> ExecutionResult:
-    """A paused job cancelled before it ran again: nobody else will say so, so the waiting run does."""
-    state = folder.load()
-    state.status, state.updated, state.eta_s = "cancelled", time.time(), None
-    folder.save(state)
-    emit(TrainingFinished(job=state.key, status="cancelled", epochs=None if state.epoch is None else state.epoch + 1,
-                          best_val=state.best_val, last_checkpoint=(state.checkpoint or {}).get("sha256"),
-                          duration_s=0.0))
-    return not_run(folder, "the training job was cancelled by a person while it was paused")
-
-
 def wait_while_paused(folder: JobFolder, waiting: Callable[[], None] | None) -> Command | None:
     """Until a person resumes the paused job (its command cleared: None) or cancels it
     ("cancel"); ``waiting`` may stop the wait (the run was paused or cancelled)."""
@@ -506,8 +333,6 @@ class TrainingExecutor:
         purpose, node = _label.get()
         emit = tracer_emit()
         if host is not None and host.slots() > 0 and getattr(self.inner, "root", None) is not None:
-            from .remote import wait_for_job
-
             return wait_for_job(self, request, host, emit, purpose=purpose, node=node)
         return self.run_here(request, emit, purpose=purpose, node=node,
                              waiting=host.waiting if host is not None else None)
@@ -515,8 +340,6 @@ class TrainingExecutor:
     def run_here(self, request: ExecutionRequest, emit: Callable[[Payload], None], *, purpose: str = "",
                  node: str | None = None, waiting: Callable[[], None] | None = None) -> ExecutionResult:
         """The job in this process; while a person has it paused, wait for their resume or cancel."""
-        from .remote import waiting_here
-
         folder = JobFolder(self.root, job_key(request))
         with waiting_here(folder):
             while True:

@@ -3,7 +3,7 @@
 The run's process writes a *ticket* into the job's folder (``<job>/tickets/<id>/spec.json``: the
 program, its inputs, its limits, where the sandboxes are) and hands it to its ``JobHost``
 (the studio: a Celery task on the ``training`` queue). A training worker runs the job there
-with ``work``: the same ``TrainingExecutor.run_job`` as a job run in place, its events appended
+with ``work`` (worker.py): the same ``TrainingExecutor.run_job`` as a job run in place, its events appended
 to the ticket's ``events.jsonl`` and its execution written to ``result.json`` when it ends. The
 run tails the events into its own trace (live curves, checkpoints) and returns the result, so
 nothing above the executor knows where the program ran. Both sides share only the run's folder.
@@ -23,12 +23,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..protocol.events import Payload, PayloadError, parse_payload
-from ..sandbox import ExecutionRequest, ExecutionResult, Executor
-from .jobs import (JobFolder, JobHost, TrainingExecutor, cancelled_while_paused, decode_request, encode_request,
-                   job_key)
+from ..sandbox import ExecutionRequest, ExecutionResult
+from .folder import JobFolder, JobHost, cancelled_while_paused, encode_request, job_key
+
+if TYPE_CHECKING:  # the executor that waits here (jobs.py imports this module to hand it jobs)
+    from .jobs import TrainingExecutor
 
 TRAINING_KINDS = ("training_started", "training_progress", "training_checkpoint", "training_finished")
 POLL_S = 0.25              # how often the waiting run reads the ticket
@@ -101,7 +103,7 @@ def waiting_here(folder: JobFolder) -> Iterator[Ticket]:
     """A ticket saying that a run runs this job in its own process and waits on it (so a
     person's resume of the paused job only lifts the pause: that run starts it again)."""
     ticket = Ticket.new(folder)
-    _write_json(ticket.spec_file, {"mode": "here", "key": folder.key, "ticket": ticket.id})
+    write_json(ticket.spec_file, {"mode": "here", "key": folder.key, "ticket": ticket.id})
     try:
         yield ticket
     finally:
@@ -121,7 +123,7 @@ def decode_result(data: dict) -> ExecutionResult:
                            files=dict(data["files"]), violations=list(data["violations"]), executor=data["executor"])
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     tmp.write_text(json.dumps(data), encoding="utf-8")
     os.replace(tmp, path)
@@ -165,7 +167,7 @@ def wait_for_job(executor: TrainingExecutor, request: ExecutionRequest, host: Jo
     spec = {"root": str(executor.root), "key": folder.key, "ticket": ticket.id, "purpose": purpose, "node": node,
             "device": executor._device, "executor": executor.inner.name, "sandbox_root": str(executor.inner.root),
             "request": encode_request(request)}
-    _write_json(ticket.spec_file, spec)
+    write_json(ticket.spec_file, spec)
     host.send(spec)
     tail = _Tail(ticket.events_file)
     sent_at = time.time()
@@ -235,7 +237,7 @@ def send_alone(folder: JobFolder, send: Callable[[dict], None], **labels: object
     spec = {"root": str(folder.path.parent), "key": folder.key, "ticket": ticket.id, "purpose": state.purpose,
             "node": state.node, "device": None, "executor": kept["executor"], "sandbox_root": kept["sandbox_root"],
             "request": request, "alone": True, **labels}
-    _write_json(ticket.spec_file, spec)
+    write_json(ticket.spec_file, spec)
     folder.send(None)
     send(spec)
     return ticket
@@ -243,7 +245,7 @@ def send_alone(folder: JobFolder, send: Callable[[dict], None], **labels: object
 
 # --- the training worker's side ---------------------------------------------------------------------------
 @contextlib.contextmanager
-def _job_lock(folder: JobFolder, ticket: Ticket) -> Iterator[bool]:
+def job_lock(folder: JobFolder, ticket: Ticket) -> Iterator[bool]:
     """The job's lock, waited for while another process runs the same job; False when the
     ticket was settled meanwhile (nothing left to do)."""
     fd = os.open(folder.path / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -262,7 +264,7 @@ def _job_lock(folder: JobFolder, ticket: Ticket) -> Iterator[bool]:
         os.close(fd)  # lets go of the lock
 
 
-class _Beat:
+class Beat:
     """Touches the ticket's beat file while the worker works it."""
 
     def __init__(self, ticket: Ticket) -> None:
@@ -275,51 +277,10 @@ class _Beat:
                 self.ticket.beat_file.touch()
             self.stop.wait(BEAT_S)
 
-    def __enter__(self) -> "_Beat":
+    def __enter__(self) -> "Beat":
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
         self.thread.join(5)
-
-
-def work(spec: dict, make_executor: Callable[[str, Path], Executor] | None = None, device: str = "auto",
-         also: Callable[[Payload], None] | None = None) -> str:
-    """Run one ticket in this (training worker's) process. Returns what became of it: "ok" (or the
-    program's status), "paused" (a person paused the job: the ticket stays open for a resume),
-    "skipped" (finished already, or no run waits on it any more). ``also`` gets every event
-    too (a job no run waits on is shown live by the studio this way)."""
-    folder = JobFolder(Path(spec["root"]), spec["key"])
-    ticket = Ticket(folder, spec["ticket"])
-    if ticket.finished or ticket.abandoned or not ticket.spec_file.is_file():
-        return "skipped"
-    with _job_lock(folder, ticket) as mine:
-        if not mine:
-            return "skipped"
-        inner = (make_executor or _executor)(spec["executor"], Path(spec["sandbox_root"]))
-        executor = TrainingExecutor(inner, Path(spec["root"]), device=spec.get("device") or device)
-        request = decode_request(spec["request"])
-        def emit(payload: Payload) -> None:
-            ticket.append(payload)
-            if also is not None:
-                also(payload)
-
-        with _Beat(ticket):
-            result = executor.run_job(request, spec.get("purpose") or "", emit=emit, node=spec.get("node"))
-        state = folder.load()
-        if state.status == "paused" and folder.command() in ("pause", "stop"):
-            return "paused"  # resumed by a person (the ticket is sent again) or by the run's next start
-        _write_json(ticket.result_file, encode_result(result))
-        return state.status
-
-
-def _executor(kind: str, root: Path) -> Executor:
-    """The sandbox the run itself would have used, under the same root (both sides share it)."""
-    if kind == "subprocess":
-        from ..sandbox.subprocess_executor import SubprocessExecutor
-
-        return SubprocessExecutor(root)
-    from ..sandbox.select import make_executor
-
-    return make_executor(kind, root).executor

@@ -24,7 +24,6 @@ from engine.official import official_for_code
 from engine.sandbox import ExecutionLimits, ExecutionRequest, UnsafeOutput, read_output
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 from engine.task import load_task
-from engine.validation import validate_program
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "discontinuous-1d"
@@ -210,7 +209,7 @@ def test_in_loop_validation_does_not_follow_links(executor, tmp_path):
     planted.write_text("id,y\n" + "".join(f"{i},0.0\n" for i in range(10_000)))
     os.chmod(tmp_path, 0o755)
     task = load_task(EXAMPLE)
-    scored, _ = validate_program(task, SYMLINK_TO_ANSWER_KEY.format(target=str(planted)), executor)
+    scored, _ = task.assessment().validate(SYMLINK_TO_ANSWER_KEY.format(target=str(planted)), executor)
     assert not scored["ok"], scored
     assert "value" not in scored
 

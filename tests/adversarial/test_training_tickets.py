@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.training.jobs import JobFolder
+from engine.training.folder import JobFolder
 from engine.training.remote import Ticket, _Tail
 
 
@@ -19,11 +19,11 @@ def test_a_ticket_id_that_is_not_a_plain_name_is_refused(tmp_path, ticket):
 
 
 def test_the_training_task_refuses_a_ticket_outside_the_runs_folder(tmp_path, settings, monkeypatch):
-    from engine.training import remote
+    from engine.training import worker
     from webapp.runs.training import train
 
     ran = []
-    monkeypatch.setattr(remote, "work", lambda spec, **kw: ran.append(spec) or "ok")
+    monkeypatch.setattr(worker, "work", lambda spec, **kw: ran.append(spec) or "ok")
     settings.TRELLIS_RUNS_DIR = tmp_path / "runs"
     for root in ("/etc", str(tmp_path / "elsewhere"), str(tmp_path / "runs" / ".." / "elsewhere"), ""):
         assert train.run({"root": root, "key": "k", "ticket": "t"}) == "refused"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from engine.training.jobs import JobFolder
+from engine.training.folder import JobFolder
 from engine.training.remote import open_tickets
 from tests.conftest import EXAMPLES
 from tests.studio_harness import add_member, wait_for
@@ -123,7 +123,7 @@ def test_a_tree_node_whose_validation_trained_shows_its_curve(page: Page, studio
     curves of the nodes that trained, and shows the chosen (or tapped) node's."""
     import time as _time
 
-    from engine.training.jobs import JobState
+    from engine.training.folder import JobState
     from webapp.runs.models import Event, Task
 
     project = Project.objects.create(name="Tree training curves")

@@ -16,7 +16,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 from engine.offline.law_fit import LAW_FITS
-from engine.offline.strategies import spec_of_task
+from engine.offline.strategy import spec_of_task
 from engine.task import load_task
 
 from tests.example_files import assert_make_data_reproduces

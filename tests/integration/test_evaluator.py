@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.assessment import evaluator_draft as ev
-from engine.baselines import trivial_predictions
+from engine import evaluator_draft as ev
+from engine.assessment import trivial_predictions
 from engine.errors import TaskSpecError
 from engine.evaluation import evaluate_predictions
 from engine.task import load_task

@@ -161,7 +161,7 @@ def test_query_positions_a_last_bit_off_the_solver_grid_do_not_stall_the_solver(
     """-0.65 read from a CSV and the linspace's -0.6499999999999999 once sat side by side in the
     method of lines' grid: spacings of 1e-17 made the system so stiff a run timed out."""
     from engine.offline.pde import PDE_SOLVERS
-    from engine.offline.strategies import spec_of_task
+    from engine.offline.strategy import spec_of_task
 
     folder = heat_task(tmp_path)
     points = (folder / "data" / "points.csv").read_text().splitlines()

@@ -97,7 +97,7 @@ def test_a_forecast_task_nobody_tuned_for_is_run_end_to_end_and_beats_persistenc
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
     team = summary["metric"]["value"]
-    from engine.baselines import official_baselines
+    from engine.official import official_baselines
     from engine.task import load_task
 
     baselines = {name: b["value"] for name, b in official_baselines(load_task(task)).items() if b.get("ok")}

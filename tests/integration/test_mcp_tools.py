@@ -92,7 +92,7 @@ def test_a_server_that_crashes_mid_run_gives_the_call_a_traced_error_and_the_run
 def test_the_single_agent_baseline_is_given_the_teams_tools_and_calls_them(tmp_path):
     """A baseline on the same budget has the same tools: its one agent plays every role, so it is
     given every role's allocation."""
-    from engine.baselines import single_agent_baseline
+    from engine.ending import single_agent_baseline
     from engine.budget import Budget
 
     task = load_task(TASK)

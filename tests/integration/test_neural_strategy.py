@@ -16,7 +16,8 @@ import pytest
 
 from engine import prompt_format as pf
 from engine.offline import scientist
-from engine.offline.strategies import DataSpec, get_strategy
+from engine.offline.strategy import DataSpec
+from engine.offline.strategies import get_strategy
 from engine.sandbox import ExecutionLimits, ExecutionRequest, ExecutionResult
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 from tests.unit.test_neural_strategy import JUMPS, KEY, signal

@@ -183,7 +183,7 @@ def test_the_same_task_with_its_law_only_in_the_text_gives_the_same_constants(tm
     import shutil
 
     from engine.offline.law_fit import LAW_FITS
-    from engine.offline.strategies import spec_of_task
+    from engine.offline.strategy import spec_of_task
 
     prose_task = tmp_path / "kinetics-in-prose"
     shutil.copytree(TASK, prose_task)

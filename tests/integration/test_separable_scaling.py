@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.offline.strategies import DataSpec, get_strategy
+from engine.offline.strategy import DataSpec
+from engine.offline.strategies import get_strategy
 from engine.sandbox import ExecutionRequest
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.offline.strategies import (
-    BUG_KINDS, DataSpec, family_of, fix_bug, get_strategy, inject_bug, render_analysis_script, strategies_for,
-)
+from engine.offline.strategy import BUG_KINDS, DataSpec, family_of
+from engine.offline.analysis import render_analysis_script
+from engine.offline.strategies import fix_bug, get_strategy, inject_bug, strategies_for
 from tests.unit.test_strategies import EXAMPLES, SEED, TASKS, load_spec
 
 

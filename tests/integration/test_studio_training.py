@@ -16,7 +16,8 @@ from engine.errors import RunInterrupted
 from engine.sandbox import ExecutionLimits, ExecutionRequest
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 from engine.trace import Tracer
-from engine.training.jobs import JobFolder, TrainingExecutor, hosting_jobs, job_key, tracing_to
+from engine.training.folder import JobFolder, job_key
+from engine.training.jobs import TrainingExecutor, hosting_jobs, tracing_to
 from tests.integration.test_training_jobs import _program
 from tests.studio_harness import running_run, wait_for
 from webapp.runs.bridge import RunEventSink

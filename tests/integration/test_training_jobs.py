@@ -17,7 +17,8 @@ import pytest
 from engine.sandbox import ExecutionLimits, ExecutionRequest
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 from engine.trace import ListSink, Tracer
-from engine.training.jobs import JobFolder, TrainingExecutor, is_training_program, job_key, list_jobs, tracing_to
+from engine.training.folder import JobFolder, job_key, list_jobs
+from engine.training.jobs import TrainingExecutor, is_training_program, tracing_to
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -183,12 +184,12 @@ def test_a_job_cancelled_while_paused_hands_the_run_a_failed_execution(tmp_path)
 
 
 class _ThreadHost:
-    """A JobHost whose training worker is a thread of this process calling remote.work."""
+    """A JobHost whose training worker is a thread of this process calling worker.work."""
 
     def __init__(self, stop_when=None):
-        from engine.training import remote
+        from engine.training import worker
 
-        self.remote, self.sent, self.results = remote, [], []
+        self.worker, self.sent, self.results = worker, [], []
         self.stop_when = stop_when  # the run is paused once this says so
 
     def slots(self) -> int:
@@ -196,7 +197,7 @@ class _ThreadHost:
 
     def send(self, spec: dict) -> None:
         self.sent.append(spec)
-        worker = threading.Thread(target=lambda: self.results.append(self.remote.work(spec, device="cpu")),
+        worker = threading.Thread(target=lambda: self.results.append(self.worker.work(spec, device="cpu")),
                                   daemon=True)
         worker.start()
 

@@ -16,7 +16,7 @@ from engine.plausibility import task_data
 from engine.preflight import preflight
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 from engine.task import load_task
-from engine.validation import fold_rows, make_split, plan_validation, read_data, validate_program
+from engine.validation import read_data
 
 EVALUATE_RMSE = '''
 import argparse, json, math, sys
@@ -93,7 +93,7 @@ def test_a_fold_never_splits_rows_with_the_same_value_of_its_split_column(tmp_pa
     test = [{"id": k, "day": 7, "sensor": k} for k in range(5)]
     task = load_task(make_task(tmp_path, train, test, extra={"validation": validation}))
     data = read_data(task)
-    folds = fold_rows(task, plan_validation(task), data, seed=0)
+    folds = task.assessment().folds(task.assessment().plan(), data, seed=0)
     assert folds
     for fit, val in folds:
         fit_days = {data.rows[i]["day"] for i in fit}
@@ -119,10 +119,10 @@ def test_series_folds_validate_each_series_last_steps_and_fit_only_on_what_came_
     task = load_task(_series_task(tmp_path, horizon=2))
     assessment = assessment_for(task)
     assert assessment.name == "series"
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     assert plan.split == "series" and "series" in plan.describe()
     data = read_data(task)
-    folds = fold_rows(task, plan, data, seed=0)
+    folds = task.assessment().folds(plan, data, seed=0)
     assert len(folds) == 3
     for k, (fit, val) in enumerate(folds):
         by_series: dict[str, list[int]] = {}
@@ -139,7 +139,7 @@ def test_series_folds_validate_each_series_last_steps_and_fit_only_on_what_came_
 
 def test_a_series_folds_truth_carries_the_series_and_time_for_a_per_series_metric(tmp_path):
     task = load_task(_series_task(tmp_path))
-    split = make_split(task, tmp_path / "fold", seed=0, fold=0)
+    split = task.assessment().split(tmp_path / "fold", seed=0, fold=0)
     truth = pd.read_csv(split.truth)
     assert list(truth.columns) == ["id", "y", "station", "week"]
     features = pd.read_csv(split.files["data/test_features.csv"])
@@ -163,7 +163,7 @@ def test_series_validation_scores_the_program_beside_the_per_series_baselines(tm
             "base = {'a': 10, 'b': 20, 'c': 30}\n"
             "with open('predictions.csv', 'w') as f:\n"
             "    f.write('id,y\\n' + ''.join(f\"{r['id']},{base[r['station']] + float(r['week'])}\\n\" for r in rows))\n")
-    metric, _ = validate_program(task, code, SubprocessExecutor())
+    metric, _ = task.assessment().validate(code, SubprocessExecutor())
     assert metric["ok"], metric
     assert metric["value"] == pytest.approx(0.0, abs=1e-9)  # the exact law
     assert set(metric["baselines"]) == {"persistence", "series_mean"}
@@ -193,7 +193,7 @@ def test_every_answer_kinds_plan_is_a_valid_validation_event(tmp_path):
     from engine.protocol.events import ValidationPlanned
 
     task = load_task(_series_task(tmp_path))
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     event = ValidationPlanned(plan=plan.to_dict(), description=plan.describe())
     assert event.plan.split == "series"
 

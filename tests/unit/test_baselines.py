@@ -5,7 +5,9 @@ import io
 import json
 from pathlib import Path
 
-from engine.baselines import describe, official_baselines, trivial_predictions
+from engine.assessment import trivial_predictions
+from engine.ending import describe_baselines as describe
+from engine.official import official_baselines
 from engine.task import load_task
 from tests.unit.test_validation import make_task
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 
 from engine.offline.blend import BLEND
-from engine.offline.strategies import DataSpec, get_strategy
+from engine.offline.strategy import DataSpec
+from engine.offline.strategies import get_strategy
 from engine.prompt_format import extract_strategy
 
 SPEC = DataSpec("data/train.csv", "data/test_features.csv", "y", ("a", "b"), "id", "predictions.csv")

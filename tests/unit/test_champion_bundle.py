@@ -22,9 +22,8 @@ from engine.bundle import write_champion_bundle
 from engine.evolve import evolve
 from engine.search.tree import Node, Tree
 from engine.task import load_task
-from engine.training.jobs import JobFolder, JobState, job_key
+from engine.training.folder import JobFolder, JobState, job_key
 from engine.sandbox import ExecutionRequest
-from engine.validation import plan_validation, validation_rows
 from tests.fakes import FakeExecutor
 from tests.studio_harness import add_member
 from webapp.runs import sharing
@@ -86,7 +85,7 @@ def test_a_tree_search_writes_the_bundle_with_every_part(search):
 def test_validation_predictions_are_the_folds_training_rows_never_the_heldout_truth(search):
     task, rows = search.task, _csv(search.folder / "validation_predictions.csv")
     train = _csv(task.folder / "data" / "train.csv")
-    folds = validation_rows(task, 0, plan_validation(task))
+    folds = task.assessment().validation_rows(0, task.assessment().plan())
     assert len(rows) == sum(len(f) for f in folds)  # every validation row of every fold, each once
     assert {int(r["fold"]) for r in rows} == set(range(1, len(folds) + 1))
     for r in rows:

@@ -3,7 +3,6 @@ import pytest
 
 from engine.sandbox import ExecutionRequest
 from engine.task import load_task
-from engine.validation import validate_program
 from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
 
 TRAINING = 'import pandas as pd\nPREDICTIONS_FILE = "predictions.csv"\nprint({n})\n'
@@ -32,9 +31,9 @@ def test_a_training_program_writes_one_prediction_per_test_id(diabetes, tmp_path
 
 def test_the_same_program_scores_the_same_and_another_program_differently(diabetes, tmp_path):
     executor = FakeExecutor(tmp_path)
-    a1, _ = validate_program(diabetes, TRAINING.format(n=1), executor)
-    a2, _ = validate_program(diabetes, TRAINING.format(n=1), executor)
-    b, _ = validate_program(diabetes, TRAINING.format(n=2), executor)
+    a1, _ = diabetes.assessment().validate(TRAINING.format(n=1), executor)
+    a2, _ = diabetes.assessment().validate(TRAINING.format(n=1), executor)
+    b, _ = diabetes.assessment().validate(TRAINING.format(n=2), executor)
     assert a1["ok"] and b["ok"]
     assert a1["value"] == a2["value"] != b["value"]
     assert len(executor.requests) == 15  # five folds each

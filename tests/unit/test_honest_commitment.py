@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.baselines import official_baselines
+from engine.official import official_baselines
 from engine.evolve import evolve
 from engine.selection import unbeaten_baseline
 from engine.task import load_task

@@ -57,7 +57,7 @@ def test_a_fresh_process_answers_the_offline_model_without_importing_litellm():
     import subprocess
     import sys
 
-    probe = ("import sys; from engine.llm import offline_completion, count_tokens; "
+    probe = ("import sys; from engine.offline.chat import offline_completion, count_tokens; "
              "r = offline_completion({'messages': [{'role': 'system', 'content': 'You are the analyzer.'}, "
              "{'role': 'user', 'content': 'Describe the data.'}], 'seed': 1}); "
              "assert r.usage.prompt_tokens > 0 and r.choices[0].message.content; "
@@ -143,7 +143,7 @@ def test_without_the_encoding_file_counts_come_from_litellm_and_the_file_is_soug
         assert count_text_tokens("no answer counted before") == lm.token_counter(model="gpt-4o",
                                                                                  text="no answer counted before")
         # the offline scientist still answers, its usage counted by litellm
-        from engine.llm import offline_completion
+        from engine.offline.chat import offline_completion
 
         answered = offline_completion({"messages": PROMPTS[0], "seed": 1})
         assert answered.usage.prompt_tokens == expected[0] and answered.usage.completion_tokens > 0

@@ -10,7 +10,7 @@ import pytest
 
 from engine.budget import Budget
 from engine.errors import WorkflowValidationError
-from engine.library import load_library
+from engine.library.store import load_library
 from engine.runner import RunConfig, run_workflow
 from engine.synthesis.export import to_langgraph
 from engine.synthesis.fixed import team_workflow

@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from engine.library import LibraryError, Similarity, Slot, incompatibility, load_library, parse_artifact, retrieve
+from engine.library.artifact import LibraryError, parse_artifact
+from engine.library.retrieval import Similarity, Slot, incompatibility, retrieve
+from engine.library.store import load_library
 from engine.library.store import tool_artifacts
 from engine.tools.registry import ToolRegistry, ToolSpec
 

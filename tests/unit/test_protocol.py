@@ -27,7 +27,8 @@ from engine.search.tree import TreeConfig
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import Event, JsonlTraceSink, ListSink, Tracer, read_events
-from engine.library import Similarity, load_library
+from engine.library.retrieval import Similarity
+from engine.library.store import load_library
 from engine.synthesis.stages import synthesize
 from tests.fakes import FakeExecutor, Outcome, fail_first, traceback_of
 

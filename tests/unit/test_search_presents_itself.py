@@ -1,4 +1,4 @@
-"""Each search presents itself (engine/search/presentation.py): no page, view or engine module
+"""Each search presents itself (engine/protocol/panels.py): no page, view or engine module
 outside engine/search/ branches on a search's name, and each search's panels say what it did."""
 from __future__ import annotations
 

@@ -13,10 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.offline.strategies import (
-    BUG_KINDS, FAMILIES, STRATEGIES, TAG_VOCABULARY, DataSpec, family_of, fix_bug, get_strategy,
-    inject_bug, parse_strategy_header, spec_of_task, strategies_for,
-)
+from engine.offline.strategy import BUG_KINDS, FAMILIES, TAG_VOCABULARY, DataSpec, family_of, spec_of_task
+from engine.offline.strategies import STRATEGIES, fix_bug, get_strategy, inject_bug, parse_strategy_header, strategies_for
 from engine.task import load_task
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,8 @@ import pytest
 
 from engine.budget import Budget
 from engine.evolve import evolve
-from engine.library import Similarity, incompatibility, load_library
+from engine.library.retrieval import Similarity, incompatibility
+from engine.library.store import load_library
 from engine.mutations import Mutation
 from engine.prompts import build_messages
 from engine.protocol.gate import Decision

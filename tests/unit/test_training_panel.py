@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from engine.training.jobs import JobFolder, JobState
+from engine.training.folder import JobFolder, JobState
 from engine.training.remote import Ticket
 from tests.studio_harness import add_member, running_run
 from webapp.runs import sharing

@@ -19,7 +19,6 @@ from engine.errors import TrellisError
 from engine.search.base import AutoGate
 from engine.search.tree import CommitmentFailed, Node, Tree, TreeConfig, _FoldChecker, commitment_order
 from engine.task import load_task
-from engine.validation import validate_program
 from tests.fakes import FakeExecutor, OffTarget, Outcome, traceback_of
 from tests.unit.test_tree_search import DISC, guarded_tree_search
 
@@ -196,7 +195,7 @@ def test_predictions_4000x_too_large_fail_within_range_on_every_fold(tmp_path):
     task = load_task(DISC)
     code = "import pandas as pd\npd.read_csv('data/train.csv')\nopen('predictions.csv', 'w')\n"
     checker = _FoldChecker(task, Scaled(tmp_path / "big", 4000.0))
-    metric, _ = validate_program(task, code, checker, seed=0)
+    metric, _ = task.assessment().validate(code, checker, seed=0)
     assert metric["ok"] and len(checker.folds) == metric["splits"]
     checks = {c.name: c for c in checker.summary("n7")}
     assert not checks["within_range"].passed and checks["finite"].passed
@@ -204,7 +203,7 @@ def test_predictions_4000x_too_large_fail_within_range_on_every_fold(tmp_path):
     assert "above" in checks["within_range"].detail and "more fold(s)" in checks["within_range"].detail
 
     honest = _FoldChecker(task, Scaled(tmp_path / "ok", 1.0))
-    validate_program(task, code, honest, seed=0)
+    task.assessment().validate(code, honest, seed=0)
     assert all(c.passed for c in honest.summary("n8"))
 
 

@@ -22,7 +22,8 @@ from engine.budget import Budget
 from engine.evolve import evolve
 from engine.knowledge import load_knowledge, retrieve
 from engine.offline import scientist
-from engine.offline.strategies import ONE_D, DataSpec, get_strategy
+from engine.offline.strategy import ONE_D, DataSpec
+from engine.offline.strategies import get_strategy
 from engine.harness import DEFAULT_PROCEDURES
 from engine.prompt_format import extract_code
 from engine.prompts import ANSWER_FORMATS, role_of
@@ -30,7 +31,6 @@ from engine.search.tree import (Node, SearchContext, Tree, TreeConfig, TreeSearc
                                 parse_strategy, parse_verdict, parse_vote, select_parents)
 from engine.task import load_task
 from engine.trace import ListSink, Tracer
-from engine.validation import validate_program
 from tests.fakes import FakeExecutor
 
 DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
@@ -122,7 +122,7 @@ def test_short_search_scores_every_node_from_executed_code(search):
     assert {n.verdict for n in tree.nodes.values() if n.parent} <= {"improved", "regressed", "unchanged"}
     # The score is a fact about the code: running the champion again gives it again.
     champion = tree.champion()
-    metric, _ = validate_program(load_task(DISC), champion.code, FakeExecutor(search.run_dir / "recheck"))
+    metric, _ = load_task(DISC).assessment().validate(champion.code, FakeExecutor(search.run_dir / "recheck"))
     assert metric["value"] == pytest.approx(champion.score)
 
 

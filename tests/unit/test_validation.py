@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.task import load_task
-from engine.validation import read_data, fold_rows, make_split, plan_validation, validate_program
+from engine.validation import read_data
 from engine.sandbox.subprocess_executor import SubprocessExecutor
 
 # A real program in the real sandbox, standard library only (it starts in a fraction of a second).
@@ -70,10 +70,10 @@ def _values(task, rows, column):
 def test_test_inputs_beyond_the_training_range_get_an_extrapolation_split(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(60)], [[x, x % 4] for x in range(60, 80)])
     task = load_task(folder)
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     assert (plan.split, plan.column, plan.side, plan.chosen_by) == ("holdout_range", "x", "upper", "trellis")
     assert "20 of 20 test rows" in plan.reason and "above the training maximum 59" in plan.reason
-    for fit, val in fold_rows(task, plan, read_data(task), seed=0):
+    for fit, val in task.assessment().folds(plan, read_data(task), seed=0):
         # every validation row lies above every row the program fits on: extrapolation
         assert min(_values(task, val, "x")) > max(_values(task, fit, "x"))
 
@@ -81,18 +81,18 @@ def test_test_inputs_beyond_the_training_range_get_an_extrapolation_split(tmp_pa
 def test_test_inputs_below_the_training_range_validate_on_the_lower_end(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(20, 80)], [[x, x % 4] for x in range(0, 20)])
     task = load_task(folder)
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     assert (plan.split, plan.side) == ("holdout_range", "lower")
-    for fit, val in fold_rows(task, plan, read_data(task), seed=0):
+    for fit, val in task.assessment().folds(plan, read_data(task), seed=0):
         assert max(_values(task, val, "x")) < min(_values(task, fit, "x"))
 
 
 def test_test_inputs_inside_the_training_range_keep_shuffled_folds_and_each_row_validates_once(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(60)], [[x + 0.5, x % 4] for x in range(0, 58, 3)])
     task = load_task(folder)
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     assert (plan.split, plan.chosen_by) == ("kfold", "default")
-    folds = fold_rows(task, plan, read_data(task), seed=3)
+    folds = task.assessment().folds(plan, read_data(task), seed=3)
     assert sorted(i for _, val in folds for i in val) == list(range(60))
 
 
@@ -100,9 +100,9 @@ def test_a_declared_group_split_never_puts_one_group_on_both_sides(tmp_path):
     folder = make_task(tmp_path, [[x, x % 7, 2 * x] for x in range(70)], [[x, 9] for x in range(5)],
                        validation={"split": "group", "column": "site", "folds": 3})
     task = load_task(folder)
-    plan = plan_validation(task)
+    plan = task.assessment().plan()
     assert (plan.split, plan.chosen_by) == ("group", "task")
-    folds = fold_rows(task, plan, read_data(task), seed=0)
+    folds = task.assessment().folds(plan, read_data(task), seed=0)
     assert len(folds) == 3
     for fit, val in folds:
         assert not set(_values(task, fit, "site")) & set(_values(task, val, "site"))
@@ -112,7 +112,7 @@ def test_a_declared_time_split_fits_on_the_past_only(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(60)], [[x, 1] for x in range(60, 70)],
                        validation={"split": "time", "column": "x", "folds": 3})
     task = load_task(folder)
-    folds = fold_rows(task, plan_validation(task), read_data(task), seed=0)
+    folds = task.assessment().folds(task.assessment().plan(), read_data(task), seed=0)
     assert len(folds) == 3
     for fit, val in folds:
         assert max(_values(task, fit, "x")) < min(_values(task, val, "x"))
@@ -124,7 +124,7 @@ def test_the_program_sees_only_the_test_files_columns_in_validation(tmp_path):
                        header=("x", "site", "y"))
     (folder / "data" / "test_features.csv").write_text("id,x\n" + "".join(f"{k},{k + 0.5}\n" for k in range(19)))
     task = load_task(folder)
-    split = make_split(task, tmp_path / "fold", seed=0, fold=0)
+    split = task.assessment().split(tmp_path / "fold", seed=0, fold=0)
     header = next(csv.reader(split.files["data/test_features.csv"].open()))
     assert header == ["id", "x"]
 
@@ -132,7 +132,7 @@ def test_the_program_sees_only_the_test_files_columns_in_validation(tmp_path):
 def test_each_fold_is_scored_by_the_tasks_own_evaluate_py_whatever_its_metric(tmp_path):
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(40)], [[x + 0.5, x % 4] for x in range(0, 38, 2)])
     task = load_task(folder)
-    scored, _ = validate_program(task, "OFFSET = 1\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"), seed=0)
+    scored, _ = task.assessment().validate("OFFSET = 1\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"), seed=0)
     assert scored["ok"], scored
     assert (scored["metric"], scored["scorer"]) == ("median_abs_error", "evaluate.py")
     assert scored["value"] == pytest.approx(1.0) and len(scored["split_values"]) == 5
@@ -144,7 +144,7 @@ def test_an_evaluate_py_without_truth_falls_back_to_the_engines_metric_or_says_w
     folder = make_task(tmp_path, [[x, x % 4, 2 * x] for x in range(40)], [[x + 0.5, x % 4] for x in range(0, 38, 2)],
                        evaluate=old_style)
     task = load_task(folder)
-    scored, _ = validate_program(task, "OFFSET = 0\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"), seed=0)
+    scored, _ = task.assessment().validate("OFFSET = 0\n" + LINE, SubprocessExecutor(tmp_path / "sandbox"), seed=0)
     assert not scored["ok"]
     assert "median_abs_error" in scored["error"] and "--truth" in scored["error"]
 

@@ -78,7 +78,7 @@ def mutation(row: Mutation, role: Role | None) -> str:
 
 def search_panels(run: Run) -> list[dict]:
     """How the run started, when it was synthesized from the library (engine/synthesis/
-    presentation.py), then what its search did, as it presents itself (engine/search/presentation.py)."""
+    presentation.py), then what its search did, as it presents itself (engine/protocol/panels.py)."""
     from engine.synthesis.presentation import STAGES, present as present_synthesis
 
     synthesis = run.events.filter(kind="synthesis_stage", payload__stage__in=STAGES).order_by("seq") \

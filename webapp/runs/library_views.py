@@ -15,7 +15,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from engine.library import KINDS, LibraryError, load_library, parse_artifact
+from engine.library.artifact import KINDS, LibraryError, parse_artifact
+from engine.library.store import load_library
 from engine.library.artifact import NAME
 
 from . import access

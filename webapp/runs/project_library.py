@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from engine.library import Library, load_library
+from engine.library.store import Library, load_library
 
 from .models import Project
 

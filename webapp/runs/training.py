@@ -24,8 +24,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from engine.search.base import THREAD_EXIT_HOOKS
-from engine.training import jobs as engine_jobs
-from engine.training import remote
+from engine.training import folder as job_folder
+from engine.training import remote, worker
 
 from .bridge import RunControl
 from .models import Run
@@ -82,13 +82,13 @@ def _host_jobs_of_this_run(task_id=None, task=None, args=(), **_):
     """A run's training jobs go through the training queue: the host is set in the pool
     process's context for the task's duration (engine.training.jobs reads it per job)."""
     if getattr(task, "name", "") == "webapp.runs.tasks.execute_run" and len(args) == 2:
-        engine_jobs.set_job_host(CeleryJobHost(int(args[0]), str(args[1])))
+        job_folder.set_job_host(CeleryJobHost(int(args[0]), str(args[1])))
 
 
 @task_postrun.connect
 def _forget_host(task_id=None, task=None, **_):
     if getattr(task, "name", "") == "webapp.runs.tasks.execute_run":
-        engine_jobs.set_job_host(None)
+        job_folder.set_job_host(None)
 
 
 def _close_thread_connection() -> None:
@@ -106,14 +106,14 @@ if _close_thread_connection not in THREAD_EXIT_HOOKS:
 # --- the training worker's side ----------------------------------------------------------------------------
 @shared_task(name="webapp.runs.training.train", acks_late=True, reject_on_worker_lost=True)
 def train(spec: dict) -> str:
-    """Run one job ticket (engine.training.remote.work); only inside the studio's runs folder."""
+    """Run one job ticket (engine.training.worker.work); only inside the studio's runs folder."""
     root = Path(str(spec.get("root", ""))).resolve()
     runs = Path(settings.TRELLIS_RUNS_DIR).resolve()
     if runs not in root.parents:
         log.error("training: refused a ticket outside the runs folder: %s", root)
         return "refused"
     also = _live(int(spec["run"])) if spec.get("alone") and isinstance(spec.get("run"), int) else None
-    return remote.work(spec, also=also)
+    return worker.work(spec, also=also)
 
 
 def _live(run_id: int):
@@ -132,7 +132,7 @@ def jobs_root(run: Run) -> Path | None:
     return Path(run.run_dir) / "training" if run.run_dir else None
 
 
-def job_row(folder: engine_jobs.JobFolder, state: engine_jobs.JobState) -> dict:
+def job_row(folder: job_folder.JobFolder, state: job_folder.JobState) -> dict:
     """One job as the panel shows it: progress, ETA, best validation, its curve, and which of
     Pause / Cancel / Resume apply."""
     command = folder.command()
@@ -159,8 +159,8 @@ def jobs_state(run: Run) -> dict:
     root = jobs_root(run)
     rows = []
     if root is not None:
-        for state in engine_jobs.list_jobs(root):
-            rows.append(job_row(engine_jobs.JobFolder(root, state.key), state))
+        for state in job_folder.list_jobs(root):
+            rows.append(job_row(job_folder.JobFolder(root, state.key), state))
     return {"jobs": rows}
 
 
@@ -171,7 +171,7 @@ def control_job(run: Run, key: str, action: str) -> str:
     root = jobs_root(run)
     if root is None or not key.isalnum() or len(key) > 64 or not (root / key / "state.json").is_file():
         raise TrainingRefused("no such training job in this run", 404)
-    folder = engine_jobs.JobFolder(root, key)
+    folder = job_folder.JobFolder(root, key)
     row = job_row(folder, folder.load())
     if action not in ("pause", "cancel", "resume"):
         raise TrainingRefused(f"unknown action {action[:20]!r}", 404)

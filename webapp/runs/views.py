@@ -21,7 +21,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from engine.assessment import evaluator_draft
+from engine import evaluator_draft
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 

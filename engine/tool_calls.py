@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..gateway import MAX_TOOL_CALLS
-from ..prompt_format import TOOL_ERROR_PREFIX
-from ..protocol.events import McpToolCall, McpToolResult
-from .registry import ToolSpec
+from .gateway import MAX_TOOL_CALLS
+from .prompt_format import TOOL_ERROR_PREFIX
+from .protocol.events import McpToolCall, McpToolResult
+from .tools.registry import ToolSpec
 
 if TYPE_CHECKING:
-    from ..gateway import Completion
-    from ..roles import RunContext
-    from ..workflow import Agent
+    from .gateway import Completion
+    from .roles import RunContext
+    from .workflow import Agent
 
 MAX_TOOL_ROUNDS = 3          # rounds of calls in one step; then the model must answer
 MAX_ARGUMENT_CHARS = 200_000  # a call's arguments, serialized (a fit's points fit well inside)

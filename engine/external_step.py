@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sandbox.image import ImageError
-from ..workflow import Agent, Attachment
-from .adapter import run_agent
-from .spec import ExternalAgentError, find_agent
+from .external.adapter import run_agent
+from .external.build import agent_image, executor, is_built
+from .external.spec import ExternalAgentError, find_agent
+from .roles import StepOutcome, trace_execution
+from .sandbox.image import ImageError
+from .workflow import Agent, Attachment
 
 
 def external_for(agent: Agent, role: str) -> Attachment | None:
@@ -17,9 +19,6 @@ def external_for(agent: Agent, role: str) -> Attachment | None:
 
 
 def external_step(ctx, agent: Agent, attachment: Attachment, role: str, bag: dict):
-    from ..roles import StepOutcome, trace_execution
-    from .build import agent_image, executor, is_built
-
     try:
         spec = find_agent(attachment.name)
         if not is_built(spec):

@@ -23,7 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from string import Template
 
-from ..errors import TaskSpecError
+from .answers import CODE, ask
+from .assessment import assessment_for
+from .assessment.parameters import PARAMETER, VALUE
+from .errors import TaskSpecError
+from .evaluator_sandbox import EVALUATE, INPUT_DIR, run_task_code, task_inputs
+from .prompt_format import build_messages
+from .task import load_task
 
 DRAFT = "evaluate.draft.py"
 APPROVAL = "evaluate.approval.json"
@@ -156,7 +162,6 @@ if __name__ == "__main__":
 @dataclass
 class Draft:
     """An evaluate.py written for a task, and how its tests went."""
-
     source: str
     metric: str
     written_by: str                   # "offline template" | the model's name
@@ -194,9 +199,6 @@ def truth_file(folder: Path, columns: tuple[str, str]) -> Path | None:
 def offline_draft(task) -> Draft:
     """evaluate.py from the template, for the metric Evaluation.md names; TaskSpecError when the
     template knows no such metric or the task's columns or answer key cannot be found."""
-    from . import assessment_for
-    from .parameters import PARAMETER, VALUE
-
     assessment = assessment_for(task)
     r = task.resources
     metric = canonical(task.metric.name)
@@ -230,9 +232,6 @@ def offline_draft(task) -> Draft:
 def test_draft(task, draft: Draft, timeout_s: float = 120.0) -> Draft:
     """Run the draft in the evaluator's sandbox: the answer key scored against itself must give
     the metric's perfect value; an answer missing its key column must be refused with exit 2."""
-    from ..evaluator_sandbox import EVALUATE, INPUT_DIR, run_task_code, task_inputs
-    from .parameters import PARAMETER, VALUE
-
     r = task.resources
     key, value = (PARAMETER, VALUE) if task.assessment().name == "parameters" else (r.id_column, r.target)
     truth = truth_file(task.folder, (key, value))
@@ -332,8 +331,6 @@ def approve(folder: Path, sha256_prefix: str, person: str) -> Path:
 def draft_for(folder: Path, write=None) -> Draft:
     """Draft, test and save an evaluate.py for the task folder (``write(task) -> Draft``: a
     model's writer; default the offline template)."""
-    from ..task import load_task
-
     task = load_task(folder, require_evaluator=False)
     if task.evaluator.exists():
         raise TaskSpecError("evaluate.py", "exists already; the Evaluator writes one only for a task without it")
@@ -355,11 +352,6 @@ EVALUATOR_PROCEDURE = (
 def model_draft(gateway, model: str, tests_failed: list[str] | None = None):
     """A writer for ``draft_for``: the model behind ``gateway`` writes evaluate.py from
     Evaluation.md (one re-ask when its program cannot be read, engine/answers.py)."""
-    from ..answers import CODE, ask
-    from ..prompt_format import build_messages
-    from . import assessment_for
-    from .parameters import PARAMETER, VALUE
-
     def write(task) -> Draft:
         assessment = assessment_for(task)
         r = task.resources
