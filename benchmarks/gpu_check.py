@@ -33,7 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.offline.strategies import DataSpec, get_strategy  # noqa: E402  (pure Python: renders source)
+from engine.offline.strategy import DataSpec
+from engine.offline.strategies import get_strategy  # noqa: E402  (pure Python: renders source
 
 STRATEGY = "mixture_of_experts"
 METRIC_KEY = "trellis_metric"

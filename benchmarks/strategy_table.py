@@ -20,7 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from engine.offline.strategies import DataSpec, family_of, spec_of_task, strategies_for  # noqa: E402
+from engine.offline.strategy import DataSpec, family_of, spec_of_task
+from engine.offline.strategies import strategies_for  # noqa: E402
 from engine.task import load_task  # noqa: E402
 
 EXAMPLES = ROOT / "examples"
