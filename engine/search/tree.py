@@ -525,7 +525,7 @@ def _fold_checks(task: Task, request: ExecutionRequest, result: ExecutionResult)
     try:
         predictions = result.read_file(r.predictions_file)
     except (OSError, ValueError):
-        return []  # no predictions: validate_program says why, and the node is not scored
+        return []  # no predictions: the validation says why, and the node is not scored
     try:
         data = fold_data(task, Path(request.input_files[r.files["train"]]).read_bytes(),
                          Path(request.input_files[r.files["test_features"]]).read_bytes())
