@@ -13,16 +13,14 @@ from typing import TYPE_CHECKING, TextIO
 
 from . import evaluator_draft as ev
 from .archive import WorkflowArchive
-from .assessment import trivial_or_error
 from .budget import Budget
 from .console import ConsoleSink, print_summary
-from .ending import baseline_files, describe_baselines, describe_single_agent, single_agent_baseline
+from .ending import compare_with_baselines
 from .errors import ModelUnavailable, TrellisError
 from .gateway import ModelGateway, endpoint_lines
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
-from .official import official_baselines, saved_predictions
-from .official_gap import describe_gaps, official_gaps
+from .official import saved_predictions
 from .preflight import PreflightError, TaskFacts, preflight
 from .runner import RunConfig, roles_of, run_workflow
 from .sandbox.select import EXECUTOR_KINDS, make_executor
@@ -220,24 +218,16 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
             out.flush()
         raise
     print_summary(result, out)
-    trivial = trivial_or_error(task)
-    baselines = official_baselines(task, trivial)
-    solo = None
+    solo_dir = None
     if not getattr(args, "no_single_agent", False) and workflow.name != single_agent_workflow(task).name:
-        out.write("single agent: the single-agent workflow on the same budget, beside it\n")
-        out.flush()
         solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
-        solo = single_agent_baseline(task, solo_dir, seed=args.seed, budget=config.budget, models=models,
-                                     cache_dir=cache_dir, replay_only=replay_only,
-                                     executor=make_executor(choice.kind, solo_dir / "sandboxes").executor,
-                                     discover_tools=config.allocate_tools)
-        baselines["single_agent"] = solo["official"]
-        out.write(f"single     {describe_single_agent(solo)}\n")
-    out.write(f"baselines  {describe_baselines(baselines, result.metric)}\n")
-    gaps = official_gaps(task, saved_predictions(run_dir, result.predictions_sha256), result.metric or {},
-                         baseline_files(trivial, baselines, solo), seed=args.seed)
-    for line in describe_gaps(list(gaps.values())):
-        out.write(f"{'':10} {line}\n")
+    compared = compare_with_baselines(
+        task, result.metric or {}, saved_predictions(run_dir, result.predictions_sha256), seed=args.seed,
+        budget=config.budget, out=out, single_agent_dir=solo_dir, models=models, cache_dir=cache_dir,
+        replay_only=replay_only, discover_tools=config.allocate_tools,
+        executor=make_executor(choice.kind, solo_dir / "sandboxes").executor if solo_dir else None)
+    for line in compared.lines(result.metric):
+        out.write(line + "\n")
     return result
 
 

@@ -1,17 +1,23 @@
-"""What every run does after its final commitment, beyond its own official score: the baseline
-that uses a model (the single-agent workflow, one agent playing every role, on the team's budget:
-if a team of agents cannot beat one agent, its structure adds nothing), each baseline's
-predictions beside its official score for the paired comparison (engine/official_gap.py), and
-the lines that say how the team fared against them."""
+"""What every run does after its final commitment, beside its own official score, and says in
+the same words: ``python -m engine run`` and every search (engine/evolve.py) end here.
+
+The trivial baselines scored officially (engine/official.py), the baseline that uses a model (the
+single-agent workflow, one agent playing every role, on the team's budget: if a team of agents
+cannot beat one agent, its structure adds nothing), the team's lead over each beyond the test
+set's noise (engine/official_gap.py), and the lines that say how the team fared against them."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, TextIO
 
+from .assessment import trivial_or_error
 from .budget import Budget
 from .control import NoControl
 from .errors import ModelUnavailable
-from .official import saved_predictions
+from .official import official_baselines, saved_predictions
+from .official_gap import Gap, describe_gaps, official_gaps
 from .runner import RunConfig, run_workflow
 from .selection import better, same
 from .synthesis import single_agent_workflow
@@ -88,3 +94,45 @@ def describe_baselines(baselines: dict[str, dict], team: dict | None) -> str:
         said += [f"ties {', '.join(tied)}"] if tied else []
         line += f"   team {fmt(team)}: " + ("; ".join(said) if said else "beats every baseline")
     return line
+
+
+@dataclass
+class Comparison:
+    """The team beside its baselines, after the final commitment."""
+    baselines: dict[str, dict]   # name -> official score: the trivial ones, and the single agent's
+    single_agent: dict | None = None  # single_agent_baseline()'s result, when it ran
+    gaps: dict[str, Gap] = field(default_factory=dict)  # name -> the team's lead over it, with its interval
+
+    def lines(self, team: dict | None) -> list[str]:
+        return comparison_lines(self.baselines, team, list(self.gaps.values()), self.single_agent)
+
+
+def compare_with_baselines(task: Task, team: dict, delivered: bytes | None, *, seed: int, budget: Budget,
+                           out: TextIO, single_agent_dir: Path | None = None, score_gaps: bool = True,
+                           on_single_agent: Callable[[dict], None] | None = None, **single_agent_options) -> Comparison:
+    """The trivial baselines' official scores, the single agent's (run in ``single_agent_dir``
+    with ``single_agent_options``; none without a folder), and the team's lead over each
+    (``team``: its official score; ``delivered``: the predictions it was given for)."""
+    trivial = trivial_or_error(task)
+    baselines = official_baselines(task, trivial)
+    solo = None
+    if single_agent_dir is not None:
+        out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
+        out.flush()
+        solo = single_agent_baseline(task, single_agent_dir, seed=seed, budget=budget, **single_agent_options)
+        baselines["single_agent"] = solo["official"]
+        if on_single_agent is not None:
+            on_single_agent(solo)
+    gaps = official_gaps(task, delivered, team, baseline_files(trivial, baselines, solo), seed=seed) \
+        if score_gaps else {}
+    return Comparison(baselines, solo, gaps)
+
+
+def comparison_lines(baselines: dict[str, dict], team: dict | None, gaps: list[Gap],
+                     single_agent: dict | None) -> list[str]:
+    """The run summary's lines about the baselines, the same for a run and for a search."""
+    lines = [f"baselines  {describe_baselines(baselines, team)}"] if baselines else []
+    lines += [f"{'':10} {line}" for line in describe_gaps(gaps)]
+    if single_agent:
+        lines.append(f"single     {describe_single_agent(single_agent)}")
+    return lines

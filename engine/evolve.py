@@ -11,21 +11,19 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from .archive import WorkflowArchive
-from .assessment import trivial_or_error
 from .budget import Budget
 from .bundle import write_champion_bundle
 from .console import cost_line
 from .control import Control, NoControl
 from .embedding import TaskEmbedder
-from .ending import baseline_files, describe_baselines, describe_single_agent, single_agent_baseline
+from .ending import compare_with_baselines, comparison_lines
 from .errors import ModelUnavailable
 from .evidence.memory import EVIDENCE_FILE, SharedMemory
 from .gateway import endpoint_lines
 from .hindsight import hindsight
 from .models import ModelSettings, describe_endpoints, settings
-from .official import (official_baselines, official_for_code, official_for_predictions, official_metric,
-                       saved_predictions)
-from .official_gap import Gap, describe_gaps, official_gaps
+from .official import official_for_code, official_for_predictions, official_metric, saved_predictions
+from .official_gap import Gap
 from .preflight import preflight
 from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
                               ValidationPlanned)
@@ -233,25 +231,19 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         if searched is not None:  # a baseline was handed in: what the search found, scored beside it
             final_d["searched"] = {**searched.describe(),
                                    "official": _official(task, searched, runner.executor, official)}
-        trivial = trivial_or_error(task)
-        baselines = official_baselines(task, trivial)
-        solo = None
-        if single_agent:
-            out.write("single agent: the single-agent workflow on the team's budget, beside the team\n")
-            out.flush()
-            solo = single_agent_baseline(task, run_dir / "single-agent", seed=seed, budget=budget,
-                                         executor=runner.executor, models=models, control=control,
-                                         tools=tools)
-            baselines["single_agent"] = solo["official"]
-            tracer.emit(OfficialEvaluation(which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"]))
         final_official = final_d["official"]
         delivered = _delivered(final)
         if delivered is not None:  # for people, after the final commitment: the held-out plots
             (run_dir / FINAL_PREDICTIONS).write_bytes(delivered)
-        # Is the final team's lead over each baseline beyond the test set's noise? Only against
-        # evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
-        gaps = {} if official is not None else official_gaps(
-            task, delivered, final_official, baseline_files(trivial, baselines, solo), seed=seed)
+        # The baselines, and whether the team's lead over each is beyond the test set's noise: only
+        # against evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
+        compared = compare_with_baselines(
+            task, final_official, delivered, seed=seed, budget=budget, out=out, score_gaps=official is None,
+            single_agent_dir=run_dir / "single-agent" if single_agent else None,
+            on_single_agent=lambda solo: tracer.emit(OfficialEvaluation(
+                which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"])),
+            executor=runner.executor, models=models, control=control, tools=tools)
+        baselines, solo, gaps = compared.baselines, compared.single_agent, compared.gaps
         failed = "" if final_official.get("ok") else \
             f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
         # the ends' programs were scored just now: the hindsight does not run them again
@@ -379,12 +371,9 @@ def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
               f"held-out data, run once after the final commitment)\n")
     if r.final.get("verdict"):
         out.write(f"{'':10} the final: {r.final['verdict']}\n")
-    if r.baselines:
-        out.write(f"baselines  {describe_baselines(r.baselines, r.final.get('official'))}\n")
-    for line in describe_gaps([Gap(**gap) for gap in r.gaps.values()]):
-        out.write(f"{'':10} {line}\n")
-    if r.single_agent:
-        out.write(f"single     {describe_single_agent(r.single_agent)}\n")
+    for line in comparison_lines(r.baselines, r.final.get("official"), [Gap(**gap) for gap in r.gaps.values()],
+                                 r.single_agent):
+        out.write(line + "\n")
     if r.hindsight:
         probed = r.hindsight["candidates"]
         programs = {c.get("program") for c in probed if c.get("program")}

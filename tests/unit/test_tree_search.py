@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import engine.ending
 import engine.evaluation
 import engine.evolve
 import engine.official
@@ -76,7 +77,7 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
         mp.setattr(engine.official, "heldout_truth", lambda task: None)
         mp.setattr(engine.evaluation, "evaluate_predictions", lambda *a, **k: refuse("evaluate_predictions"))
         # The trivial baselines are scored officially after the final commitment, like the stand-in above.
-        mp.setattr(engine.evolve, "official_baselines", lambda task, *predictions: {})
+        mp.setattr(engine.ending, "official_baselines", lambda task, *predictions: {})
         mp.setattr(builtins, "open", guarded_open)
         mp.setattr(subprocess, "Popen", GuardedPopen)
         result = evolve(DISC, "tree", iterations=config.iterations, seed=config.seed, run_dir=tmp, out=io.StringIO(),
