@@ -113,5 +113,19 @@ def confined(tmp_path, monkeypatch):
 _FIRST = ("tests/integration/test_real_model.py::test_smollm2_through_llama_cpp_end_to_end",)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failing test that had a studio running says what its processes last logged (a run that
+    never started, a worker stuck before its first model call), in the report CI prints."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    from tests.studio_harness import LIVE
+
+    for live in LIVE:
+        report.sections.append((f"studio logs under {live.logs}", live.log_tails()))
+
+
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.nodeid not in _FIRST)  # stable: every other test keeps its order

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LIVE: list["Studio"] = []  # the studios running now: a failing test shows the tails of their logs (conftest.py)
 
 
 def free_port() -> int:
@@ -64,6 +65,7 @@ class Studio:
     def start(self, web: bool = True, worker: bool = True, web_processes: int = 1) -> "Studio":
         from webapp.embedded_redis import EmbeddedRedis
 
+        LIVE.append(self)
         self.redis = EmbeddedRedis(self.var_dir).start()
         if worker:
             self.start_worker()
@@ -179,7 +181,20 @@ class Studio:
                 time.sleep(0.2)
         raise RuntimeError(f"{url} did not answer; see {self.logs}")
 
+    def log_tails(self, lines: int = 40) -> str:
+        """The last lines of each of its processes' logs: what a test that timed out was waiting on."""
+        parts = []
+        for log in sorted(self.logs.glob("*.log")):
+            try:
+                tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            except OSError:
+                continue
+            parts.append(f"--- {log.name} (last {len(tail)} lines)\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def stop(self) -> None:
+        if self in LIVE:
+            LIVE.remove(self)
         self.unsupervise()
         from webapp.supervisor import stop_children
 

@@ -16,7 +16,6 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from engine.library.artifact import KINDS, LibraryError, parse_artifact
-from engine.library.store import load_library
 from engine.library.artifact import NAME
 
 from . import access

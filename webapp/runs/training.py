@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from engine.search.base import THREAD_EXIT_HOOKS
 from engine.training import folder as job_folder
+from engine.training import jobs as engine_jobs
 from engine.training import remote, worker
 
 from .bridge import RunControl
@@ -82,13 +83,13 @@ def _host_jobs_of_this_run(task_id=None, task=None, args=(), **_):
     """A run's training jobs go through the training queue: the host is set in the pool
     process's context for the task's duration (engine.training.jobs reads it per job)."""
     if getattr(task, "name", "") == "webapp.runs.tasks.execute_run" and len(args) == 2:
-        job_folder.set_job_host(CeleryJobHost(int(args[0]), str(args[1])))
+        engine_jobs.set_job_host(CeleryJobHost(int(args[0]), str(args[1])))
 
 
 @task_postrun.connect
 def _forget_host(task_id=None, task=None, **_):
     if getattr(task, "name", "") == "webapp.runs.tasks.execute_run":
-        job_folder.set_job_host(None)
+        engine_jobs.set_job_host(None)
 
 
 def _close_thread_connection() -> None:
