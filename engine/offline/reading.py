@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..prompt_format import INSTRUCTIONS, LESSONS, PROCEDURE, inputs, section, task_sections
 from ..task_kind import (CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS,  # noqa: F401
@@ -65,29 +65,11 @@ TAG_WORDS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class TaskFacts:
-    """Normalised facts of a prompt; ``evidence`` says which cue set each one (for people)."""
+@dataclass(frozen=True, kw_only=True)
+class AnswerFacts:
+    """What a task's answer kind adds to the facts, written once: the scientist reads them from a
+    prompt (``TaskFacts``) and renders programs for them (``DataSpec``, engine/offline/strategy.py)."""
 
-    kind: str = REGRESSION               # regression | classification
-    n_features: int = 0                   # 0: not stated
-    target_type: str = "float"            # the prediction contract's type for the target column
-    metric: str = ""
-    higher_is_better: bool | None = None
-    extrapolate: bool = False             # scored on inputs outside the training range
-    physics: bool = False                 # known physics / a functional form is welcome
-    monotone: bool = False
-    positive: bool = False                # the target is positive by nature
-    discontinuity: bool = False           # the text or the data report says the target jumps
-    n_classes: int | None = None          # distinct target values, when the report counts them
-    group_column: str = ""                # rows come in groups and new groups are scored: validate by group
-    asked: frozenset[str] = frozenset()   # library tags the agent's instructions ask for
-    # The only libraries the task allows ("use only numpy, scipy, ..."); empty: no such rule.
-    # A filter on strategies, not a reason to choose differently, so not part of canonical().
-    libraries: frozenset[str] = frozenset()
-    # The task allows or asks for a neural network (PyTorch): a permission, like libraries, so
-    # not part of canonical() either (a task that says nothing of networks keeps its choices).
-    neural: bool = False
     # The target's declared physical bounds (low, high; None: none): a rule every program
     # honours by clipping onto it, not a reason to choose differently, so not in canonical().
     bounds: tuple[float | None, float | None] = (None, None)
@@ -109,6 +91,39 @@ class TaskFacts:
     # A field on a grid: the query points and the observations (the task's "answer:" lines).
     query_path: str = ""
     observations_path: str = ""
+
+
+ANSWER_FACTS = tuple(f.name for f in fields(AnswerFacts))
+
+
+def answer_facts(facts: AnswerFacts) -> dict:
+    """The answer kind's facts of ``facts``, to hand to another holder of them."""
+    return {name: getattr(facts, name) for name in ANSWER_FACTS}
+
+
+@dataclass(frozen=True)
+class TaskFacts(AnswerFacts):
+    """Normalised facts of a prompt; ``evidence`` says which cue set each one (for people)."""
+
+    kind: str = REGRESSION               # regression | classification
+    n_features: int = 0                   # 0: not stated
+    target_type: str = "float"            # the prediction contract's type for the target column
+    metric: str = ""
+    higher_is_better: bool | None = None
+    extrapolate: bool = False             # scored on inputs outside the training range
+    physics: bool = False                 # known physics / a functional form is welcome
+    monotone: bool = False
+    positive: bool = False                # the target is positive by nature
+    discontinuity: bool = False           # the text or the data report says the target jumps
+    n_classes: int | None = None          # distinct target values, when the report counts them
+    group_column: str = ""                # rows come in groups and new groups are scored: validate by group
+    asked: frozenset[str] = frozenset()   # library tags the agent's instructions ask for
+    # The only libraries the task allows ("use only numpy, scipy, ..."); empty: no such rule.
+    # A filter on strategies, not a reason to choose differently, so not part of canonical().
+    libraries: frozenset[str] = frozenset()
+    # The task allows or asks for a neural network (PyTorch): a permission, like libraries, so
+    # not part of canonical() either (a task that says nothing of networks keeps its choices).
+    neural: bool = False
     evidence: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -148,8 +163,7 @@ class TaskFacts:
     def canonical(self) -> str:
         """The facts as one stable string (no evidence wording): what choices are seeded from."""
         data = {k: v for k, v in vars(self).items() if k not in {"evidence", "libraries", "neural", "bounds"}}
-        for key in ("series_column", "time_column", "horizon", "parameter_names", "reproduction_file", "law_path",
-                    "parameter_ranges", "stated_law", "stated_law_problem", "query_path", "observations_path"):
+        for key in (name for name in ANSWER_FACTS if name != "bounds"):
             # an answer kind's facts; absent, no change to the seed
             if not data[key]:
                 del data[key]

@@ -20,7 +20,7 @@ from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedb
                              task_sections, tool_exchanges)
 from .analysis import render_analysis_script
 from .blend import BLEND, fallback, runs
-from .reading import TaskFacts, read_facts, report_text, tags_asked
+from .reading import TaskFacts, answer_facts, read_facts, report_text, tags_asked
 from .strategies import fix_bug, inject_bug, strategies_for
 from .strategy import DataSpec, Strategy
 from .tool_use import fit_findings, plan_calls, profile_notes
@@ -219,12 +219,7 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
         id_column=one(r"^- id column: `([^`]+)`", "id"),
         predictions_file=one(r"^- write predictions to `([^`]+)`", "predictions.csv"),
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
-        group_column=facts.group_column, bounds=facts.bounds,
-        series_column=facts.series_column, time_column=facts.time_column, horizon=facts.horizon,
-        parameter_names=facts.parameter_names, reproduction_file=facts.reproduction_file, law_path=facts.law_path,
-        parameter_ranges=facts.parameter_ranges, stated_law=facts.stated_law,
-        stated_law_problem=facts.stated_law_problem,
-        query_path=facts.query_path, observations_path=facts.observations_path,
+        group_column=facts.group_column, **answer_facts(facts),
     )
 
 

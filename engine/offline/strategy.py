@@ -18,7 +18,7 @@ from textwrap import dedent
 from typing import TYPE_CHECKING
 
 from ..task_kind import task_kind
-from .reading import read_facts
+from .reading import AnswerFacts, read_facts
 
 if TYPE_CHECKING:
     from ..task import Task
@@ -34,7 +34,7 @@ BUG_KINDS = ("missing_import", "misspelled_column", "missing_id_column", "shape_
 
 
 @dataclass(frozen=True)
-class DataSpec:
+class DataSpec(AnswerFacts):
     train_path: str          # relative path inside the program's working dir, e.g. "data/train.csv"
     test_path: str
     target: str
@@ -45,26 +45,6 @@ class DataSpec:
     target_type: str = "float"  # the prediction contract's type for the target: float/int/str/bool
     extrapolate: bool = False  # scored beyond the training range: validate on the far tail
     group_column: str = ""     # scored on new groups of this column: validate on whole held-out groups
-    # The target's declared physical bounds (Data_config.json constraints min/max; None: none).
-    bounds: tuple[float | None, float | None] = (None, None)
-    # A forecast of several series (answer kind "series"): the column naming each series, the
-    # one ordering its steps, and the steps asked per series; "" / 0 for every other task.
-    series_column: str = ""
-    time_column: str = ""
-    horizon: int = 0
-    # A table of parameters (answer kind "parameters"): their names, the file reproducing the
-    # test rows with them, and the law file (a path in the working dir); empty otherwise.
-    parameter_names: tuple[str, ...] = ()
-    reproduction_file: str = ""
-    law_path: str = ""
-    # Without a law file: the parameters' ranges and the law the task's text states, as source
-    # (engine/offline/prose_law.py), or why none could be read.
-    parameter_ranges: tuple[tuple[str, float, float], ...] = ()
-    stated_law: str = ""
-    stated_law_problem: str = ""
-    # A field on a grid (answer kind "field"): the query points and the observations, if any.
-    query_path: str = ""
-    observations_path: str = ""
 
 
 def spec_of_task(task: "Task") -> DataSpec:
