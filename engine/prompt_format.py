@@ -272,6 +272,49 @@ def task_sections(user_text: str) -> dict[str, str]:
     return out
 
 
+# The Resources section is a list of facts, one per line: "- label: value", names in backticks.
+# engine/task.py and each answer kind (engine/assessment, ``deliverable``) write them with these;
+# whoever answers a prompt reads them back with the same (the offline scientist; its answer kinds'
+# own lines with ``Assessment.read_deliverable``).
+TARGET_COLUMN, FEATURE_COLUMNS, ID_COLUMN = "target column", "feature columns", "id column"
+TASK_KIND, KNOWN_CONSTRAINTS, IN_LOOP_VALIDATION = "task kind", "known constraints", "in-loop validation"
+
+
+def named(*names: object) -> str:
+    """Names as a Resources line gives them: each in backticks."""
+    return ", ".join(f"`{n}`" for n in names)
+
+
+def resource_line(label: str, value: str) -> str:
+    return f"- {label}: {value}"
+
+
+def resource_value(resources: str, label: str) -> str:
+    """The value of the Resources line ``label`` ('' when there is none)."""
+    m = re.search(rf"^- {re.escape(label)}: (.+)$", resources, re.M)
+    return m.group(1) if m else ""
+
+
+def backticked(text: str) -> list[str]:
+    """The names in a Resources value, in order."""
+    return re.findall(r"`([^`]+)`", text)
+
+
+def resource_names(resources: str, label: str) -> list[str]:
+    """The names the Resources line ``label`` gives."""
+    return backticked(resource_value(resources, label))
+
+
+def predictions_line(file: str, contract: str) -> str:
+    return f"- write predictions to `{file}` with contract `{contract}`"
+
+
+def read_predictions_line(resources: str) -> tuple[str, str]:
+    """(the predictions file, its contract) of the Resources section ('' for what it lacks)."""
+    m = re.search(r"^- write predictions to `([^`]+)`(?: with contract `([^`]*)`)?", resources, re.M)
+    return (m.group(1), m.group(2) or "") if m else ("", "")
+
+
 @dataclass(frozen=True)
 class Feedback:
     source: str

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from .assessment import ANSWER_KINDS, Assessment, assessment_for
 from .errors import TaskSpecError
+from .prompt_format import (FEATURE_COLUMNS, ID_COLUMN, IN_LOOP_VALIDATION, KNOWN_CONSTRAINTS, TARGET_COLUMN, TASK_KIND,
+                            named, predictions_line, resource_line)
 from .sandbox import ExecutionLimits
 
 REQUIRED_FILES = ("Problem.md", "Requirements.md", "Evaluation.md", "evaluate.py")
@@ -149,22 +151,22 @@ class Task:
         r = self.resources
         lines = [f"# Task: {self.title}", "", "## Goal", self.goal, "", "## Context", self.context, "",
                  "## Constraints", *[f"- {c}" for c in self.constraints], "", "## Resources"]
-        lines += [f"- {role}: `{path}`" for role, path in r.files.items()]
+        lines += [resource_line(role, named(path)) for role, path in r.files.items()]
         if r.target:
-            lines.append(f"- target column: `{r.target}`")
+            lines.append(resource_line(TARGET_COLUMN, named(r.target)))
         if r.features:
-            lines.append(f"- feature columns: {', '.join(f'`{f}`' for f in r.features)}")
+            lines.append(resource_line(FEATURE_COLUMNS, named(*r.features)))
         if r.id_column:
-            lines.append(f"- id column: `{r.id_column}`")
+            lines.append(resource_line(ID_COLUMN, named(r.id_column)))
         assessment = self.assessment()
         if r.target:
             decided = assessment.kind()
-            lines.append(f"- task kind: {decided.kind}" + ("" if r.kind else f" ({decided.reason})"))
+            lines.append(resource_line(TASK_KIND, decided.kind + ("" if r.kind else f" ({decided.reason})")))
         if r.constraints:
-            lines.append(f"- known constraints: {r.constraints.describe(r.target)}")
+            lines.append(resource_line(KNOWN_CONSTRAINTS, r.constraints.describe(r.target)))
         if r.validation:
-            lines.append(f"- in-loop validation: {r.validation.describe()}")
-        lines.append(f"- write predictions to `{r.predictions_file}` with contract `{r.prediction_contract()}`")
+            lines.append(resource_line(IN_LOOP_VALIDATION, r.validation.describe()))
+        lines.append(predictions_line(r.predictions_file, r.prediction_contract()))
         lines += [f"- {line}" for line in assessment.deliverable()]
         lines += ["", "## Evaluation", f"metric `{self.metric.name}`, "
                   f"{'higher' if self.metric.higher_is_better else 'lower'} is better", self.evaluation]

@@ -61,6 +61,14 @@ class Assessment:
         """Lines of the task description that say what to deliver, beyond the contract line."""
         return []
 
+    @classmethod
+    def read_deliverable(cls, resources: str) -> dict:
+        """What ``deliverable`` wrote, read back from a task description's Resources section by
+        whoever answers the prompt (engine/offline/reading.py): the kind's facts, by the names of
+        AnswerFacts there; {} when the lines are not this kind's. Beside its writer, so that the
+        format lives in one place."""
+        return {}
+
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):
         return validation.row_plan(self.task)

@@ -16,6 +16,7 @@ import ast
 import csv
 import json
 import random
+import re
 import tempfile
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +24,7 @@ from typing import ClassVar
 from .. import python_ast
 from ..checks import Check
 from ..evaluator_sandbox import INPUT_DIR, run_task_code
+from ..prompt_format import named, resource_names
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..validation import SplitPlan, read_answer
 from .base import Assessment
@@ -118,15 +120,24 @@ class FieldAssessment(Assessment):
     def deliverable(self) -> list[str]:
         r = self.task.resources
         space, time = self.coordinates()
-        lines = [f"answer: the field `{r.target}` at every point of `{self._rel('query')}` (columns `{r.id_column}`, "
-                 f"`{space}`, `{time}`): one row each, no training table",
-                 f"the law: `{self._rel('law')}` states the equation (rhs: `{r.target}_t` from t, x, u, u_x, u_xx), "
+        lines = [f"answer: the field {named(r.target)} at every point of {named(self._rel('query'))} (columns "
+                 f"{named(r.id_column, space, time)}): one row each, no training table",
+                 f"the law: {named(self._rel('law'))} states the equation (rhs: `{r.target}_t` from t, x, u, u_x, u_xx), "
                  "the initial and boundary conditions and the constants (KNOWN)",
                  "in-loop validation: the residual of the stated equation on the answer, its initial and boundary "
                  "errors" + (", and held-out observations" if self._observations() else "")]
         if self._rel("observations"):
-            lines.append(f"observations: `{self._rel('observations')}` (`{space}`, `{time}`, `{r.target}`)")
+            lines.append(f"observations: {named(self._rel('observations'))} ({named(space, time, r.target)})")
         return lines
+
+    @classmethod
+    def read_deliverable(cls, resources: str) -> dict:
+        answer = re.search(r"^- answer: the field `[^`]+` at every point of `([^`]+)`", resources, re.M)
+        if not answer:
+            return {}
+        law = re.search(r"^- the law: `([^`]+)` states the equation", resources, re.M)
+        return {"query_path": answer.group(1), "law_path": law.group(1) if law else "",
+                "observations_path": (resource_names(resources, "observations") or [""])[0]}
 
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):

@@ -23,13 +23,17 @@ import ast
 import csv
 import io
 import math
+import re
 from pathlib import Path
 from typing import ClassVar
 
 from .. import python_ast
 from ..checks import Check
 from ..metrics import metric_fn
+from ..prompt_format import backticked, named, resource_names, resource_value
 from .base import Assessment
+
+RANGES, LAW_TIME = "parameter ranges", "the law's time column"  # two of its Resources lines
 
 PARAMETER, VALUE = "parameter", "value"
 # errors, lower is better, like the parameters' own official error: one direction for the search
@@ -167,23 +171,45 @@ class ParametersAssessment(Assessment):
     def deliverable(self) -> list[str]:
         r = self.task.resources
         law = self.options.get("law")
-        lines = [f"answer: a table of parameters {', '.join(f'`{n}`' for n in self.names)}: one row each, columns "
-                 f"`{PARAMETER}`, `{VALUE}`, in `{r.predictions_file}`; scored against their true values",
-                 f"also write `{self.reproduction_file}` with columns `{r.id_column}`, `{r.target}`: the fitted "
+        lines = [f"answer: a table of parameters {named(*self.names)}: one row each, columns "
+                 f"{named(PARAMETER, VALUE)}, in {named(r.predictions_file)}; scored against their true values",
+                 f"also write {named(self.reproduction_file)} with columns {named(r.id_column, r.target)}: the fitted "
                  "model's target for every row of the test features file",
                  f"in-loop validation: the {self.reproduce_metric} of `{self.reproduction_file}` on training rows "
                  "held out of the fit"]
         if law:
-            lines.append(f"the law: `{r.files.get(law, law)}` (its PARAMETERS give each parameter's range)")
+            lines.append(f"the law: {named(r.files.get(law, law))} (its PARAMETERS give each parameter's range)")
         else:
             lines.append("the law: stated in the task's text (no law file)")
             ranges = self.ranges()
             if ranges:
-                lines.append("parameter ranges: " + ", ".join(f"`{n}` in [{lo:.15g}, {hi:.15g}]" for n, (lo, hi) in
-                                                            ranges.items()))
+                lines.append(f"{RANGES}: " + ", ".join(f"`{n}` in [{lo:.15g}, {hi:.15g}]" for n, (lo, hi) in
+                                                       ranges.items()))
             if self.options.get("time"):
-                lines.append(f"the law's time column: `{self.options['time']}`")
+                lines.append(f"{LAW_TIME}: {named(self.options['time'])}")
         return lines
+
+    @classmethod
+    def read_deliverable(cls, resources: str) -> dict:
+        answer = re.search(r"^- answer: a table of parameters (.+?): one row each", resources, re.M)
+        if not answer:
+            return {}
+        reproduce = re.search(r"^- also write `([^`]+)` with columns", resources, re.M)
+        law = re.search(r"^- the law: `([^`]+)`", resources, re.M)
+        ranges = []
+        for name, low, high in re.findall(r"`([^`]+)` in \[([^,\]]+), ([^\]]+)\]", resource_value(resources, RANGES)):
+            try:
+                ranges.append((name, float(low), float(high)))
+            except ValueError:
+                continue
+        return {"parameter_names": tuple(backticked(answer.group(1))),
+                "reproduction_file": reproduce.group(1) if reproduce else "",
+                "law_path": law.group(1) if law else "", "parameter_ranges": tuple(ranges)}
+
+    @staticmethod
+    def law_time_column(resources: str) -> str:
+        """The column holding the time of a law stated in the text, as ``deliverable`` wrote it."""
+        return (resource_names(resources, LAW_TIME) or [""])[0]
 
     # --- in-loop validation ------------------------------------------------------------------------
     def fold_output(self) -> str:

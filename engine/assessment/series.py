@@ -15,16 +15,19 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
 from statistics import median
 from typing import ClassVar
 
 from .. import validation
+from ..prompt_format import named
 from ..task_kind import CLASSIFICATION
 from ..validation import SplitPlan
 from .base import Assessment
 
 DEFAULT_FOLDS = 3
+_FORECAST = re.compile(r"^- answer: a forecast of each series in `([^`]+)`: the (\d+) step\(s\) of `([^`]+)`", re.M)
 MIN_HISTORY = 3  # a fold keeps at least this many steps of a series to fit on
 
 
@@ -66,10 +69,15 @@ class SeriesAssessment(Assessment):
     # --- facts -------------------------------------------------------------------------------------
     def deliverable(self) -> list[str]:
         h = self.horizon()
-        return [f"answer: a forecast of each series in `{self.series_column}`: the {h} step(s) of `{self.time_column}` "
-                "after its last training row, one prediction per test row; scored per series",
+        return [f"answer: a forecast of each series in {named(self.series_column)}: the {h} step(s) of "
+                f"{named(self.time_column)} after its last training row, one prediction per test row; scored per series",
                 f"in-loop validation: each series' last {h} step(s) before a cut, fitted on every series' "
                 "history before that cut"]
+
+    @classmethod
+    def read_deliverable(cls, resources: str) -> dict:
+        m = _FORECAST.search(resources)
+        return {"series_column": m.group(1), "horizon": int(m.group(2)), "time_column": m.group(3)} if m else {}
 
     def horizon(self, data=None) -> int:
         if self.options.get("horizon"):

@@ -14,7 +14,11 @@ import json
 import re
 from dataclasses import dataclass, field, fields
 
-from ..prompt_format import INSTRUCTIONS, LESSONS, PROCEDURE, inputs, section, task_sections
+from ..assessment import ANSWER_KINDS
+from ..assessment.parameters import ParametersAssessment
+from ..prompt_format import (FEATURE_COLUMNS, IN_LOOP_VALIDATION, INSTRUCTIONS, KNOWN_CONSTRAINTS, LESSONS, PROCEDURE,
+                             TARGET_COLUMN, inputs, named, read_predictions_line, resource_names, resource_value,
+                             section, task_sections)
 from ..task_kind import (CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS,  # noqa: F401
                          metric_kind)
 from .prose_law import python_source, read_law
@@ -253,13 +257,8 @@ def _metric(evaluation: str) -> tuple[str, bool | None]:
 
 def contract_types(resources: str) -> dict[str, str]:
     """column -> type of the prediction contract, ``csv[id:int, y:float]``."""
-    m = re.search(r"contract `csv\[([^\]]*)\]`", resources)
+    m = re.fullmatch(r"csv\[([^\]]*)\]", read_predictions_line(resources)[1])
     return dict(re.findall(r"([^\s,:]+):(\w+)", m.group(1))) if m else {}
-
-
-def _backticked(resources: str, label: str) -> list[str]:
-    m = re.search(rf"^- {label}: (.+)$", resources, re.M)
-    return re.findall(r"`([^`]+)`", m.group(1)) if m else []
 
 
 def report_text(user: str) -> str:
@@ -279,16 +278,16 @@ def read_facts(system: str, user: str) -> TaskFacts:
     report = report_text(user)
     evidence: list[str] = []
 
-    target = (_backticked(resources, "target column") or [""])[0]
-    features = _backticked(resources, "feature columns")
+    target = (resource_names(resources, TARGET_COLUMN) or [""])[0]
+    features = resource_names(resources, FEATURE_COLUMNS)
     n_features = len(features) or _report_feature_count(report)
     target_type = contract_types(resources).get(target, "float") if target else "float"
     metric, higher = _metric(evaluation)
     n_classes = _report_classes(report)
 
     kind = _kind(resources, metric, target_type, prose + "\n" + evaluation, n_classes, evidence)
-    validation = _line(resources, "in-loop validation")
-    constraints = _line(resources, "known constraints")
+    validation = resource_value(resources, IN_LOOP_VALIDATION)
+    constraints = resource_value(resources, KNOWN_CONSTRAINTS)
     extrapolate = _fact("must extrapolate", _EXTRAPOLATE, prose + "\n" + evaluation, evidence)
     if not extrapolate and re.match(r"(holdout_range|time)\b|.*\bextrapolat", validation):
         extrapolate = True
@@ -323,27 +322,22 @@ def read_facts(system: str, user: str) -> TaskFacts:
         evidence.append("neural network allowed: " + ("the task's library list names PyTorch" if "torch" in libraries
                                                       else "stated by the task text"))
 
-    forecast = re.search(r"^- answer: a forecast of each series in `([^`]+)`: the (\d+) step\(s\) of `([^`]+)`",
-                         resources, re.M)
-    if forecast:
-        evidence.append(f"forecast: {forecast.group(2)} step(s) of each series in `{forecast.group(1)}` "
+    # the answer kind's own lines, read by the kind that writes them (one kind's per task)
+    answer: dict = {}
+    for kind_class in ANSWER_KINDS.values():
+        answer.update(kind_class.read_deliverable(resources))
+    if answer.get("horizon"):
+        evidence.append(f"forecast: {answer['horizon']} step(s) of each series in `{answer['series_column']}` "
                         "(the task's answer)")
-    parameters = re.search(r"^- answer: a table of parameters (.+?): one row each", resources, re.M)
-    reproduce = re.search(r"^- also write `([^`]+)` with columns", resources, re.M)
-    law = re.search(r"^- the law: `([^`]+)`", resources, re.M)
-    field_answer = re.search(r"^- answer: the field `[^`]+` at every point of `([^`]+)`", resources, re.M)
-    field_law = re.search(r"^- the law: `([^`]+)` states the equation", resources, re.M)
-    observations = re.search(r"^- observations: `([^`]+)`", resources, re.M)
-    if field_answer:
-        evidence.append(f"field: the answer at every point of {field_answer.group(1)} (the task's answer)")
-    names = tuple(re.findall(r"`([^`]+)`", parameters.group(1))) if parameters else ()
-    ranges = _ranges(resources) if parameters else ()
+    if answer.get("query_path"):
+        evidence.append(f"field: the answer at every point of {answer['query_path']} (the task's answer)")
+    names = answer.get("parameter_names", ())
     stated, stated_problem = "", ""
-    if parameters and not law:
-        stated, stated_problem = _prose_law(prose, resources, names, evidence)
-    if parameters:
-        evidence.append(f"parameters: {parameters.group(1)} (the task's answer)"
-                        + (f", the law stated in {law.group(1)}" if law else ""))
+    if names:
+        if not answer.get("law_path"):
+            stated, stated_problem = _prose_law(prose, resources, names, evidence)
+        evidence.append(f"parameters: {named(*names)} (the task's answer)"
+                        + (f", the law stated in {answer['law_path']}" if answer.get("law_path") else ""))
     instructions = " ".join(section(system, h) for h in (INSTRUCTIONS, LESSONS, PROCEDURE))
     return TaskFacts(kind=kind, n_features=n_features, target_type=target_type, metric=metric,
                      higher_is_better=higher, extrapolate=extrapolate, physics=physics, monotone=monotone,
@@ -351,36 +345,14 @@ def read_facts(system: str, user: str) -> TaskFacts:
                      n_classes=n_classes if kind == CLASSIFICATION else None,
                      group_column=group.group(1) if group else "",
                      asked=tags_asked(instructions), libraries=libraries, neural=neural, bounds=(lower, upper),
-                     series_column=forecast.group(1) if forecast else "",
-                     time_column=forecast.group(3) if forecast else "",
-                     horizon=int(forecast.group(2)) if forecast else 0,
-                     parameter_names=names, parameter_ranges=ranges, stated_law=stated,
-                     stated_law_problem=stated_problem,
-                     reproduction_file=reproduce.group(1) if reproduce and parameters else "",
-                     law_path=(law.group(1) if law and parameters else
-                               field_law.group(1) if field_law and field_answer else ""),
-                     query_path=field_answer.group(1) if field_answer else "",
-                     observations_path=observations.group(1) if observations and field_answer else "",
-                     evidence=tuple(evidence))
-
-
-def _ranges(resources: str) -> tuple[tuple[str, float, float], ...]:
-    """The "parameter ranges:" line: (name, low, high) each."""
-    line = _line(resources, "parameter ranges")
-    out = []
-    for name, low, high in re.findall(r"`([^`]+)` in \[([^,\]]+), ([^\]]+)\]", line):
-        try:
-            out.append((name, float(low), float(high)))
-        except ValueError:
-            continue
-    return tuple(out)
+                     stated_law=stated, stated_law_problem=stated_problem, evidence=tuple(evidence), **answer)
 
 
 def _prose_law(prose: str, resources: str, names: tuple[str, ...], evidence: list[str]) -> tuple[str, str]:
     """The law the task's text states, as program source, or why its equations cannot be used."""
-    target = (_backticked(resources, "target column") or [""])[0]
-    columns = _backticked(resources, "feature columns")
-    time = (_backticked(resources, "the law's time column") or [""])[0]
+    target = (resource_names(resources, TARGET_COLUMN) or [""])[0]
+    columns = resource_names(resources, FEATURE_COLUMNS)
+    time = ParametersAssessment.law_time_column(resources)
     reading = read_law(prose, target=target, names=names, columns=columns, time_column=time)
     if reading.law:
         evidence.append(f"law stated in the text: {reading.law.describe()}")
@@ -388,11 +360,6 @@ def _prose_law(prose: str, resources: str, names: tuple[str, ...], evidence: lis
     if reading.problem:
         evidence.append(f"the text's equations cannot be fitted: {reading.problem}")
     return "", reading.problem or "no equation for the target found in the text"
-
-
-def _line(resources: str, label: str) -> str:
-    m = re.search(rf"^- {label}: (.+)$", resources, re.M)
-    return m.group(1) if m else ""
 
 
 def _bound(constraints: str, sign: str) -> float | None:

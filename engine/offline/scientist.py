@@ -15,8 +15,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from ..prompt_format import (TOOL_RESULTS, extract_code, extract_strategy, feedback, input_heading, inputs, json_block,
-                             parse_tool_results, reading_view, render_tool_results, role_of, section, strategy_line,
+from ..prompt_format import (FEATURE_COLUMNS, ID_COLUMN, TARGET_COLUMN, TOOL_RESULTS, extract_code, extract_strategy,
+                             feedback, input_heading, inputs, json_block, parse_tool_results, read_predictions_line,
+                             reading_view, render_tool_results, resource_names, role_of, section, strategy_line,
                              task_sections, tool_exchanges)
 from .analysis import render_analysis_script
 from .blend import BLEND, fallback, runs
@@ -206,18 +207,16 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
     resources = task_sections(user)["Resources"] or user
     facts = facts or read_facts("", user)
 
-    def one(pattern: str, default: str = "") -> str:
-        m = re.search(pattern, resources, re.M)
-        return m.group(1) if m else default
+    def one(label: str, default: str) -> str:
+        return (resource_names(resources, label) or [default])[0]
 
-    features = re.search(r"^- feature columns: (.+)$", resources, re.M)
     return DataSpec(
-        train_path=one(r"^- train: `([^`]+)`", "data/train.csv"),
-        test_path=one(r"^- test_features: `([^`]+)`", "data/test_features.csv"),
-        target=one(r"^- target column: `([^`]+)`", "y"),
-        features=tuple(re.findall(r"`([^`]+)`", features.group(1))) if features else (),
-        id_column=one(r"^- id column: `([^`]+)`", "id"),
-        predictions_file=one(r"^- write predictions to `([^`]+)`", "predictions.csv"),
+        train_path=one("train", "data/train.csv"),
+        test_path=one("test_features", "data/test_features.csv"),
+        target=one(TARGET_COLUMN, "y"),
+        features=tuple(resource_names(resources, FEATURE_COLUMNS)),
+        id_column=one(ID_COLUMN, "id"),
+        predictions_file=read_predictions_line(resources)[0] or "predictions.csv",
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
         group_column=facts.group_column, **answer_facts(facts),
     )

@@ -217,3 +217,36 @@ def test_a_law_in_the_text_with_broken_ranges_or_time_is_refused(tmp_path, chang
     with pytest.raises(TaskSpecError) as err:
         load_task(d)
     assert said in str(err.value)
+
+
+def _answer_facts(assessment) -> dict:
+    """What a kind's lines in the task description state, from the kind itself."""
+    r = assessment.task.resources
+    if assessment.name == "series":
+        return {"series_column": assessment.series_column, "time_column": assessment.time_column,
+                "horizon": assessment.horizon()}
+    if assessment.name == "parameters":
+        law = assessment.options.get("law")
+        ranges = () if law else tuple((n, lo, hi) for n, (lo, hi) in assessment.ranges().items())
+        return {"parameter_names": tuple(assessment.names), "reproduction_file": assessment.reproduction_file,
+                "law_path": r.files.get(law, law) if law else "", "parameter_ranges": ranges}
+    if assessment.name == "field":
+        return {"query_path": assessment._rel("query"), "law_path": assessment._rel("law"),
+                "observations_path": assessment._rel("observations") or ""}
+    return {}
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in (Path(__file__).resolve().parents[2] / "examples").iterdir()
+                                          if (p / "Data_config.json").is_file()), ids=lambda p: p.name)
+def test_each_answer_kind_reads_back_the_lines_it_writes_and_no_other_kinds(folder):
+    """Issue 38: a kind's lines in the task description and their reader live together
+    (``deliverable``, ``read_deliverable``); whoever answers a prompt reads them with it."""
+    from engine.assessment import ANSWER_KINDS
+    from engine.prompt_format import task_sections
+
+    task = load_task(folder)
+    resources = task_sections(task.description())["Resources"]
+    mine = task.assessment()
+    read = {name: kind.read_deliverable(resources) for name, kind in ANSWER_KINDS.items()}
+    assert read.pop(mine.name) == _answer_facts(mine)
+    assert all(facts == {} for facts in read.values())
