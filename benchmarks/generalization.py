@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from engine.evolve import evolve  # noqa: E402
+from engine.run_spec import RunSpec
 from engine.search.registry import SEARCHES  # noqa: E402
 from engine.task import load_task  # noqa: E402
 
@@ -136,8 +137,9 @@ def main() -> None:
             for search in args.searches:
                 # the single agent runs beside every search: the same seed gives the same run, and
                 # each search's lead over it needs its predictions
-                result = evolve(task.folder, search, iterations=args.iterations, seed=args.seed,
-                                runs_dir=Path(tmp) / "runs", out=io.StringIO(), single_agent=True)
+                result = evolve(task.folder,
+                                RunSpec(search=search, iterations=args.iterations, seed=args.seed, single_agent=True),
+                                runs_dir=Path(tmp) / "runs", out=io.StringIO())
                 base = result.baselines
                 final = result.final.get("official") or {}
                 trivial_name, trivial = _best_trivial(base, hib)

@@ -19,6 +19,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from engine.budget import Budget  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
+from engine.run_spec import RunSpec
 from engine.search.registry import SEARCHES  # noqa: E402
 
 TASKS = ("discontinuous-1d", "diabetes-progression")
@@ -39,8 +40,9 @@ def main() -> None:
         for task in TASKS:
             for search in args.searches:
                 try:
-                    r = evolve(ROOT / "examples" / task, search=search, iterations=args.iterations, seed=args.seed,
-                               budget=Budget(max_tokens=3_000_000), runs_dir=Path(tmp), out=io.StringIO())
+                    r = evolve(ROOT / "examples" / task,
+                               RunSpec(search=search, iterations=args.iterations, seed=args.seed, max_tokens=3_000_000),
+                               runs_dir=Path(tmp), out=io.StringIO())
                 except NotImplementedError as exc:
                     print(f"{task:<22} {search:<8} not available: {exc}")
                     continue

@@ -35,6 +35,7 @@ os.environ.setdefault("TRELLIS_MCP_CONFIG", "none")
 
 from engine.budget import Budget  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
+from engine.run_spec import RunSpec
 from engine.task import load_task  # noqa: E402
 
 METHODS = (("team", "team", "fixed"), ("synthesis", "synthesized", "repair"),
@@ -83,9 +84,9 @@ def main() -> None:
         for label, start, search in METHODS:
             started = time.perf_counter()
             try:
-                result = evolve(ROOT / "examples" / name, search, iterations=args.steps, seed=args.seed,
-                                budget=Budget(max_tokens=args.max_tokens), runs_dir=work, out=io.StringIO(),
-                                single_agent=False, start=start, embedder=embedder)
+                result = evolve(ROOT / "examples" / name,
+                                RunSpec(search=search, iterations=args.steps, seed=args.seed, max_tokens=args.max_tokens, single_agent=False, start=start),
+                                runs_dir=work, out=io.StringIO(), embedder=embedder)
                 values[label] = _value(result)
                 cells[label] = _cell(values[label], int((result.usage or {}).get("tokens", 0)))
             except Exception as exc:  # a method that breaks is a finding, not the end of the table

@@ -18,7 +18,7 @@ from .console import ConsoleSink, print_summary
 from .ending import compare_with_baselines
 from .errors import ModelUnavailable, TrellisError
 from .gateway import ModelGateway, endpoint_lines
-from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, model_problem
+from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, bounded, model_problem
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
 from .official import saved_predictions
 from .preflight import PreflightError, TaskFacts, preflight
@@ -33,22 +33,6 @@ from .workflow import Workflow
 
 if TYPE_CHECKING:
     from .runner import RunResult
-
-
-def bounded(low: float, high: float, kind: type = int):
-    """An argparse type that refuses numbers outside [low, high] with the range in the message,
-    so `--max-tokens 1099511627776` is a usage error, not a run with no budget."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text[:40]!r} is not a {'whole number' if kind is int else 'number'}") from None
-        if not low <= value <= high:  # NaN fails this too
-            raise argparse.ArgumentTypeError(f"must be between {low:,} and {high:,}, not {text[:40]}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    return parse
 
 
 def model_name(text: str) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
+from . import official as official_evaluation
 from .archive import WorkflowArchive
 from .budget import Budget
 from .bundle import write_champion_bundle
@@ -21,19 +22,20 @@ from .errors import ModelUnavailable
 from .evidence.memory import EVIDENCE_FILE, SharedMemory
 from .gateway import endpoint_lines
 from .hindsight import hindsight
-from .models import ModelSettings, describe_endpoints, settings
-from .official import official_for_code, official_for_predictions, official_metric, saved_predictions
+from .models import describe_endpoints, settings
+from .official import official_metric, saved_predictions
 from .official_gap import Gap
 from .preflight import preflight
 from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
                               ValidationPlanned)
+from .run_spec import RunSpec
 from .runner import roles_of
 from .sandbox import Executor
 from .sandbox.select import executor_for_run
 from .search import registry
 from .search.base import AutoGate, Endpoint, Gate, SearchContext
 from .search.probe import ProbeRunner, search_gateway
-from .search.registry import NEEDS_MEMORY, TAKES_MEMORY, search_class
+from .search.registry import TAKES_MEMORY, search_class
 from .search.tree import TreeResult
 from .synthesis import team_workflow
 from .synthesis.start import choose_start
@@ -74,52 +76,50 @@ class EvolveResult:
         return {**self.__dict__, "run_dir": str(self.run_dir)}
 
 
-def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5, seed: int = 0,
-           budget: Budget | None = None, runs_dir: Path = Path("var/runs"), out: TextIO = sys.stdout,
-           gate: Gate | None = None, model_override: str | None = None, models: ModelSettings | None = None,
-           cache_dir: Path | None = None, replay_only: bool = False,
-           official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
+def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Path = Path("var/runs"),
+           out: TextIO = sys.stdout, gate: Gate | None = None, cache_dir: Path | None = None,
+           replay_only: bool = False, official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
            on_checkpoint: Callable[[dict], None] | None = None, executor: Executor | None = None,
-           control: Control | None = None, single_agent: bool = True, memory: bool = False,
-           warm_start: bool | None = None, executor_kind: str | None = None, start: str | None = None,
-           library=None, embedder=None, node_token_cap: int | None = None,
-           external_agents: bool = False) -> EvolveResult:
-    """Run one search and the official evaluation after it.
+           control: Control | None = None, library=None, embedder=None) -> EvolveResult:
+    """Run one search, as ``spec`` asks (engine/run_spec.py: the search and its settings, the
+    budget, the models, the start, the sandbox), and the official evaluation after it. The other
+    arguments are what the run is given: where it writes, who decides, what it reports to.
 
     ``sinks`` receive every event, the search's and each probe's (the web app stores and pushes
     them). ``executor`` runs every program (tests pass a fake; default: the sandbox);
-    ``executor_kind`` (auto, docker or subprocess) chooses it otherwise (engine/sandbox/select.py).
+    ``spec.executor`` (auto, docker or subprocess) chooses it otherwise (engine/sandbox/select.py).
     ``on_checkpoint`` receives a typed checkpoint (engine/protocol/checkpoints.py) after every
     step; passing one back as ``resume`` continues the search there, in the same ``run_dir``.
     ``gate`` decides proposals (it may raise AwaitingDecision: the last checkpoint holds the
     proposal, and resuming from it asks again); ``control`` is read at every step boundary.
 
     After the final commitment, beside the team: the trivial baselines, the single-agent
-    workflow on the same budget (``single_agent``; its tokens are not the search's), and the
+    workflow on the same budget (``spec.single_agent``; its tokens are not the search's), and the
     hindsight over every probed candidate (engine/hindsight.py), all scored officially.
 
-    ``memory`` shares one evidence graph among the search's probes (SciMARS + Memory; the
+    ``spec.memory`` shares one evidence graph among the search's probes (SciMARS + Memory; the
     fixed-memory control always does): evidence.sqlite in ``run_dir``, one branch per probe.
-    ``warm_start``: start from the archive's most similar workflow; by default every search but
+    ``spec.warm_start``: start from the archive's most similar workflow; by default every search but
     SciMARS and the fixed-memory control does (SciMARS adapts within the task).
-    ``start`` names the starting workflow instead (engine/synthesis/start.py): ``team``,
+    ``spec.start`` names the starting workflow instead (engine/synthesis/start.py): ``team``,
     ``synthesized`` (from ``library``, ranked by ``embedder``; both default to the real ones),
     ``archive`` (its nearest workflow, else a synthesized one) or a workflow file.
-    ``external_agents``: synthesis may give a role to a built external agent (engine/external/).
-    ``node_token_cap``: the review (``search="repair"``) repairs a node that spends more tokens in a
+    ``spec.external_agents``: synthesis may give a role to a built external agent (engine/external/).
+    ``spec.node_token_cap``: the review (``search="repair"``) repairs a node that spends more tokens in a
     run than this.
 
     A model that cannot be called (ModelUnavailable) stops the search: it is traced as
     ``search_failed``, said in one line on ``out``, and raised; nothing is archived. Nor is a
     final workflow whose probe failed or made no model call."""
+    spec = spec or RunSpec()
+    search, iterations, seed, start = spec.search, spec.iterations, spec.seed, spec.start
     search_class(search)  # an unknown name fails here, before anything is written
-    memory = memory or search in NEEDS_MEMORY
+    memory = spec.shares_memory
     if memory and search not in TAKES_MEMORY:
         raise ValueError(f"a shared evidence graph (--memory) is for {' and '.join(sorted(TAKES_MEMORY))}, "
                          f"not {search}: its probes each keep their own")
-    if warm_start is None:
-        warm_start = search not in TAKES_MEMORY
+    warm_start = spec.warm
     control = control or NoControl()
     if embedder is None:
         embedder = TaskEmbedder()  # loads its model only when synthesis or a review first ranks with it
@@ -134,15 +134,15 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     # Bad data is a clear error here, before anything is written or any token spent.
     preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
     load_config()  # and an unusable MCP server configuration (engine/tools/config.py)
-    budget = budget or Budget(max_tokens=2_000_000)
-    models = settings(models, model_override)
+    budget = spec.budget()
+    models = settings(spec.models, spec.model)
     sinks = list(sinks)
     run_dir = Path(run_dir) if run_dir else Path(runs_dir) / (time.strftime("%Y%m%d-%H%M%S") + f"-{task.name}-{search}")
     choice = None
-    if executor is None and executor_kind is not None:
+    if executor is None and spec.executor is not None:
         # an executor asked for that cannot run here (no Docker daemon) fails now, with the fix;
         # a resumed run keeps the one it started with
-        choice = executor_for_run(executor_kind, run_dir / "sandboxes", ((resume or {}).get("start") or {}).get("executor"))
+        choice = executor_for_run(spec.executor, run_dir / "sandboxes", ((resume or {}).get("start") or {}).get("executor"))
         executor = choice.executor
     # A resumed search writes its own trace file: sequence numbers never restart inside one.
     attempt, trace_path = claim_attempt(run_dir, "search")
@@ -158,7 +158,8 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     elif start is not None:
         initial_wf, start_info = choose_start(task, start, archive=archive, tracer=tracer,
                                               registry=tools.registry if tools else None,
-                                              library=library, embedder=embedder, external_agents=external_agents)
+                                              library=library, embedder=embedder,
+                                              external_agents=spec.external_agents)
     elif archive is not None and warm_start:
         start = archive.start_for(task)
         initial_wf, start_info = start.workflow, start.to_dict()
@@ -210,7 +211,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
     ctx = SearchContext(task=task, initial=initial_wf, runner=runner, gateway=gateway, tracer=tracer,
                         executor=runner.executor, run_dir=run_dir, iterations=iterations, seed=seed,
                         gate=gate or AutoGate(), control=control, out=out, on_checkpoint=checkpoint,
-                        library=library, embedder=embedder, node_token_cap=node_token_cap)
+                        library=library, embedder=embedder, node_token_cap=spec.node_token_cap)
     training_trace = contextlib.ExitStack()
     try:
         # the tree's programs and the official scoring train as jobs reporting into the search's trace
@@ -239,7 +240,7 @@ def evolve(task_folder: str | Path, search: str = "mimosa", iterations: int = 5,
         # against evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
         compared = compare_with_baselines(
             task, final_official, delivered, seed=seed, budget=budget, out=out, score_gaps=official is None,
-            single_agent_dir=run_dir / "single-agent" if single_agent else None,
+            single_agent_dir=run_dir / "single-agent" if spec.single_agent else None,
             on_single_agent=lambda solo: tracer.emit(OfficialEvaluation(
                 which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"])),
             executor=runner.executor, models=models, control=control, tools=tools)
@@ -338,8 +339,8 @@ def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[
     if end.probe is not None:
         return (official or official_metric)(task, end.probe.run_dir, end.probe.result.predictions_sha256)
     if end.predictions is not None:
-        return official_for_predictions(task, end.predictions)
-    return official_for_code(task, end.code, executor)
+        return official_evaluation.official_for_predictions(task, end.predictions)
+    return official_evaluation.official_for_code(task, end.code, executor)
 
 
 def _delivered(end: Endpoint) -> bytes | None:

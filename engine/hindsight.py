@@ -22,9 +22,9 @@ from typing import Callable
 
 import numpy as np
 
+from . import official as official_evaluation
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
-from .official import official_for_code
 from .search.probe import JUDGEMENT_FILE
 from .search.tree import Tree
 from .task import Task
@@ -144,7 +144,7 @@ def score_officially(task: Task, candidates: list[Candidate], executor=None,
         elif c.code is not None and c.code in known:
             c.official = known[c.code]
         elif c.code is not None and executor is not None:
-            c.official = official_for_code(task, c.code, executor)
+            c.official = official_evaluation.official_for_code(task, c.code, executor)
         else:
             c.official = {"ok": False, "error": "the candidate delivered no predictions"}
     if official is not None:

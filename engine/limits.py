@@ -8,8 +8,8 @@ The caps are generous for real work and small enough that no single input can tu
 """
 from __future__ import annotations
 
+import argparse
 import functools
-
 import math
 import re
 
@@ -125,3 +125,19 @@ def model_problem(label: str, value: object) -> str | None:
         return (f"{label} {_shown(value)} is not a model name; write provider/model, e.g. "
                 f"openai/gpt-4o-mini, with letters, digits and . _ : / @ + -")
     return None
+
+
+def bounded(low: float, high: float, kind: type = int):
+    """An argparse type that refuses numbers outside [low, high] with the range in the message,
+    so `--max-tokens 1099511627776` is a usage error, not a run with no budget."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text[:40]!r} is not a {'whole number' if kind is int else 'number'}") from None
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError(f"must be between {low:,} and {high:,}, not {text[:40]}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse

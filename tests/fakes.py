@@ -251,3 +251,19 @@ def _data_report(tables: dict[str, _Table]) -> str:
               f"- target: {target}; mean {statistics.fmean(y):.4g}, std {statistics.pstdev(y):.4g}, "
               f"min {min(y):.4g}, max {max(y):.4g}"]
     return "\n".join(lines) + "\n"
+
+
+def split_spec(spec, kw: dict):
+    """A test helper's keyword arguments for evolve(): RunSpec's fields (and a Budget's limits)
+    taken out of ``kw`` into the spec returned; the rest (what the run is given: a gate, a
+    resume, sinks) stays in ``kw`` for evolve."""
+    from dataclasses import fields, replace
+
+    from engine.run_spec import RunSpec
+
+    names = {f.name for f in fields(RunSpec)}
+    changes = {name: kw.pop(name) for name in list(kw) if name in names}
+    budget = kw.pop("budget", None)
+    if budget is not None:
+        changes.update(max_tokens=budget.max_tokens, max_cost_usd=budget.max_cost_usd, max_calls=budget.max_calls)
+    return replace(spec, **changes)

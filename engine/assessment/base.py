@@ -20,9 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from .. import baselines, validation
+from .. import baselines, evaluation, validation
 from ..checks import Check
-from ..evaluation import evaluate_predictions
 from ..plausibility import plausibility_checks
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..task_kind import KindDecision, task_kind
@@ -188,7 +187,7 @@ class Assessment:
     # --- the official score ------------------------------------------------------------------------
     def score(self, answer: bytes) -> dict:
         """evaluate.py's held-out score of an answer's bytes, as evaluate.py says it."""
-        return evaluate_predictions(self.task, answer)
+        return evaluation.evaluate_predictions(self.task, answer)  # looked up now: tests stand in for it
 
     def official(self, answer: bytes) -> dict:
         """The official score of an answer (after the final commitment only), labelled as such."""

@@ -10,8 +10,9 @@ import os
 import pytest
 
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.trace import read_events
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 from tests.unit.test_mimosa import DIABETES, stand_in_official
 
 
@@ -31,9 +32,9 @@ def test_a_search_resumes_although_a_probe_trace_holds_a_line_of_bad_bytes(tmp_p
     run_dir = tmp_path / "run"
 
     def run(iterations, **kw):
-        return evolve(DIABETES, "mimosa", iterations=iterations, seed=1, runs_dir=tmp_path, out=io.StringIO(),
-                      executor=FakeExecutor(tmp_path / "sandbox"), official=stand_in_official, single_agent=False,
-                      run_dir=run_dir, **kw)
+        return evolve(DIABETES, split_spec(RunSpec(search="mimosa", iterations=iterations, seed=1, single_agent=False), kw),
+                      runs_dir=tmp_path, out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"),
+                      official=stand_in_official, run_dir=run_dir, **kw)
 
     run(1, on_checkpoint=checkpoints.append)
     traces = sorted(run_dir.rglob("trace.jsonl"))

@@ -16,6 +16,7 @@ import engine.gateway
 from engine.budget import Budget
 from engine.errors import ModelCallError, ModelUnavailable, RunInterrupted
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.gateway import ModelGateway
 from engine.llm import get_litellm
 from engine.replay import rebuild, rebuild_from_file, rebuild_run_dir
@@ -179,8 +180,9 @@ def test_a_search_whose_final_workflow_did_nothing_is_not_archived(examples, tmp
     fake_provider["answer"] = answer
     log = tmp_path / "log"
     with log.open("w") as out:
-        result = evolve(examples / "discontinuous-1d", "mimosa", iterations=0, runs_dir=tmp_path / "runs", out=out,
-                        model_override="fake/model", archive_dir=tmp_path / "archive", single_agent=False)
+        result = evolve(examples / "discontinuous-1d",
+                        RunSpec(search="mimosa", iterations=0, model="fake/model", single_agent=False),
+                        runs_dir=tmp_path / "runs", out=out, archive_dir=tmp_path / "archive")
     assert why in result.archived.get("skipped", ""), result.archived
     entries = tmp_path / "archive" / "entries"
     assert not entries.exists() or not any(entries.iterdir())
@@ -205,11 +207,12 @@ def test_a_probe_rerun_after_resume_has_its_own_trace_and_replay_counts_it_once(
     run_dir = tmp_path / "search"
     with (tmp_path / "log").open("w") as out:
         with pytest.raises(RunInterrupted):
-            evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
-                   sinks=[_InterruptAtFirstModelCall()], executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
+            evolve(examples / "discontinuous-1d", RunSpec(search="mimosa", iterations=1, single_agent=False),
+                   run_dir=run_dir, out=out, sinks=[_InterruptAtFirstModelCall()],
+                   executor=FakeExecutor(tmp_path / "sandbox"))
         # No checkpoint was written before the interruption: resume starts again, in the same folder.
-        result = evolve(examples / "discontinuous-1d", "mimosa", iterations=1, run_dir=run_dir, out=out,
-                        executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
+        result = evolve(examples / "discontinuous-1d", RunSpec(search="mimosa", iterations=1, single_agent=False),
+                        run_dir=run_dir, out=out, executor=FakeExecutor(tmp_path / "sandbox"))
     probe_dir = run_dir / "probes" / "001-initial"
     attempts = trace_attempts(probe_dir)
     assert [n for n, _ in attempts] == [1, 2]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.search.probe import ProbeRunner
 from engine.search.scimars import ReuseCache
 from engine.synthesis import team_workflow
@@ -53,9 +54,9 @@ def test_a_probe_that_delivered_no_program_is_run_again_with_a_receipt_saying_wh
 
 def test_scimars_goes_on_when_no_probe_delivers_a_program(tmp_path):
     sink, out = ListSink(), io.StringIO()
-    result = evolve(DIABETES, "scimars", iterations=2, seed=1, runs_dir=tmp_path, out=out,
-                    executor=FakeExecutor(tmp_path / "sandbox", script=_crashes), sinks=[sink],
-                    official=_official, single_agent=False)
+    result = evolve(DIABETES, RunSpec(search="scimars", iterations=2, seed=1, single_agent=False), runs_dir=tmp_path,
+                    out=out, executor=FakeExecutor(tmp_path / "sandbox", script=_crashes), sinks=[sink],
+                    official=_official)
     # both rounds ran (round 2's reference is round 1's harness, which delivered nothing)
     assert result.iterations == 2
     receipts = [e.payload for e in sink.events if e.kind == "reuse_receipt"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -43,8 +44,8 @@ def test_evolve_command_prints_each_iteration(tmp_path, light_task):
 
 
 def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_search(tmp_path, examples):
-    result = evolve(examples / "discontinuous-1d", "tree", iterations=1, seed=1, runs_dir=tmp_path,
-                    out=open(tmp_path / "log", "w"), single_agent=False)
+    result = evolve(examples / "discontinuous-1d", RunSpec(search="tree", iterations=1, seed=1, single_agent=False),
+                    runs_dir=tmp_path, out=open(tmp_path / "log", "w"))
     i, f = result.initial["official"], result.final["official"]
     assert i["ok"] and f["ok"] and i["metric"] == "relative_l2"
     assert result.final["validation"] <= result.initial["validation"]

@@ -129,6 +129,7 @@ def test_mimosa_proposes_removing_a_tool_that_only_failed_probes_it_and_the_queu
 
     from engine.errors import AwaitingDecision
     from engine.evolve import evolve
+    from engine.run_spec import RunSpec
     from tests.studio_harness import add_member, running_run
     from webapp.runs.bridge import DatabaseGate, RunEventSink, moot_reason
     from webapp.runs.models import GatePolicy, Mutation, Run
@@ -142,9 +143,10 @@ def test_mimosa_proposes_removing_a_tool_that_only_failed_probes_it_and_the_queu
     run.refresh_from_db()
     sink = RunEventSink(run, "L")
     with pytest.raises(AwaitingDecision):
-        evolve(TASK, "mimosa", iterations=1, seed=1, runs_dir=tmp_path, run_dir=tmp_path / "run", out=io.StringIO(),
-               executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], gate=DatabaseGate(run, "L", moot_reason(run)),
-               official=lambda *a, **k: {"ok": True, "metric": "relative_l2", "value": 0.1}, single_agent=False)
+        evolve(TASK, RunSpec(search="mimosa", iterations=1, seed=1, single_agent=False), runs_dir=tmp_path,
+               run_dir=tmp_path / "run", out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink],
+               gate=DatabaseGate(run, "L", moot_reason(run)),
+               official=lambda *a, **k: {"ok": True, "metric": "relative_l2", "value": 0.1})
     kinds = list(run.events.values_list("kind", flat=True))
     assert "tools_discovered" in kinds and "mcp_tool_call" in kinds
     failed = run.events.filter(kind="mcp_tool_result").first()

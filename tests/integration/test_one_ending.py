@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = ROOT / "examples" / "discontinuous-1d"
@@ -33,8 +34,9 @@ def test_a_run_and_a_search_of_the_same_team_end_with_the_same_official_lines(tm
                          cwd=ROOT, env={**os.environ}, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     out = io.StringIO()
-    searched = evolve(TASK, "fixed", iterations=0, seed=0, runs_dir=tmp_path / "searches", out=out,
-                      single_agent=False, executor_kind="subprocess", warm_start=False)
+    searched = evolve(TASK,
+                      RunSpec(search="fixed", iterations=0, seed=0, single_agent=False, executor="subprocess", warm_start=False),
+                      runs_dir=tmp_path / "searches", out=out)
     ran, search = _ending(run.stdout), _ending(out.getvalue())
     assert ran == search
     team = f"team {searched.final['official']['value']:.6g}"

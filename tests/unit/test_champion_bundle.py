@@ -20,6 +20,7 @@ from PIL import Image
 from engine.bundle import build as bundle_build
 from engine.bundle import write_champion_bundle
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.search.tree import Node, Tree
 from engine.task import load_task
 from engine.training.folder import JobFolder, JobState, job_key
@@ -36,8 +37,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def search(light_task, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bundle")
     out = io.StringIO()
-    result = evolve(light_task, "tree", iterations=1, seed=0, run_dir=tmp / "run", out=out,
-                    executor=FakeExecutor(tmp / "sandbox"), single_agent=False)
+    result = evolve(light_task, RunSpec(search="tree", iterations=1, seed=0, single_agent=False), run_dir=tmp / "run",
+                    out=out, executor=FakeExecutor(tmp / "sandbox"))
     run_dir = tmp / "run"
     return SimpleNamespace(result=result, run_dir=run_dir, folder=run_dir / "champion", out=out.getvalue(),
                            tree=Tree.load(run_dir / "tree" / "tree.json"), task=load_task(light_task))

@@ -6,8 +6,9 @@ import json
 
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.trace import read_events
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 
 
 def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path, examples):
@@ -19,9 +20,9 @@ def test_evolve_reports_initial_and_final_official_metrics_side_by_side(tmp_path
         calls.append(sha)
         return official_metric(task, run_dir, sha)
 
-    result = evolve(examples / "diabetes-progression", "mimosa", iterations=2, seed=1,
-                    budget=Budget(max_tokens=1_000_000), runs_dir=tmp_path, out=io.StringIO(),
-                    official=counting_official, executor=FakeExecutor(tmp_path / "sandbox"))
+    result = evolve(examples / "diabetes-progression",
+                    RunSpec(search="mimosa", iterations=2, seed=1, max_tokens=1_000_000), runs_dir=tmp_path,
+                    out=io.StringIO(), official=counting_official, executor=FakeExecutor(tmp_path / "sandbox"))
     # once per end, then once per distinct probed prediction file (the hindsight), all after the search
     probed = {json.loads(f.read_text()).get("predictions_sha256") for f in (result.run_dir / "probes").glob("*/summary.json")}
     assert len(calls) == 2 + len(probed - {None})
@@ -50,8 +51,8 @@ def test_evolve_archives_its_final_workflow_and_the_same_task_then_warm_starts(t
     out = io.StringIO()
 
     def run(task, iterations):
-        return evolve(examples / task, "mimosa", iterations=iterations, seed=1, runs_dir=tmp_path, out=out,
-                      archive_dir=archive, executor=FakeExecutor(tmp_path / "sandbox"))
+        return evolve(examples / task, RunSpec(search="mimosa", iterations=iterations, seed=1), runs_dir=tmp_path,
+                      out=out, archive_dir=archive, executor=FakeExecutor(tmp_path / "sandbox"))
 
     first = run("diabetes-progression", 1)
     assert first.start["path"] == "de_novo" and first.start["similarity"] is None
@@ -69,8 +70,9 @@ def test_a_final_workflow_without_an_official_score_fails_the_run_and_is_not_arc
 
     out = io.StringIO()
     # diabetes: the fake's line beats the trivial baselines there, so the final is the team's own
-    result = evolve(examples / "diabetes-progression", "mimosa", iterations=1, seed=1, runs_dir=tmp_path, out=out,
-                    official=refusing_official, archive_dir=tmp_path / "archive", single_agent=False,
+    result = evolve(examples / "diabetes-progression",
+                    RunSpec(search="mimosa", iterations=1, seed=1, single_agent=False), runs_dir=tmp_path, out=out,
+                    official=refusing_official, archive_dir=tmp_path / "archive",
                     executor=FakeExecutor(tmp_path / "sandbox"))
     assert result.failed.startswith("the final workflow has no official score") and "3 ids missing" in result.failed
     assert "FAILED     the final workflow has no official score" in out.getvalue()
@@ -88,9 +90,9 @@ def test_a_new_tasks_text_is_embedded_ahead_only_by_a_search_that_will_look_it_u
     monkeypatch.setattr(WorkflowArchive, "prepare_lookup", lambda self, task: asked.append(task.name) or False)
 
     def run(search, **kw):
-        return evolve(examples / "discontinuous-1d", search, iterations=0, seed=1, runs_dir=tmp_path, out=io.StringIO(),
-                      archive_dir=tmp_path / "archive", executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False,
-                      **kw)
+        return evolve(examples / "discontinuous-1d", split_spec(RunSpec(search=search, iterations=0, seed=1, single_agent=False), kw),
+                      runs_dir=tmp_path, out=io.StringIO(), archive_dir=tmp_path / "archive",
+                      executor=FakeExecutor(tmp_path / "sandbox"), **kw)
 
     run("mimosa")
     assert asked == ["discontinuous-1d"]

@@ -17,18 +17,19 @@ import pytest
 
 from engine.official import official_baselines
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.selection import unbeaten_baseline
 from engine.task import load_task
 from engine.trace import ListSink
-from tests.fakes import FakeExecutor, OffTarget
+from tests.fakes import FakeExecutor, OffTarget, split_spec
 
 DIABETES = Path(__file__).resolve().parents[2] / "examples" / "diabetes-progression"
 
 
 def _search(tmp_path, search, executor, **kw):
     sink, out = ListSink(), io.StringIO()
-    result = evolve(DIABETES, search, iterations=1, seed=1, runs_dir=tmp_path, out=out, executor=executor,
-                    sinks=[sink], single_agent=False, archive_dir=tmp_path / "archive", **kw)
+    result = evolve(DIABETES, split_spec(RunSpec(search=search, iterations=1, seed=1, single_agent=False), kw), runs_dir=tmp_path,
+                    out=out, executor=executor, sinks=[sink], archive_dir=tmp_path / "archive", **kw)
     return result, sink.events, out.getvalue()
 
 

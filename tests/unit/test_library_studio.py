@@ -14,6 +14,7 @@ from django.test import Client
 
 from engine.errors import AwaitingDecision
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from tests.fakes import OffTarget
 from tests.studio_harness import add_member, running_run
 from tests.unit.test_library import SKILL, WordsEmbedder
@@ -84,10 +85,9 @@ def test_a_synthesized_review_run_shows_its_attachments_and_queues_each_repair(d
     run.versions.all().delete()  # a studio run's first version is the workflow its search started from
     run.refresh_from_db()
     with pytest.raises(AwaitingDecision):
-        evolve(run.task.folder, "repair", iterations=2, run_dir=tmp_path / "run", out=io.StringIO(),
-               executor=OffTarget(tmp_path / "sandbox", shift=2.0), single_agent=False, start="synthesized",
-               embedder=WordsEmbedder(), sinks=[RunEventSink(run, "L")],
-               gate=DatabaseGate(run, "L", moot_reason(run)))
+        evolve(run.task.folder, RunSpec(search="repair", iterations=2, single_agent=False, start="synthesized"),
+               run_dir=tmp_path / "run", out=io.StringIO(), executor=OffTarget(tmp_path / "sandbox", shift=2.0),
+               embedder=WordsEmbedder(), sinks=[RunEventSink(run, "L")], gate=DatabaseGate(run, "L", moot_reason(run)))
     # the repair waits in the queue, touching only the planner
     waiting = Mutation.objects.get(run=run, status=MutationStatus.PROPOSED)
     proposal = waiting.proposal

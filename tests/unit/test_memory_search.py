@@ -14,6 +14,7 @@ from engine.budget import Budget
 from engine.evidence import Author, EvidenceError, Query, SqliteEvidenceStore
 from engine.evidence.rebuild import rebuild_run, run_traces, same_graph
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.mutations import Mutation, MutationError
 from engine.synthesis import team_workflow
 from engine.task import load_task
@@ -31,9 +32,9 @@ def events_of(run_dir: Path) -> list:
 @pytest.fixture(scope="module")
 def scimars_memory(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("scimars-memory")
-    result = evolve(DIABETES, "scimars", iterations=2, seed=2, budget=Budget(max_tokens=3_000_000),
-                    run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"),
-                    single_agent=False, memory=True)
+    result = evolve(DIABETES,
+                    RunSpec(search="scimars", iterations=2, seed=2, max_tokens=3_000_000, single_agent=False, memory=True),
+                    run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"))
     return result, events_of(result.run_dir)
 
 
@@ -120,8 +121,9 @@ def test_the_memory_editor_changes_the_policy_and_never_a_stored_record(scimars_
 
 def test_the_fixed_memory_control_never_edits_its_harness(tmp_path):
     out = io.StringIO()
-    result = evolve(DIABETES, "memory-fixed", iterations=2, seed=2, budget=Budget(max_tokens=2_000_000),
-                    run_dir=tmp_path / "run", out=out, executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False)
+    result = evolve(DIABETES,
+                    RunSpec(search="memory-fixed", iterations=2, seed=2, max_tokens=2_000_000, single_agent=False),
+                    run_dir=tmp_path / "run", out=out, executor=FakeExecutor(tmp_path / "sandbox"))
     events = events_of(result.run_dir)
     assert result.memory and not [e for e in events if e.kind in {"mutation_proposed", "composition"}]
     started = [e for e in events if e.kind == "run_started"]
@@ -137,5 +139,5 @@ def test_the_fixed_memory_control_never_edits_its_harness(tmp_path):
 
 def test_memory_is_refused_for_a_search_that_keeps_probes_apart(tmp_path):
     with pytest.raises(ValueError, match="shared evidence graph"):
-        evolve(DIABETES, "mimosa", iterations=1, run_dir=tmp_path / "run", out=io.StringIO(),
-               executor=FakeExecutor(tmp_path / "sandbox"), memory=True)
+        evolve(DIABETES, RunSpec(search="mimosa", iterations=1, memory=True), run_dir=tmp_path / "run",
+               out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"))

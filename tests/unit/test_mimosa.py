@@ -17,12 +17,13 @@ import engine.search.mimosa
 import engine.search.probe
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.mutations import Mutation
 from engine.protocol.gate import Decision
 from engine.search.base import HumanEdit
 from engine.search.mimosa import MimosaSearch, accepts
 from engine.trace import ListSink
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SEARCH = ROOT / "engine" / "search"
@@ -56,8 +57,9 @@ def stand_in_official(task, run_dir, predictions_sha256):
 def _evolve(tmp_path, iterations, seed=1, **kw):
     sink = ListSink()
     kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
-    result = evolve(DIABETES, "mimosa", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw, single_agent=False)
+    result = evolve(DIABETES, split_spec(RunSpec(search="mimosa", iterations=iterations, seed=seed, single_agent=False), kw),
+                    runs_dir=tmp_path, out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink],
+                    **kw)
     return result, sink.events
 
 

@@ -18,6 +18,7 @@ import engine.search.tree
 from engine.budget import Budget
 from engine.errors import ModelUnavailable
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.protocol import EVENT_KINDS, PAYLOADS, Check, Judgement, PayloadError, parse_payload
 from engine.artifacts import ArtifactStore
 from engine.runner import RunConfig, run_workflow
@@ -198,9 +199,10 @@ def emitted(tmp_path_factory) -> list[Event]:
             str(Path(__file__).resolve().parents[1] / "mcp_flaky_server.py"), "2"], "allocate": {"analyzer": ["summarize"]}}]}))
         for search, task, iterations in (("mimosa", DISC, 1), ("scimars", DIABETES, 1), ("tree", DISC, 2)):
             mp.setenv("TRELLIS_MCP_CONFIG", str(mcp) if search == "mimosa" else "none")
-            evolve(task, search, iterations=iterations, seed=1, budget=Budget(max_tokens=2_000_000),
+            evolve(task,
+                   RunSpec(search=search, iterations=iterations, seed=1, max_tokens=2_000_000, memory=search == "scimars"),
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
-                   executor=FakeExecutor(tmp / f"{search}-sandbox"), memory=search == "scimars")
+                   executor=FakeExecutor(tmp / f"{search}-sandbox"))
         # AgentCo-op: synthesis's stages (the review's events are tests/unit/test_synthesis.py's)
         synthesize(load_task(DIABETES), load_library(tmp / "library"), Similarity(_Embedder()), Tracer("synthesis", [sink]))
         _reuse_twice(load_task(DIABETES), tmp / "reuse", Tracer("reuse", [sink]))
@@ -209,8 +211,8 @@ def emitted(tmp_path_factory) -> list[Event]:
         run_workflow(disc, team_workflow(disc), RunConfig(run_dir=tmp / "tiny", budget=Budget(max_calls=1)),
                      executor=FakeExecutor(), sinks=[sink])
         with pytest.raises(ModelUnavailable):
-            evolve(DISC, "mimosa", iterations=1, run_dir=tmp / "unavailable", out=quiet,
-                   model_override="nosuchprovider/x", sinks=[sink], executor=FakeExecutor())
+            evolve(DISC, RunSpec(search="mimosa", iterations=1, model="nosuchprovider/x"), run_dir=tmp / "unavailable",
+                   out=quiet, sinks=[sink], executor=FakeExecutor())
         _reask_once(Tracer("reask", [sink]))
     return sink.events
 

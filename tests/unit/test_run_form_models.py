@@ -69,14 +69,14 @@ def test_the_worker_runs_the_engine_with_the_runs_model_settings(client, monkeyp
     seen = {}
 
     def evolve(*args, **kwargs):
-        seen.update(kwargs)
+        seen.update(kwargs, args=args)
         raise controls.TrellisError("stop here")
 
     monkeypatch.setattr("engine.evolve.evolve", evolve)
     from webapp.runs.tasks import execute_run
 
     assert execute_run(run.pk, run.lease) == "failed"
-    models = seen["models"]
+    models = seen["args"][1].models
     assert models.endpoint("coder", env={}).api_base == "http://127.0.0.1:8080/v1"
     assert models.endpoint("judge", env={}).model == "openai/j"
 

@@ -16,6 +16,7 @@ import engine.search.scimars
 from engine.artifacts import ArtifactStore
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.harness import CoordinationPolicy
 from engine.mutations import Mutation
 from engine.protocol.gate import Decision
@@ -25,7 +26,7 @@ from engine.synthesis import team_workflow
 from engine.task import load_task
 from engine.trace import ListSink, Tracer
 from engine.workflow import Route
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DIABETES = EXAMPLES / "diabetes-progression"
@@ -45,8 +46,9 @@ def stand_in_official(task, run_dir, predictions_sha256):
 def _evolve(tmp_path, iterations, seed=ADOPTING_SEED, **kw):
     sink = ListSink()
     kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
-    result = evolve(DIABETES, "scimars", iterations=iterations, seed=seed, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink], **kw, single_agent=False)
+    result = evolve(DIABETES, split_spec(RunSpec(search="scimars", iterations=iterations, seed=seed, single_agent=False), kw),
+                    runs_dir=tmp_path, out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink],
+                    **kw)
     return result, sink.events
 
 

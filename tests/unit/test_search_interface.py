@@ -9,12 +9,13 @@ import pytest
 
 from engine.errors import AwaitingDecision
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.protocol.checkpoints import Checkpoint
 from engine.protocol.gate import Decision, Proposal
 from engine.search.base import AutoGate
 from engine.search.registry import SEARCHES, choices, search_class
 from engine.trace import ListSink
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 
 
 def _official(task, run_dir, predictions_sha256):
@@ -23,8 +24,9 @@ def _official(task, run_dir, predictions_sha256):
 
 def _evolve(tmp_path, examples, search, **kw):
     sink = ListSink()
-    result = evolve(examples / "discontinuous-1d", search=search, runs_dir=tmp_path / "runs", out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), official=_official, sinks=[sink], **kw, single_agent=False)
+    result = evolve(examples / "discontinuous-1d", split_spec(RunSpec(search=search, single_agent=False), kw),
+                    runs_dir=tmp_path / "runs", out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"),
+                    official=_official, sinks=[sink], **kw)
     return result, sink.events
 
 

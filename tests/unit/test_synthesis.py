@@ -9,6 +9,7 @@ import pytest
 
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.library.retrieval import Similarity, incompatibility
 from engine.library.store import load_library
 from engine.mutations import Mutation
@@ -20,7 +21,7 @@ from engine.synthesis.fixed import team_workflow
 from engine.synthesis.stages import plan, synthesize
 from engine.task import load_task
 from engine.trace import ListSink, Tracer, read_events
-from tests.fakes import FakeExecutor, OffTarget
+from tests.fakes import FakeExecutor, OffTarget, split_spec
 from tests.unit.test_library import WordsEmbedder
 
 EXAMPLES = ["burgers-field", "dam-break-neural", "diabetes-progression", "discontinuous-1d", "epidemic-sir",
@@ -79,9 +80,9 @@ Check every parameter is within its range; forecast flow stations series check.
 
 
 def test_evolve_starts_from_a_synthesized_workflow_and_traces_its_stages_first(examples, tmp_path):
-    result = evolve(examples / "diabetes-progression", "fixed", iterations=1, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False, start="synthesized",
-                    embedder=WordsEmbedder())
+    result = evolve(examples / "diabetes-progression",
+                    RunSpec(search="fixed", iterations=1, single_agent=False, start="synthesized"), runs_dir=tmp_path,
+                    out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"), embedder=WordsEmbedder())
     events = list(read_events(result.run_dir / "search.jsonl"))
     kinds = [e.kind for e in events]
     assert kinds[:4] == ["synthesis_stage"] * 3 + ["search_started"]
@@ -120,9 +121,10 @@ class RecordingGate(AutoGate):
 
 
 def _review(examples, tmp_path, gate, iterations=2, **kw):
-    return evolve(examples / "diabetes-progression", "repair", iterations=iterations, runs_dir=tmp_path,
-                  out=io.StringIO(), executor=OffTarget(tmp_path / "sandbox", shift=2.0), single_agent=False,
-                  start="synthesized", embedder=WordsEmbedder(), gate=gate, budget=Budget(max_tokens=2_000_000), **kw)
+    return evolve(examples / "diabetes-progression",
+                  split_spec(RunSpec(search="repair", iterations=iterations, single_agent=False, start="synthesized", max_tokens=2_000_000), kw),
+                  runs_dir=tmp_path, out=io.StringIO(), executor=OffTarget(tmp_path / "sandbox", shift=2.0),
+                  embedder=WordsEmbedder(), gate=gate, **kw)
 
 
 def test_a_repair_touches_only_the_implicated_node_and_goes_through_the_gate(examples, tmp_path):
@@ -158,9 +160,10 @@ def test_a_person_may_keep_a_repair_the_rule_would_reject(examples, tmp_path):
 
 def test_a_node_over_its_token_cap_is_reviewed_for_cost(examples, tmp_path):
     gate = RecordingGate()
-    result = evolve(examples / "diabetes-progression", "repair", iterations=1, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=FakeExecutor(tmp_path / "sandbox"), single_agent=False, start="synthesized",
-                    embedder=WordsEmbedder(), gate=gate, node_token_cap=200)
+    result = evolve(examples / "diabetes-progression",
+                    RunSpec(search="repair", iterations=1, single_agent=False, start="synthesized", node_token_cap=200),
+                    runs_dir=tmp_path, out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"),
+                    embedder=WordsEmbedder(), gate=gate)
     review = next(e.payload for e in read_events(result.run_dir / "search.jsonl")
                   if e.kind == "synthesis_stage" and e.payload["stage"] == "review")
     first = review["inputs"]["failures"][0]
@@ -199,9 +202,10 @@ def test_local_problem_names_what_reaches_beyond_the_node(examples):
 
 def test_the_review_halts_when_the_budget_is_spent(examples, tmp_path):
     gate = RecordingGate()
-    result = evolve(examples / "diabetes-progression", "repair", iterations=5, runs_dir=tmp_path, out=io.StringIO(),
-                    executor=OffTarget(tmp_path / "sandbox", shift=2.0), single_agent=False, start="synthesized",
-                    embedder=WordsEmbedder(), gate=gate, budget=Budget(max_tokens=30_000))
+    result = evolve(examples / "diabetes-progression",
+                    RunSpec(search="repair", iterations=5, single_agent=False, start="synthesized", max_tokens=30_000),
+                    runs_dir=tmp_path, out=io.StringIO(), executor=OffTarget(tmp_path / "sandbox", shift=2.0),
+                    embedder=WordsEmbedder(), gate=gate)
     assert "budget" in result.stopped
     assert result.iterations < 5
 

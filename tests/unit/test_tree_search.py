@@ -21,6 +21,7 @@ import engine.evolve
 import engine.official
 from engine.budget import Budget
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.knowledge import load_knowledge, retrieve
 from engine.offline import scientist
 from engine.offline.strategy import ONE_D, DataSpec
@@ -32,7 +33,7 @@ from engine.search.tree import (Node, SearchContext, Tree, TreeConfig, TreeSearc
                                 parse_strategy, parse_verdict, parse_vote, select_parents)
 from engine.task import load_task
 from engine.trace import ListSink, Tracer
-from tests.fakes import FakeExecutor
+from tests.fakes import FakeExecutor, split_spec
 
 DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
 JUMP_REPORT = ("- largest jump between neighbouring sorted points: +1.003 between x = -0.0008 and 0.0008\n"
@@ -80,9 +81,10 @@ def guarded_tree_search(tmp: Path, touched: list, config: TreeConfig, executor=N
         mp.setattr(engine.ending, "official_baselines", lambda task, *predictions: {})
         mp.setattr(builtins, "open", guarded_open)
         mp.setattr(subprocess, "Popen", GuardedPopen)
-        result = evolve(DISC, "tree", iterations=config.iterations, seed=config.seed, run_dir=tmp, out=io.StringIO(),
-                        runs_dir=tmp.parent,  # its own preflight cache: nothing carried over from other runs
-                        executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw, single_agent=False)
+        result = evolve(DISC,
+                        split_spec(RunSpec(search="tree", iterations=config.iterations, seed=config.seed, single_agent=False), kw),
+                        run_dir=tmp, out=io.StringIO(), runs_dir=tmp.parent,
+                        executor=executor or FakeExecutor(tmp.parent / f"{tmp.name}-sandbox"), sinks=[sink], **kw)
     return result, Tree.load(tmp / "tree" / "tree.json"), sink.events
 
 

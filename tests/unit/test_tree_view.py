@@ -14,6 +14,7 @@ from django.test import Client
 import engine.evolve
 import engine.official
 from engine.evolve import evolve
+from engine.run_spec import RunSpec
 from engine.protocol.gate import Decision
 from engine.search.tree import Tree, TreeConfig, TreeSearch
 from engine.trace import ListSink
@@ -151,8 +152,8 @@ def real_search(tmp_path_factory):
         mp.setattr(engine.official, "official_for_code",
                    lambda task, code, executor: {"ok": True, "metric": "relative_l2", "value": 0.1,
                                                  "higher_is_better": False, "n": 1000})
-        evolve(DISC, "tree", iterations=3, run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"),
-               sinks=[sink], gate=_Person(), single_agent=False)
+        evolve(DISC, RunSpec(search="tree", iterations=3, single_agent=False), run_dir=tmp / "run", out=io.StringIO(),
+               executor=FakeExecutor(tmp / "sandbox"), sinks=[sink], gate=_Person())
     return Tree.load(tmp / "run" / "tree" / "tree.json"), sink.events
 
 

@@ -9,8 +9,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from engine.models import redact_url
+from engine.models import ModelSettings, redact_url
 from engine.protocol.gate import Proposal
+from engine.run_spec import RunSpec
 from engine.search import registry
 
 # engine/sandbox/select.py's kinds, spelled out for the form and the run page
@@ -137,6 +138,14 @@ class Run(models.Model):
     @property
     def group(self) -> str:
         return f"run-{self.pk}"
+
+    def spec(self, models: ModelSettings | None = None) -> RunSpec:
+        """What this run asks of the engine (engine/run_spec.py), from its row; ``models``: its
+        settings as the operator's policy bounds them (webapp/runs/model_policy.py), else as saved."""
+        return RunSpec(search=self.search, iterations=self.iterations, seed=self.seed, max_tokens=self.max_tokens,
+                       model=self.model or None, models=models or ModelSettings.from_dict(self.model_settings),
+                       start=self.start or None, single_agent=self.single_agent, memory=self.memory,
+                       executor=self.executor, node_token_cap=self.node_token_cap)
 
     @property
     def model_label(self) -> str:

@@ -14,7 +14,6 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from engine.budget import Budget
 from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 from webapp import disk
@@ -97,13 +96,9 @@ def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
         # an agent's own endpoint in an edited workflow, are refused here before any request.
         models = ModelSettings.from_dict(run.model_settings).bounded(model_policy.policy_for(run.task.project))
         with interrupt.armed():  # a person's pause or cancel lands mid-step too
-            result = evolve(run.task.folder, search=run.search, iterations=run.iterations, seed=run.seed,
-                            budget=Budget(max_tokens=run.max_tokens), out=log_out,
-                            gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease),
-                            model_override=run.model or None, models=models, archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
+            result = evolve(run.task.folder, run.spec(models), out=log_out,
+                            gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease), archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                             run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
-                            single_agent=run.single_agent, memory=run.memory, executor_kind=run.executor,
-                            start=run.start or None, node_token_cap=run.node_token_cap,
                             library=project_library.run_library(run.task.project))
         # a final workflow without an official score (it delivered nothing evaluate.py accepts) failed
         status = RunStatus.FAILED if result.failed else RunStatus.COMPLETED

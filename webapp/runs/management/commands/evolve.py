@@ -6,13 +6,11 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from engine.budget import Budget
-from engine.cli import add_executor_argument, add_model_arguments, bounded, cassette, check_task, model_settings
+from engine.cli import add_model_arguments, cassette, check_task, model_settings
 from engine.errors import TrellisError
 from engine.evolve import evolve
+from engine.run_spec import RunSpec, studio_cannot_record
 from engine.task import load_task
-from engine.search.registry import DEFAULT, SEARCHES
-from engine.limits import MAX_ITERATIONS, MAX_SEED, MAX_TOKENS
 from webapp.runs.models import GatePolicy
 
 
@@ -21,29 +19,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("task")
-        parser.add_argument("--search", choices=SEARCHES, default=DEFAULT)
-        parser.add_argument("--iterations", type=bounded(1, MAX_ITERATIONS), default=5)
-        parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
-        parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=2_000_000,
-                            help=f"token budget of the whole search (at most {MAX_TOKENS:,})")
+        RunSpec.add_arguments(parser)  # the search, its settings, the budget, the start, the sandbox
         parser.add_argument("--no-archive", action="store_true", help="neither warm-start from nor add to the archive")
-        parser.add_argument("--no-single-agent", action="store_true",
-                            help="skip the single-agent baseline run after the search (it costs one more workflow run)")
-        parser.add_argument("--memory", action="store_true",
-                            help="SciMARS + Memory: every probe reads and writes one shared evidence graph, "
-                                 "each on its own branch (memory-fixed always does)")
-        parser.add_argument("--warm-start", action="store_true",
-                            help="start SciMARS from the archive's most similar workflow (other searches always do "
-                                 "unless --no-archive)")
-        parser.add_argument("--start", default=None, metavar="team|synthesized|archive|FILE",
-                            help="the starting workflow: the fixed team, one synthesized from the library, the "
-                                 "archive's nearest (else synthesized), or a workflow file (Trellis JSON, an AFlow "
-                                 "operator graph, a LangGraph graph); default: the search's own")
-        parser.add_argument("--external-agents", action="store_true",
-                            help="with --start synthesized: a built external agent may play a role it fits")
-        parser.add_argument("--node-token-cap", type=bounded(100, MAX_TOKENS), default=None,
-                            help="review (--search repair): repair a node that spends more tokens than this in a run")
-        add_executor_argument(parser)
         add_model_arguments(parser)
         studio = parser.add_argument_group("studio", "record the run in the studio, where it is seen like any "
                                                      "run started there (live while the studio is up)")
@@ -68,14 +45,10 @@ class Command(BaseCommand):
             check_task(load_task(o["task"]), self.stdout, Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
             args = argparse.Namespace(**o, runs_dir=str(settings.TRELLIS_RUNS_DIR), cache=False)
             cache_dir, replay_only = cassette(args)
-            result = evolve(o["task"], search=o["search"], iterations=o["iterations"], seed=o["seed"],
-                            budget=Budget(max_tokens=o["max_tokens"]), runs_dir=settings.TRELLIS_RUNS_DIR,
-                            out=self.stdout, models=model_settings(args), cache_dir=cache_dir, replay_only=replay_only,
-                            archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR,
-                            single_agent=not o["no_single_agent"], memory=o["memory"],
-                            warm_start=True if o["warm_start"] else None, executor_kind=o["executor"],
-                            start=o["start"], node_token_cap=o["node_token_cap"],
-                            external_agents=o["external_agents"])
+            result = evolve(o["task"], RunSpec.from_options(o, model_settings(args)), runs_dir=settings.TRELLIS_RUNS_DIR,
+                            out=self.stdout, cache_dir=cache_dir,
+                            replay_only=replay_only,
+                            archive_dir=None if o["no_archive"] else settings.TRELLIS_ARCHIVE_DIR)
             if result.failed:
                 raise CommandError(result.failed)
         except (TrellisError, NotImplementedError, ValueError) as exc:
@@ -93,6 +66,10 @@ class Command(BaseCommand):
 
         if o.get("replay") or o.get("cassette") or o.get("cache"):
             raise CommandError("--project records a live run: drop --replay, --cassette and --cache")
+        unrecorded = studio_cannot_record(RunSpec.from_options(o))
+        if unrecorded:
+            raise CommandError(f"--project records a studio run, which has no place for {', '.join(unrecorded)}: "
+                               "drop them, or run without --project")
         user = None
         if o["user"]:
             user = get_user_model().objects.filter(username=o["user"]).first()
@@ -117,7 +94,7 @@ class Command(BaseCommand):
         run = controls.run_here(task, user, out=self.stdout, search=o["search"], iterations=o["iterations"],
                                 seed=o["seed"], gate_policy=o["gate"], max_tokens=o["max_tokens"],
                                 model_settings=models.to_dict(),
-                                single_agent=not o["no_single_agent"], memory=o["memory"], executor=o["executor"],
+                                single_agent=o["single_agent"], memory=o["memory"], executor=o["executor"],
                                 start=o.get("start") or "", node_token_cap=o.get("node_token_cap"))
         self.stdout.write(f"run {run.pk}: {run.get_status_display()} · /runs/{run.pk}/")
         if run.status == "failed":
