@@ -104,7 +104,7 @@ def test_a_disk_that_fills_during_a_run_pauses_it_says_why_and_gives_back_the_re
     run = Run.objects.create(task=task, status=RunStatus.QUEUED, lease="L", search="mimosa", iterations=1,
                              run_dir=str(studio_on / "runs" / "r1"), created_by=demo_user)
 
-    def evolve_that_fills_the_disk(folder, run_dir, **_):  # what a run's traces and sandboxes do, faster
+    def evolve_that_fills_the_disk(folder, spec, *, run_dir, **_):  # what a run's traces and sandboxes do, faster
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         with open(Path(run_dir) / "trace.jsonl", "wb") as fh:
             while True:

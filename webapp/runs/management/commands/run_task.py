@@ -46,6 +46,7 @@ class Command(BaseCommand):
         if options.get("workflow", "team") != "team":
             raise CommandError("--project records the task's team workflow; drop --workflow")
         studio_options = {**options, "search": "fixed", "iterations": 0, "gate": GatePolicy.AUTOMATIC,
-                          "memory": False, "replay": None, "cassette": None}
+                          "memory": False, "replay": None, "cassette": None,
+                          "single_agent": not options.get("no_single_agent", False)}
         studio_options.pop("runs_dir", None)  # the studio keeps its runs where it keeps them
         Evolve(stdout=self.stdout, stderr=self.stderr)._in_studio(studio_options)
