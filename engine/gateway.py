@@ -20,7 +20,7 @@ from .control import Control, NoControl
 from .errors import ModelCallError, ModelUnavailable, first_line
 from .llm import cost_of, count_text_tokens, count_tokens, get_litellm, is_priced, provider_of
 from .models import MIN_ANSWER_TOKENS, OFFLINE_MODEL, Endpoint, ModelOptions, ModelSettings, ModelSettingsError
-from .offline.chat import offline_completion
+from .offline.chat import offline_completion, register_with
 from .prompt_format import fit_prompt
 from .protocol.events import ModelCall, ModelCallFailed
 from .trace import Tracer
@@ -200,7 +200,7 @@ class ModelGateway:
         if endpoint.structured != "auto":
             return endpoint.structured
         try:
-            known = bool(get_litellm().supports_response_schema(model=endpoint.model))
+            known = bool(_litellm().supports_response_schema(model=endpoint.model))
         except Exception:  # noqa: BLE001 - litellm raises for models it does not know: no structured output
             known = False
         return "json_schema" if known else "off"
@@ -225,7 +225,7 @@ class ModelGateway:
                     response = offline_completion(request)  # no litellm for the offline scientist
                 else:
                     # The gateway does the retrying, so litellm and the provider SDK must not retry too.
-                    response = get_litellm().completion(**request, **endpoint.litellm_arguments(), num_retries=0,
+                    response = _litellm().completion(**request, **endpoint.litellm_arguments(), num_retries=0,
                                                   metadata={"trellis_agent": agent, "trellis_role": role})
             except Exception as raw:  # noqa: BLE001 - classified below; nothing is swallowed
                 kind = provider_error_kind(raw)
@@ -437,11 +437,18 @@ _KINDS = (  # most specific first: litellm's classes subclass each other (and op
 )
 
 
+def _litellm():
+    """litellm, with the offline scientist registered as its provider ``trellis`` (DESIGN.md)."""
+    litellm = get_litellm()
+    register_with(litellm)
+    return litellm
+
+
 def provider_error_kind(exc: BaseException) -> str | None:
     """The kind of provider error ``exc`` is, or None when it is the request's own problem
     (a prompt over the context window, content the provider refuses) that another request
     may not have. Anything unrecognised counts as a transient provider error."""
-    litellm = get_litellm()
+    litellm = _litellm()
     if "missing credentials" in str(exc).lower():  # the OpenAI SDK's missing key surfaces as a "500"
         return "authentication"
     for name, kind in _KINDS:

@@ -1,12 +1,14 @@
 """The offline scientist as a chat endpoint: a request's messages in, an assistant message, its
 finish reason and its token counts out, in the shape litellm's response has. Free of litellm: the
-gateway answers the offline model directly, without importing it."""
+gateway answers the offline model directly, without importing it, and registers it with litellm
+as the custom provider ``trellis/...`` when litellm is loaded (``register_with``), for anything
+that calls litellm itself with the offline model."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
-from ..llm import OFFLINE_MODEL, count_text_tokens, count_tokens  # litellm only if the tokenizer fails
+from ..llm import OFFLINE_MODEL, OFFLINE_PROVIDER, count_text_tokens, count_tokens  # litellm only if the tokenizer fails
 from .scientist import answer
 
 
@@ -40,3 +42,23 @@ def offline_completion(request: dict):
         finish_reason=finish, message=SimpleNamespace(content=message.get("content"), tool_calls=calls or None,
                                                       refusal=None))],
         usage=SimpleNamespace(prompt_tokens=usage[0], completion_tokens=usage[1]))
+
+
+def register_with(litellm: ModuleType) -> None:
+    """The offline scientist as litellm's custom provider ``trellis`` (once per process); the
+    module is handed in, so that this one never imports litellm."""
+    if any(p.get("provider") == OFFLINE_PROVIDER for p in litellm.custom_provider_map):
+        return
+
+    class OfflineScientistLLM(litellm.CustomLLM):
+        def completion(self, model: str, messages: list, *args, **kwargs):
+            optional = kwargs.get("optional_params") or {}
+            message, finish, (prompt_tokens, completion_tokens) = answer_request(
+                messages, int(optional.get("seed") or 0), optional.get("tools"), optional.get("tool_choice"))
+            return litellm.ModelResponse(
+                model=model, choices=[{"index": 0, "finish_reason": finish, "message": message}],
+                usage=litellm.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                    total_tokens=prompt_tokens + completion_tokens))
+
+    litellm.custom_provider_map = [*litellm.custom_provider_map,
+                                   {"provider": OFFLINE_PROVIDER, "custom_handler": OfflineScientistLLM()}]

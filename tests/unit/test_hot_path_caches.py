@@ -150,3 +150,19 @@ def test_without_the_encoding_file_counts_come_from_litellm_and_the_file_is_soug
         assert asked == ["o200k_base"]
     finally:
         token_count._load_encoding.cache_clear()
+
+
+def test_litellm_itself_answers_the_offline_model_as_the_gateway_does():
+    """DESIGN.md: the offline provider is registered with litellm as a custom provider. The
+    gateway answers it without litellm; anything that calls litellm with it gets the same answer."""
+    from engine.gateway import _litellm
+    from engine.offline.chat import offline_completion
+
+    messages = [{"role": "system", "content": "You are the analyzer."}, {"role": "user", "content": "Describe the data."}]
+    litellm = _litellm()
+    _litellm()  # registered once
+    assert [p["provider"] for p in litellm.custom_provider_map].count("trellis") == 1
+    through = litellm.completion(model="trellis/offline-scientist", messages=messages, seed=1)
+    direct = offline_completion({"messages": messages, "seed": 1})
+    assert through.choices[0].message.content == direct.choices[0].message.content
+    assert through.usage.prompt_tokens == direct.usage.prompt_tokens
