@@ -76,13 +76,13 @@ def main() -> int:
         base.mkdir()
         subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, check=True,
                        env={**os.environ, "TRELLIS_VAR_DIR": str(base)})
-        evolve(base, RunSpec(search=args.task))  # the archive's one entry
+        evolve(base, args.task)  # the archive's one entry
         for n in range(args.repeat):
             for case, task in cases.items():
                 # a copy each time: a search archives its task, which would make the next "new" task known
                 var_dir = Path(tmp) / f"{case.replace(' ', '-')}-{n}"
                 shutil.copytree(base, var_dir, ignore=shutil.ignore_patterns("redis", "*.sock"))
-                for name, seconds in marks(*evolve(var_dir, RunSpec(search=task))).items():
+                for name, seconds in marks(*evolve(var_dir, task)).items():
                     rows.setdefault((case, name), []).append(seconds)
     print(f"first search in a fresh process (archive holding {args.task}; Mimosa, 1 iteration, offline model; "
           f"median of {args.repeat})\n")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from engine.evolve import evolve  # noqa: E402
-from engine.run_spec import RunSpec
+from engine.run_spec import RunSpec  # noqa: E402
 from engine.search.registry import SEARCHES  # noqa: E402
 from engine.task import load_task  # noqa: E402
 

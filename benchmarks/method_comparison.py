@@ -31,7 +31,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from engine.budget import Budget  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
-from engine.run_spec import RunSpec
+from engine.run_spec import RunSpec  # noqa: E402
 from engine.runner import RunConfig, run_workflow  # noqa: E402
 from engine.synthesis import team_workflow  # noqa: E402
 from engine.task import load_task  # noqa: E402
@@ -48,7 +48,8 @@ def _base(task, run_dir: Path, seed: int, max_tokens: int) -> tuple[dict, dict]:
 def _search(task, method: str, runs: Path, seed: int, iterations: int, max_tokens: int) -> tuple[dict, dict]:
     search = {"base+memory": "memory-fixed", "scimars+memory": "scimars"}.get(method, method)
     result = evolve(task.folder,
-                    RunSpec(search=search, iterations=iterations, seed=seed, max_tokens=max_tokens, single_agent=False, memory=method.endswith("+memory")),
+                    RunSpec(search=search, iterations=iterations, seed=seed, max_tokens=max_tokens, single_agent=False,
+                            memory=method.endswith("+memory")),
                     runs_dir=runs, out=io.StringIO())
     return result.final.get("official") or {}, result.usage
 

@@ -17,9 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from engine.budget import Budget  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
-from engine.run_spec import RunSpec
+from engine.run_spec import RunSpec  # noqa: E402
 from engine.search.registry import SEARCHES  # noqa: E402
 
 TASKS = ("discontinuous-1d", "diabetes-progression")

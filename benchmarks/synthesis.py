@@ -33,9 +33,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("TRELLIS_EXECUTOR", "subprocess")
 os.environ.setdefault("TRELLIS_MCP_CONFIG", "none")
 
-from engine.budget import Budget  # noqa: E402
 from engine.evolve import evolve  # noqa: E402
-from engine.run_spec import RunSpec
+from engine.run_spec import RunSpec  # noqa: E402
 from engine.task import load_task  # noqa: E402
 
 METHODS = (("team", "team", "fixed"), ("synthesis", "synthesized", "repair"),
@@ -85,7 +84,8 @@ def main() -> None:
             started = time.perf_counter()
             try:
                 result = evolve(ROOT / "examples" / name,
-                                RunSpec(search=search, iterations=args.steps, seed=args.seed, max_tokens=args.max_tokens, single_agent=False, start=start),
+                                RunSpec(search=search, iterations=args.steps, seed=args.seed,
+                                        max_tokens=args.max_tokens, single_agent=False, start=start),
                                 runs_dir=work, out=io.StringIO(), embedder=embedder)
                 values[label] = _value(result)
                 cells[label] = _cell(values[label], int((result.usage or {}).get("tokens", 0)))

@@ -35,7 +35,8 @@ def test_a_run_and_a_search_of_the_same_team_end_with_the_same_official_lines(tm
     assert run.returncode == 0, run.stderr[-3000:]
     out = io.StringIO()
     searched = evolve(TASK,
-                      RunSpec(search="fixed", iterations=0, seed=0, single_agent=False, executor="subprocess", warm_start=False),
+                      RunSpec(search="fixed", iterations=0, seed=0, single_agent=False, executor="subprocess",
+                              warm_start=False),
                       runs_dir=tmp_path / "searches", out=out)
     ran, search = _ending(run.stdout), _ending(out.getvalue())
     assert ran == search

@@ -4,7 +4,6 @@ from it. The real end-to-end evolve runs (CLI, tree) are in tests/integration/te
 import io
 import json
 
-from engine.budget import Budget
 from engine.evolve import evolve
 from engine.run_spec import RunSpec
 from engine.trace import read_events

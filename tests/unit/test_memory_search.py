@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.budget import Budget
 from engine.evidence import Author, EvidenceError, Query, SqliteEvidenceStore
 from engine.evidence.rebuild import rebuild_run, run_traces, same_graph
 from engine.evolve import evolve
@@ -33,7 +32,8 @@ def events_of(run_dir: Path) -> list:
 def scimars_memory(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("scimars-memory")
     result = evolve(DIABETES,
-                    RunSpec(search="scimars", iterations=2, seed=2, max_tokens=3_000_000, single_agent=False, memory=True),
+                    RunSpec(search="scimars", iterations=2, seed=2, max_tokens=3_000_000, single_agent=False,
+                            memory=True),
                     run_dir=tmp / "run", out=io.StringIO(), executor=FakeExecutor(tmp / "sandbox"))
     return result, events_of(result.run_dir)
 

@@ -200,7 +200,8 @@ def emitted(tmp_path_factory) -> list[Event]:
         for search, task, iterations in (("mimosa", DISC, 1), ("scimars", DIABETES, 1), ("tree", DISC, 2)):
             mp.setenv("TRELLIS_MCP_CONFIG", str(mcp) if search == "mimosa" else "none")
             evolve(task,
-                   RunSpec(search=search, iterations=iterations, seed=1, max_tokens=2_000_000, memory=search == "scimars"),
+                   RunSpec(search=search, iterations=iterations, seed=1, max_tokens=2_000_000,
+                           memory=search == "scimars"),
                    run_dir=tmp / search, out=quiet, archive_dir=tmp / "archive", sinks=[sink],
                    executor=FakeExecutor(tmp / f"{search}-sandbox"))
         # AgentCo-op: synthesis's stages (the review's events are tests/unit/test_synthesis.py's)

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from engine.budget import Budget
 from engine.evolve import evolve
 from engine.run_spec import RunSpec
 from engine.library.retrieval import Similarity, incompatibility
