@@ -22,8 +22,9 @@ from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, bounded, mode
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
 from .official import saved_predictions
 from .preflight import PreflightError, TaskFacts, preflight
+from .run_spec import RunSpec
 from .runner import RunConfig, roles_of, run_workflow
-from .sandbox.select import EXECUTOR_KINDS, make_executor
+from .sandbox.select import make_executor
 from .synthesis import WORKFLOWS, export, single_agent_workflow
 from .synthesis.imports import load_workflow_file, read_text
 from .synthesis.start import choose_start
@@ -138,11 +139,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_executor_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--executor", choices=EXECUTOR_KINDS, default="auto",
-                        help="the sandbox of generated programs: docker (a container each; build its image "
-                             "with `python -m engine.sandbox.image build`), subprocess, or auto (default: "
-                             "$TRELLIS_EXECUTOR when set, else docker when a daemon answers and the image is "
-                             "built, else subprocess)")
+    RunSpec.add_arguments(parser, names=("executor",))  # the run spec's option, as manage.py evolve has it
 
 
 def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFacts:
@@ -180,7 +177,6 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     cache_dir, replay_only = cassette(args)
     for line in describe_models(models, workflow):
         out.write(line + "\n")
-    # Imported only now: a broken task is answered before pandas and the runner load (~0.7 s)
 
     kind = getattr(args, "executor", None)
     # before any model call: an executor asked for that cannot run here is an error naming the fix

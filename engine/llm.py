@@ -2,8 +2,9 @@
 prices, provider names.
 
 litellm takes seconds to import and fetches a price map from the internet unless told not
-to, so it is imported here, on the first model call, with the local price map. The offline
-scientist never goes through litellm: the gateway answers it directly (engine/offline/chat.py).
+to, so it is imported here, on the first model call, with the local price map. The gateway
+answers the offline scientist without it, and registers it as litellm's provider ``trellis``
+once litellm is loaded (engine/offline/chat.py).
 """
 from __future__ import annotations
 

@@ -305,6 +305,11 @@ def resource_names(resources: str, label: str) -> list[str]:
     return backticked(resource_value(resources, label))
 
 
+def resource_name(resources: str, label: str, default: str = "") -> str:
+    """The first name the Resources line ``label`` gives, else ``default``."""
+    return (resource_names(resources, label) or [default])[0]
+
+
 def predictions_line(file: str, contract: str) -> str:
     return f"- write predictions to `{file}` with contract `{contract}`"
 

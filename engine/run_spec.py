@@ -10,8 +10,7 @@ an argument of ``evolve``.
 from __future__ import annotations
 
 import argparse
-from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
 
 from .budget import Budget
 from .limits import MAX_CALLS, MAX_COST_USD, MAX_ITERATIONS, MAX_SEED, MAX_TOKENS, bounded
@@ -93,16 +92,14 @@ class RunSpec:
         """Whether the probes share one evidence graph: asked, or the search always does."""
         return self.memory or self.search in NEEDS_MEMORY
 
-    def replace(self, **changes: Any) -> "RunSpec":
-        return replace(self, **changes)
-
     @classmethod
-    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        """Every field with a flag of its own, as an option of ``parser`` (the model options are
-        engine.cli's add_model_arguments: ``models`` and ``model`` are read from them)."""
+    def add_arguments(cls, parser: argparse.ArgumentParser, names: tuple[str, ...] | None = None) -> None:
+        """Every field with a flag of its own (or those of ``names``), as an option of ``parser``
+        (the model options are engine.cli's add_model_arguments: ``models`` and ``model`` are read
+        from them)."""
         for f in fields(cls):
             o = f.metadata
-            if not o.get("flag"):
+            if not o.get("flag") or (names is not None and f.name not in names):
                 continue
             if o["switch"]:
                 parser.add_argument(o["switch"], dest=f.name, action="store_const",

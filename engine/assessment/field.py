@@ -24,13 +24,14 @@ from typing import ClassVar
 from .. import python_ast
 from ..checks import Check
 from ..evaluator_sandbox import INPUT_DIR, run_task_code
-from ..prompt_format import named, resource_names
+from ..prompt_format import named, resource_name
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..validation import SplitPlan, read_answer
 from .base import Assessment
 
 SCORER = Path(__file__).with_name("field_scorer.py")
 OBSERVATION_FOLDS = 5
+OBSERVATIONS = "observations"  # the label of its Resources line
 MIN_OBSERVATIONS = 5   # fewer: validated on the equation alone
 LAW_NAMES = ("initial", "boundary", "rhs")
 
@@ -127,7 +128,7 @@ class FieldAssessment(Assessment):
                  "in-loop validation: the residual of the stated equation on the answer, its initial and boundary "
                  "errors" + (", and held-out observations" if self._observations() else "")]
         if self._rel("observations"):
-            lines.append(f"observations: {named(self._rel('observations'))} ({named(space, time, r.target)})")
+            lines.append(f"{OBSERVATIONS}: {named(self._rel('observations'))} ({named(space, time, r.target)})")
         return lines
 
     @classmethod
@@ -137,7 +138,7 @@ class FieldAssessment(Assessment):
             return {}
         law = re.search(r"^- the law: `([^`]+)` states the equation", resources, re.M)
         return {"query_path": answer.group(1), "law_path": law.group(1) if law else "",
-                "observations_path": (resource_names(resources, "observations") or [""])[0]}
+                "observations_path": resource_name(resources, OBSERVATIONS)}
 
     # --- in-loop validation ------------------------------------------------------------------------
     def plan(self):

@@ -30,7 +30,7 @@ from typing import ClassVar
 from .. import python_ast
 from ..checks import Check
 from ..metrics import metric_fn
-from ..prompt_format import backticked, named, resource_names, resource_value
+from ..prompt_format import backticked, named, resource_name, resource_value
 from .base import Assessment
 
 RANGES, LAW_TIME = "parameter ranges", "the law's time column"  # two of its Resources lines
@@ -209,7 +209,7 @@ class ParametersAssessment(Assessment):
     @staticmethod
     def law_time_column(resources: str) -> str:
         """The column holding the time of a law stated in the text, as ``deliverable`` wrote it."""
-        return (resource_names(resources, LAW_TIME) or [""])[0]
+        return resource_name(resources, LAW_TIME)
 
     # --- in-loop validation ------------------------------------------------------------------------
     def fold_output(self) -> str:

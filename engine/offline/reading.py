@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from ..assessment import ANSWER_KINDS
 from ..assessment.parameters import ParametersAssessment
 from ..prompt_format import (FEATURE_COLUMNS, IN_LOOP_VALIDATION, INSTRUCTIONS, KNOWN_CONSTRAINTS, LESSONS, PROCEDURE,
-                             TARGET_COLUMN, inputs, named, read_predictions_line, resource_names, resource_value,
-                             section, task_sections)
+                             TARGET_COLUMN, inputs, named, read_predictions_line, resource_name, resource_names,
+                             resource_value, section, task_sections)
 from ..task_kind import (CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS,  # noqa: F401
                          metric_kind)
 from .prose_law import python_source, read_law
@@ -278,7 +278,7 @@ def read_facts(system: str, user: str) -> TaskFacts:
     report = report_text(user)
     evidence: list[str] = []
 
-    target = (resource_names(resources, TARGET_COLUMN) or [""])[0]
+    target = resource_name(resources, TARGET_COLUMN)
     features = resource_names(resources, FEATURE_COLUMNS)
     n_features = len(features) or _report_feature_count(report)
     target_type = contract_types(resources).get(target, "float") if target else "float"
@@ -350,7 +350,7 @@ def read_facts(system: str, user: str) -> TaskFacts:
 
 def _prose_law(prose: str, resources: str, names: tuple[str, ...], evidence: list[str]) -> tuple[str, str]:
     """The law the task's text states, as program source, or why its equations cannot be used."""
-    target = (resource_names(resources, TARGET_COLUMN) or [""])[0]
+    target = resource_name(resources, TARGET_COLUMN)
     columns = resource_names(resources, FEATURE_COLUMNS)
     time = ParametersAssessment.law_time_column(resources)
     reading = read_law(prose, target=target, names=names, columns=columns, time_column=time)

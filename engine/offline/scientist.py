@@ -17,8 +17,8 @@ from typing import Callable
 
 from ..prompt_format import (FEATURE_COLUMNS, ID_COLUMN, TARGET_COLUMN, TOOL_RESULTS, extract_code, extract_strategy,
                              feedback, input_heading, inputs, json_block, parse_tool_results, read_predictions_line,
-                             reading_view, render_tool_results, resource_names, role_of, section, strategy_line,
-                             task_sections, tool_exchanges)
+                             reading_view, render_tool_results, resource_name, resource_names, role_of, section,
+                             strategy_line, task_sections, tool_exchanges)
 from .analysis import render_analysis_script
 from .blend import BLEND, fallback, runs
 from .reading import TaskFacts, answer_facts, read_facts, report_text, tags_asked
@@ -207,15 +207,12 @@ def data_spec(user: str, facts: TaskFacts | None = None) -> DataSpec:
     resources = task_sections(user)["Resources"] or user
     facts = facts or read_facts("", user)
 
-    def one(label: str, default: str) -> str:
-        return (resource_names(resources, label) or [default])[0]
-
     return DataSpec(
-        train_path=one("train", "data/train.csv"),
-        test_path=one("test_features", "data/test_features.csv"),
-        target=one(TARGET_COLUMN, "y"),
+        train_path=resource_name(resources, "train", "data/train.csv"),
+        test_path=resource_name(resources, "test_features", "data/test_features.csv"),
+        target=resource_name(resources, TARGET_COLUMN, "y"),
         features=tuple(resource_names(resources, FEATURE_COLUMNS)),
-        id_column=one(ID_COLUMN, "id"),
+        id_column=resource_name(resources, ID_COLUMN, "id"),
         predictions_file=read_predictions_line(resources)[0] or "predictions.csv",
         kind=facts.kind, target_type=facts.target_type, extrapolate=facts.extrapolate,
         group_column=facts.group_column, **answer_facts(facts),

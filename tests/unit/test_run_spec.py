@@ -4,7 +4,7 @@ this test holds every such place to the list: a new field fails here until it is
 to be command-line only."""
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 from django.core.management import call_command
@@ -56,7 +56,7 @@ def test_the_flags_parse_into_the_spec_with_their_bounds():
         (False, True, True, "subprocess", "team")
     assert spec.budget().limits()["max_calls"] == 9
     defaults = RunSpec.from_options(vars(_parser().parse_args(["examples/x"])))
-    assert defaults.replace(executor=None) == RunSpec()  # the command line asks for auto, a library call for none
+    assert replace(defaults, executor=None) == RunSpec()  # the command line asks for auto, a library call for none
     with pytest.raises(CommandError, match="must be between 1 and 100,000,000"):
         _parser().parse_args(["examples/x", "--max-tokens", str(2**40)])
 
