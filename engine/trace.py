@@ -23,7 +23,7 @@ import pydantic_core
 
 log = logging.getLogger(__name__)
 
-from .protocol.events import EVENT_KINDS, Payload, parse_payload
+from .protocol.events import EVENT_KINDS, Payload, parse_payload, read_payload
 
 # One payload model per kind (engine/protocol/events.py); kept importable from here.
 __all__ = ["EVENT_KINDS", "Event", "EventSink", "JsonlTraceSink", "ListSink", "Tracer", "attempt_path",
@@ -39,6 +39,16 @@ class Event:
     agent: str | None = None
     iteration: int = 0
     payload: dict = field(default_factory=dict)
+    # the typed payload, once read (or as it was emitted): not part of what an event is
+    _data: Payload | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def data(self) -> Payload:
+        """The payload typed (engine/protocol/events.py): how every reader reads it. Raises
+        PayloadError for a payload its kind's model refuses."""
+        if self._data is None:
+            object.__setattr__(self, "_data", read_payload(self.kind, self.payload))
+        return self._data
 
     def to_json(self) -> str:
         # the fields as asdict() lists them, without its deep copy of the payload (a workflow, a
@@ -126,7 +136,7 @@ class Tracer:
         data = payload.to_payload()
         with self._lock:
             self._seq += 1
-            record = Event(self.run_id, self._seq, time.time(), payload.kind, agent, self.iteration, data)
+            record = Event(self.run_id, self._seq, time.time(), payload.kind, agent, self.iteration, data, payload)
             for sink in self.sinks:
                 sink.emit(record)
         return record

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class Strict(BaseModel):
@@ -490,59 +490,108 @@ class ReuseReceipt(Payload):
     reason: str | None = None
 
 
-class SearchIteration(Payload):
-    """One step of a search. Mimosa and SciMARS send ``search``; the tree search sends ``phase``."""
+class SearchStep(Payload):
+    """One step of a workflow search settled: Mimosa's judged candidate, a repair, a run of the
+    fixed-memory control, a person's edit adopted (by any of them, SciMARS included)."""
 
     kind: ClassVar[str] = "search_iteration"
-    search: str | None = None        # a workflow search (engine/search/registry.py)
-    phase: Literal["vote", "started", "child_abandoned", "finished"] | None = None
-    # mimosa and scimars
-    n: int | None = None
-    mutation: MutationRecord | None = None
-    accepted: bool | None = None
-    decided_by: str | None = None
-    reason: str | None = None        # also tree "finished"
-    workflow_hash: str | None = None
+    search: str                      # a workflow search (engine/search/registry.py)
+    n: int
+    accepted: bool
+    workflow_hash: str
+    budget_left: BudgetLeft
+    decided_by: str = ""
+    reason: str = ""
+    mutation: MutationRecord | None = None   # none for a run of the fixed-memory control
     workflow: dict | None = None     # the adopted workflow; None when rejected
-    budget_left: BudgetLeft | None = None
-    checks: list[CheckResult] | None = None
-    # mimosa
+    checks: list[CheckResult] = Field(default_factory=list)
+    # mimosa: the candidate's judge score and the incumbent's
     J: float | None = None
     incumbent_J: float | None = None
-    # scimars: one editor's probed proposal
-    editor: str | None = None
-    supported: bool | None = None
+    # memory-fixed: the run's validation and the best run's before it
+    validation: float | None = None
+    reference_validation: float | None = None
+
+
+class EditorProbe(Payload):
+    """SciMARS: one editor's proposal, probed on its own branch beside the round's reference."""
+
+    kind: ClassVar[str] = "search_iteration"
+    search: str
+    n: int
+    editor: str
+    mutation: MutationRecord
+    supported: bool
+    workflow_hash: str
+    budget_left: BudgetLeft
+    checks: list[CheckResult] = Field(default_factory=list)
     validation: float | None = None
     reference_validation: float | None = None
     receipt: ReuseReceipt | None = None
-    # tree "vote"
-    slot: int | None = None
-    votes: list[str | None] | None = None
-    tally: dict[str, int] | None = None
-    winner: str | None = None
-    fallback: bool | None = None
-    # tree "started"
-    parents: list[str] | None = None
-    best: str | None = None
-    nodes: int | None = None         # also "finished"
-    # tree "child_abandoned"
-    parent: str | None = None
-    error: str | None = None
-    # tree "finished": engine.search.tree.TreeResult.summary()
-    iterations: int | None = None
-    stopped: str | None = None
+
+
+class TreeVote(Payload):
+    """The tree's selector ensemble chose the node one slot expands."""
+
+    kind: ClassVar[str] = "search_iteration"
+    phase: Literal["vote"]
+    slot: int
+    votes: list[str | None]
+    tally: dict[str, int]
+    winner: str
+    fallback: bool
+
+
+class TreeIterationStarted(Payload):
+    """A tree iteration expands these parents (the first the best)."""
+
+    kind: ClassVar[str] = "search_iteration"
+    phase: Literal["started"]
+    parents: list[str]
+    best: str
+    nodes: int
+
+
+class TreeChildAbandoned(Payload):
+    kind: ClassVar[str] = "search_iteration"
+    phase: Literal["child_abandoned"]
+    parent: str
+    error: str
+
+
+class TreeFinished(Payload):
+    """engine.search.tree.TreeResult.summary()."""
+
+    kind: ClassVar[str] = "search_iteration"
+    phase: Literal["finished"]
+    iterations: int
+    stopped: str
+    reason: str
+    nodes: int
+    metric: str
+    higher_is_better: bool
     champion: str | None = None
     champion_score: float | None = None
     champion_strategy: str | None = None
-    metric: str | None = None
-    higher_is_better: bool | None = None
     tree_path: str | None = None
 
-    @model_validator(mode="after")
-    def _one_discriminator(self) -> "SearchIteration":
-        if (self.search is None) == (self.phase is None):
-            raise ValueError("a search_iteration names either its search (mimosa, scimars) or its tree phase")
-        return self
+
+def _step_shape(data: Any) -> str:
+    """Which of search_iteration's shapes a stored payload is: a tree phase names itself, an
+    editor's probe names its editor, any other is a settled step."""
+    if isinstance(data, BaseModel):
+        data = data.__dict__
+    if data.get("phase") is not None:
+        return str(data["phase"])
+    return "editor" if data.get("editor") is not None else "step"
+
+
+SEARCH_ITERATION_SHAPES: dict[str, type[Payload]] = {
+    "step": SearchStep, "editor": EditorProbe, "vote": TreeVote, "started": TreeIterationStarted,
+    "child_abandoned": TreeChildAbandoned, "finished": TreeFinished}
+# One step of any search: the union of its shapes, told apart by _step_shape.
+SearchIteration = SearchStep | EditorProbe | TreeVote | TreeIterationStarted | TreeChildAbandoned | TreeFinished
+TREE_PHASES = (TreeVote, TreeIterationStarted, TreeChildAbandoned, TreeFinished)
 
 
 class Composition(Payload):
@@ -857,7 +906,7 @@ class TrainingFinished(Payload):
 
 
 # Emission order: a run's events, the ways it stops, then the searches'.
-PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
+_MODELS: tuple[type[Payload], ...] = (
     RunStarted, AgentStarted, ModelCall, ModelCallFailed, AnswerReasked, ToolCall, CodeExecution, Handoff, Check, Route, AgentFinished,
     BudgetExhausted, Evaluation, RunFinished,
     # MCP tools: discovered at the start, called by agents
@@ -867,15 +916,21 @@ PAYLOADS: dict[str, type[Payload]] = {model.kind: model for model in (
     # the model could not be called at all (unknown model, missing key, provider down)
     RunFailed, SearchFailed,
     # search-level events (one search runs many probes, each a run with its own trace)
-    SearchStarted, SynthesisStage, ValidationPlanned, MutationProposed, Judgement, SearchIteration, OfficialEvaluation, Hindsight, Archive,
+    SearchStarted, SynthesisStage, ValidationPlanned, MutationProposed, Judgement, SearchStep, EditorProbe, OfficialEvaluation, Hindsight, Archive,
     SearchFinished,
     # evolutionary tree search
-    SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired,
+    SelectorVote, KnowledgeRetrieval, DebateTurn, TreeNode, NodeRetired, *TREE_PHASES,
     # SciMARS harness self-improvement
     ReuseReceipt, Composition, Reflection,
     # training jobs
     TrainingStarted, TrainingProgress, TrainingCheckpoint, TrainingFinished,
-)}
+)
+# Each event kind and the models of its payload: one, or one per shape (search_iteration).
+PAYLOADS: dict[str, tuple[type[Payload], ...]] = {}
+for _model in _MODELS:
+    PAYLOADS.setdefault(_model.kind, ())
+    PAYLOADS[_model.kind] += (_model,)
+del _model
 
 EVENT_KINDS: tuple[str, ...] = tuple(PAYLOADS)
 
@@ -884,11 +939,19 @@ class PayloadError(ValueError):
     """An event payload that its kind's model refuses (or a kind there is no model for)."""
 
 
+def model_of(kind: str, data: Any) -> type[Payload]:
+    """The model of one payload of ``kind``: the kind's model, or the shape ``data`` has."""
+    models = PAYLOADS.get(kind)
+    if models is None:
+        raise PayloadError(f"unknown event kind {kind!r}")
+    if len(models) == 1:
+        return models[0]
+    return SEARCH_ITERATION_SHAPES[_step_shape(data if isinstance(data, dict) else {})]
+
+
 def parse_payload(kind: str, data: dict) -> Payload:
     """The typed payload of one event. Raises PayloadError naming the kind and each bad field."""
-    model = PAYLOADS.get(kind)
-    if model is None:
-        raise PayloadError(f"unknown event kind {kind!r}")
+    model = model_of(kind, data)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -896,8 +959,18 @@ def parse_payload(kind: str, data: dict) -> Payload:
         raise PayloadError(f"invalid {kind!r} event payload: {problems}") from exc
 
 
+def read_payload(kind: str, data: dict) -> Payload:
+    """A stored payload read back typed: what every reader of a trace or an Event row goes
+    through. Top-level keys the model does not have (an older Trellis wrote them) are left out
+    rather than refused; a missing or mistyped field raises PayloadError as ``parse_payload``."""
+    model = model_of(kind, data)
+    if isinstance(data, dict) and not data.keys() <= model.model_fields.keys():
+        data = {k: v for k, v in data.items() if k in model.model_fields}
+    return parse_payload(kind, data)
+
+
 __all__ = [
-    "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "parse_payload",
+    "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "model_of", "parse_payload", "read_payload",
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
     "Committed", "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",
@@ -907,7 +980,8 @@ __all__ = [
     "AgentFinished", "BudgetExhausted", "Evaluation", "RunFinished", "MemoryRetrieval", "EvidenceRecorded",
     "ToolServerStatus", "DiscoveredTool", "ToolsDiscovered", "McpToolCall", "McpToolResult",
     "EvidenceBranch", "RunFailed", "SearchFailed",
-    "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "OfficialEvaluation", "Hindsight", "Archive",
+    "SearchStarted", "ValidationPlanned", "MutationProposed", "Judgement", "SearchIteration", "SearchStep", "EditorProbe",
+    "TreeVote", "TreeIterationStarted", "TreeChildAbandoned", "TreeFinished", "TREE_PHASES", "SEARCH_ITERATION_SHAPES", "OfficialEvaluation", "Hindsight", "Archive",
     "SearchFinished", "SelectorVote", "KnowledgeRetrieval", "DebateTurn", "TreeNode", "NodeRetired",
     "ReuseReceipt", "Composition", "Reflection",
 ]

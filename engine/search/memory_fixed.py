@@ -9,7 +9,7 @@ It answers "how much of SciMARS + Memory is the memory alone?".
 from __future__ import annotations
 
 from ..protocol.checkpoints import MemoryFixedState
-from ..protocol.events import SearchIteration
+from ..protocol.events import SearchStep
 from ..protocol.gate import Decision, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, chart
 from ..workflow import Workflow
@@ -82,7 +82,7 @@ class MemoryFixedSearch(Search):
         better = best is not None and is_supported(probe, best, self.hib)
         if better:
             self.best = probe
-        self.ctx.tracer.emit(SearchIteration(search=self.name, n=n, accepted=better, validation=probe.validation,
+        self.ctx.tracer.emit(SearchStep(search=self.name, n=n, accepted=better, validation=probe.validation,
                                              reference_validation=best.validation if best else None,
                                              checks=probe.checks, workflow_hash=probe.workflow.hash,
                                              budget_left=self.ctx.budget.remaining(),

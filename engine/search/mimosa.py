@@ -14,7 +14,7 @@ from ..errors import ModelCallError
 from ..mutations import Mutation, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import MimosaState
-from ..protocol.events import Judgement, MutationProposed, SearchIteration
+from ..protocol.events import Judgement, MutationProposed, SearchStep
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
 from ..selection import Gain, paired_gain
@@ -178,7 +178,7 @@ class MimosaSearch(Search):
         j_new = self._j(probe)
         self.history.append(f"a person edited the workflow ({workflow.note}) -> J {fmt(j_new)} vs {fmt(j_old)}: adopted")
         left = self.ctx.budget.remaining()
-        tracer.emit(SearchIteration(search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
+        tracer.emit(SearchStep(search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old,
                                     accepted=True, decided_by=edit.author, reason="edited by a person",
                                     checks=probe.checks, budget_left=left, workflow_hash=workflow.hash,
                                     workflow=workflow.to_dict()))
@@ -240,7 +240,7 @@ class MimosaSearch(Search):
         self.history.append(f"{json.dumps(proposal, sort_keys=True)} -> J {fmt(j_new)} vs {fmt(j_old)}: "
                             f"{'accepted' if accepted else 'rejected'}")
         left = self.ctx.budget.remaining()
-        self.ctx.tracer.emit(SearchIteration(
+        self.ctx.tracer.emit(SearchStep(
             search="mimosa", n=n, mutation=mutation, J=j_new, incumbent_J=j_old, accepted=accepted,
             decided_by=decision.decided_by if decision else "", reason=decision.reason if decision else "",
             checks=probe.checks, budget_left=left, workflow_hash=candidate.child.hash,

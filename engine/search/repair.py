@@ -24,7 +24,7 @@ from ..library.store import load_library
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import RepairState
-from ..protocol.events import MutationProposed, SearchIteration, SynthesisStage
+from ..protocol.events import MutationProposed, SearchStep, SynthesisStage
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Panel, TraceEvent, cards, change_line, decided
 from ..selection import paired_gain
@@ -259,7 +259,7 @@ class RepairSearch(Search):
     def adopt_edit(self, n: int, edit) -> bool:
         probe = self.ctx.runner.run(edit.workflow, f"round{n}-edit", n)
         self.history.append(f"a person edited the workflow ({edit.workflow.note}): adopted")
-        self.ctx.tracer.emit(SearchIteration(search=self.name, n=n, mutation={"kind": "human_edit", "target": "",
+        self.ctx.tracer.emit(SearchStep(search=self.name, n=n, mutation={"kind": "human_edit", "target": "",
                                                                             "params": {}, "author": edit.author,
                                                                             "rationale": edit.workflow.note},
                                              accepted=True, decided_by=edit.author, reason="edited by a person",
@@ -349,7 +349,7 @@ class RepairSearch(Search):
         m = candidate.mutation
         self.history.append(f"round {n}: {m.kind} on {m.target} for '{shorten(candidate.failure.detail, 120)}' -> "
                             f"{'kept' if accepted else 'rejected'}")
-        self.ctx.tracer.emit(SearchIteration(
+        self.ctx.tracer.emit(SearchStep(
             search=self.name, n=n, mutation=m.to_dict(), accepted=accepted,
             decided_by=decision.decided_by if decision else "", reason=decision.reason if decision else "",
             checks=candidate.probe.checks, budget_left=self.ctx.budget.remaining(),

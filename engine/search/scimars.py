@@ -25,7 +25,7 @@ from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import ScimarsState
-from ..protocol.events import Composition, MutationProposed, Reflection, ReuseReceipt, SearchIteration
+from ..protocol.events import Composition, MutationProposed, EditorProbe, Reflection, ReuseReceipt, SearchStep
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
@@ -431,7 +431,7 @@ class ScimarsSearch(Search):
         tracer, mutation = self.ctx.tracer, edit_change(edit)
         tracer.emit(MutationProposed(valid=True, mutation=mutation, diff=diff(self.current, edit.workflow),
                                      parent_hash=self.current.hash, child_hash=edit.workflow.hash), edit.author)
-        tracer.emit(SearchIteration(search="scimars", n=n, mutation=mutation, accepted=True,
+        tracer.emit(SearchStep(search="scimars", n=n, mutation=mutation, accepted=True,
                                     decided_by=edit.author, reason="edited by a person",
                                     workflow_hash=edit.workflow.hash, workflow=edit.workflow.to_dict(),
                                     budget_left=self.ctx.budget.remaining()))
@@ -472,7 +472,7 @@ class ScimarsSearch(Search):
                 record.stopped = "budget exhausted during a probe"
                 return
             p.supported = is_supported(probe, reference, self.hib)
-            tracer.emit(SearchIteration(search="scimars", n=n, editor=p.editor, mutation=p.mutation,
+            tracer.emit(EditorProbe(search="scimars", n=n, editor=p.editor, mutation=p.mutation,
                                         supported=p.supported, checks=probe.checks, validation=probe.validation,
                                         reference_validation=reference.validation,
                                         workflow_hash=probe.workflow.hash, receipt=p.receipt,

@@ -48,8 +48,8 @@ from ..prompts import answer_format as with_program_output
 from ..protocol.checkpoints import TreeState
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
 from ..protocol.events import Check as CheckEvent
-from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SearchIteration,
-                               SelectorVote, ToolCall, TreeNode)
+from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SelectorVote, ToolCall,
+                               TreeChildAbandoned, TreeFinished, TreeIterationStarted, TreeNode, TreeVote)
 from ..protocol.gate import Change
 from ..protocol.gate import Check as GateCheck
 from ..protocol.gate import Decision, Evidence, Proposal
@@ -382,7 +382,7 @@ def _ensemble_vote(ctx: SearchContext, tree: Tree, candidates: list[Node], chose
     fallback = winner is None
     if fallback:  # no valid vote: the ensemble abstained, take the best remaining node
         winner = candidates[0].id
-    ctx.tracer.emit(SearchIteration(phase="vote", slot=slot, votes=votes, tally=dict(Counter(v for v in votes if v)),
+    ctx.tracer.emit(TreeVote(phase="vote", slot=slot, votes=votes, tally=dict(Counter(v for v in votes if v)),
                                     winner=winner, fallback=fallback))
     return winner
 
@@ -798,7 +798,7 @@ class TreeSearch(base.Search):
         if not parents and (root := self._unscored_root()) is not None:
             parents = [root]  # nothing scored yet: a new attempt from the failed root
         if parents:
-            self.ctx.tracer.emit(SearchIteration(phase="started", parents=[p.id for p in parents],
+            self.ctx.tracer.emit(TreeIterationStarted(phase="started", parents=[p.id for p in parents],
                                                  best=parents[0].id, nodes=len(self.tree.nodes)))
         return [p.id for p in parents]
 
@@ -832,7 +832,7 @@ class TreeSearch(base.Search):
 
     def _abandon(self, child: Child, exc: Exception) -> None:
         child.abandoned = str(exc)
-        self.ctx.tracer.emit(SearchIteration(phase="child_abandoned", parent=child.parent.id, error=str(exc)))
+        self.ctx.tracer.emit(TreeChildAbandoned(phase="child_abandoned", parent=child.parent.id, error=str(exc)))
 
     def proposal(self, n: int, child: Child) -> Proposal | None:
         node = child.node
@@ -894,7 +894,7 @@ class TreeSearch(base.Search):
             (self.tools.run_dir / "champion.py").write_text(champion.code)
         reason = "; ".join(notes)
         result = TreeResult(tree, champion, champion.code if champion else None, self.done, self.stopped, reason, path)
-        ctx.tracer.emit(SearchIteration(phase="finished", **result.summary()))
+        ctx.tracer.emit(TreeFinished(phase="finished", **result.summary()))
         for row in tree.table():
             ctx.say("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
         for note in notes:

@@ -58,21 +58,22 @@ def _value(annotation: Any) -> Any:
 
 def _filled(model: type[BaseModel]) -> dict:
     """Every field set, optional ones included, so each one's type makes the JSON round trip."""
-    data = {name: _value(field.annotation) for name, field in model.model_fields.items()}
-    if model.__name__ == "SearchIteration":  # names its search or its tree phase, not both
-        data["phase"] = None
-    return data
+    return {name: _value(field.annotation) for name, field in model.model_fields.items()}
 
 
-@pytest.mark.parametrize("kind", EVENT_KINDS)
-def test_every_model_refuses_an_unknown_field_naming_kind_and_field(kind):
-    with pytest.raises(PayloadError, match=rf"'{kind}'.*surprise"):
-        parse_payload(kind, {**_filled(PAYLOADS[kind]), "surprise": 1})
+# every payload model: one per kind, or one per shape of a kind (search_iteration)
+MODELS = [model for models in PAYLOADS.values() for model in models]
 
 
-@pytest.mark.parametrize("kind", EVENT_KINDS)
-def test_every_model_round_trips_through_json(kind):
-    model = PAYLOADS[kind]
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_model_refuses_an_unknown_field_naming_kind_and_field(model):
+    with pytest.raises(PayloadError, match=rf"'{model.kind}'.*surprise"):
+        parse_payload(model.kind, {**_filled(model), "surprise": 1})
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_model_round_trips_through_json(model):
+    kind = model.kind
     payload = parse_payload(kind, _filled(model))
     assert type(payload) is model and payload.kind == kind
     stored = json.loads(json.dumps(payload.to_payload()))  # what a trace file holds
@@ -84,7 +85,7 @@ def test_every_model_round_trips_through_json(kind):
 def test_registry_is_the_event_kinds_in_emission_order():
     assert EVENT_KINDS == tuple(PAYLOADS) and len(set(EVENT_KINDS)) == len(EVENT_KINDS)
     assert EVENT_KINDS[0] == "run_started" and EVENT_KINDS.index("run_finished") < EVENT_KINDS.index("search_started")
-    assert all(model.kind == kind for kind, model in PAYLOADS.items())
+    assert all(model.kind == kind for kind, models in PAYLOADS.items() for model in models)
     import engine.trace
     assert engine.trace.EVENT_KINDS is EVENT_KINDS
 
@@ -94,8 +95,24 @@ def test_an_unknown_kind_or_a_missing_field_is_refused():
         parse_payload("no_such_kind", {})
     with pytest.raises(PayloadError, match="'check'.*name.*required"):
         parse_payload("check", {"passed": True})
-    with pytest.raises(PayloadError, match="'search_iteration'.*either its search"):
-        parse_payload("search_iteration", {"search": "mimosa", "phase": "vote"})
+    # one kind, several shapes: each read as its own, with its own required fields
+    with pytest.raises(PayloadError, match="'search_iteration'.*winner.*required"):
+        parse_payload("search_iteration", {"phase": "vote", "slot": 0, "votes": [], "tally": {}, "fallback": True})
+    with pytest.raises(PayloadError, match="'search_iteration'.*accepted.*required"):
+        parse_payload("search_iteration", {"search": "mimosa", "n": 1, "workflow_hash": "h", "budget_left": {}})
+
+
+def test_a_stored_payload_is_read_back_typed_with_what_an_older_trellis_wrote_left_out():
+    from engine.protocol import EditorProbe, SearchStep, TreeVote, read_payload
+    step = read_payload("search_iteration", {"search": "mimosa", "n": 2, "accepted": True, "workflow_hash": "h",
+                                             "budget_left": {"tokens": 5}, "J": 0.5, "retired_field": 1})
+    assert isinstance(step, SearchStep) and step.J == 0.5 and step.budget_left.tokens == 5
+    assert isinstance(read_payload("search_iteration", _filled(TreeVote)), TreeVote)
+    assert isinstance(read_payload("search_iteration", _filled(EditorProbe)), EditorProbe)
+    with pytest.raises(PayloadError, match="workflow_hash"):
+        read_payload("search_iteration", {"search": "mimosa", "n": 2, "accepted": True, "budget_left": {}})
+    event = Event("r", 1, 0.0, "check", "verifier", 0, {"name": "finite", "passed": False, "detail": "NaN"})
+    assert event.data == Check(name="finite", passed=False, detail="NaN")
 
 
 def test_emit_validates_the_legacy_form_and_stores_what_the_typed_form_stores():

@@ -4,15 +4,18 @@ after every search iteration), so a killed worker loses at most the step in flig
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cached_property
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 from engine.models import ModelSettings, redact_url
+from engine.protocol.events import Payload, read_payload
 from engine.protocol.gate import Proposal
 from engine.run_spec import RunSpec
 from engine.search import registry
+from engine.trace import Event as EngineEvent
 
 # engine/sandbox/select.py's kinds, spelled out for the form and the run page
 EXECUTOR_CHOICES = [("auto", "auto (Docker when it answers and its image is built)"),
@@ -272,6 +275,18 @@ class Event(models.Model):
     agent = models.CharField(max_length=120, blank=True, db_index=True)
     iteration = models.IntegerField(default=0, db_index=True)
     payload = models.JSONField(default=dict)
+
+    @cached_property
+    def data(self) -> Payload:
+        """The payload typed (engine/protocol/events.py), as every reader reads it. Raises
+        PayloadError for a stored payload its kind's model refuses."""
+        return read_payload(self.kind, self.payload)
+
+    def as_event(self) -> EngineEvent:
+        """The row as the engine's event (its run id is the source, its number the studio's),
+        for the engine's readers: the state fold (engine/replay.py), the console's lines."""
+        return EngineEvent(run_id=self.source, seq=self.seq, ts=self.ts, kind=self.kind, agent=self.agent or None,
+                           iteration=self.iteration, payload=self.payload, _data=self.__dict__.get("data"))
 
     class Meta:
         unique_together = [("run", "seq")]
