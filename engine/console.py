@@ -5,6 +5,9 @@ import json
 import sys
 from typing import TextIO
 
+from .protocol.events import (AgentFinished, AgentStarted, AnswerReasked, BudgetExhausted, Check, CodeExecution,
+                              Evaluation, EvidenceRecorded, Handoff, McpToolCall, McpToolResult, MemoryRetrieval,
+                              ModelCall, ModelCallFailed, Route, RunFinished, RunStarted, ToolsDiscovered)
 from .trace import Event
 
 
@@ -12,6 +15,11 @@ from .trace import Event
 MESSAGE_LIMIT = 240
 # How many of its last stderr lines a failed execution shows: where a traceback says why.
 STDERR_LINES = 5
+# The kinds an event line describes (any other kind prints nothing, or its kind with --verbose).
+_DESCRIBED = frozenset(m.kind for m in (
+    RunStarted, AgentStarted, ModelCall, ModelCallFailed, AnswerReasked, CodeExecution, Handoff, Check, Route,
+    AgentFinished, BudgetExhausted, Evaluation, RunFinished, ToolsDiscovered, McpToolCall, McpToolResult,
+    MemoryRetrieval, EvidenceRecorded))
 _INDENT = " " * 24  # under the text of an event line: "[   12.3s] agent        "
 
 
@@ -58,74 +66,76 @@ class ConsoleSink:
 def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
     """One event as console text (a failed execution adds its stderr's last lines below);
     free text is cut to ``limit`` characters at a word boundary (None: never cut)."""
-    p = e.payload
+    if e.kind not in _DESCRIBED or (e.kind == "evidence_recorded" and limit is not None):
+        return None  # every evidence record only with --verbose
+    p = e.data
 
     def cut(text: object) -> str:
         return shorten(str(text), limit)
 
-    if e.kind == "run_started":
-        return (f"run {e.run_id} on {p['task']} | workflow {p['workflow_hash'][:12]} "
-                f"({len(p['order'])} agents) | executor {p['executor']}")
-    if e.kind == "agent_started":
-        retry = f" (again, after {p['retry_of']})" if p.get("retry_of") else ""
-        return f"started {'+'.join(p['roles'])}{retry}"
-    if e.kind == "model_call":
-        cached = " cached" if p.get("cached") else ""
-        return (f"model {p['model']} [{p['provider'].split(' ')[0]}] {p['prompt_tokens']}+{p['completion_tokens']} tok "
-                f"${p['cost_usd']:.4f} {p['duration_s']:.2f}s{cached}"
-                + (f" CUT OFF at {p.get('max_tokens')} tokens" if p.get("finish_reason") == "length" else "")
-                + (f" (prompt cut by {p['prompt_cut_chars']:,} characters to fit the model's context)"
-                   if p.get("prompt_cut_chars") else ""))
-    if e.kind == "model_call_failed":
-        then = f"; retry in {p['retry_in_s']:g}s" if p.get("retry_in_s") is not None else ""
-        return f"model call failed ({p['error_kind']}, attempt {p['attempt']}): {cut(p['error'])}{then}"
-    if e.kind == "answer_reasked":
-        if p.get("used") is None:
-            return f"answer unusable ({p['contract']}): {cut(p['problem'])}; re-asked once"
-        return f"re-asked answer {'used' if p['used'] else 'still unusable: ' + cut(p['problem'])}"
-    if e.kind == "code_execution":
-        files = ", ".join(p["files"]) or "no files"
-        line = f"ran code ({p['purpose']}): {p['status']} exit {p['exit_code']} in {p['duration_s']:.1f}s -> {files}"
-        if p["status"] != "ok":
+    if isinstance(p, RunStarted):
+        return (f"run {e.run_id} on {p.task} | workflow {p.workflow_hash[:12]} "
+                f"({len(p.order)} agents) | executor {p.executor}")
+    if isinstance(p, AgentStarted):
+        retry = f" (again, after {p.retry_of})" if p.retry_of else ""
+        return f"started {'+'.join(p.roles)}{retry}"
+    if isinstance(p, ModelCall):
+        cached = " cached" if p.cached else ""
+        return (f"model {p.model} [{p.provider.split(' ')[0]}] {p.prompt_tokens}+{p.completion_tokens} tok "
+                f"${p.cost_usd:.4f} {p.duration_s:.2f}s{cached}"
+                + (f" CUT OFF at {p.max_tokens} tokens" if p.finish_reason == "length" else "")
+                + (f" (prompt cut by {p.prompt_cut_chars:,} characters to fit the model's context)"
+                   if p.prompt_cut_chars else ""))
+    if isinstance(p, ModelCallFailed):
+        then = f"; retry in {p.retry_in_s:g}s" if p.retry_in_s is not None else ""
+        return f"model call failed ({p.error_kind}, attempt {p.attempt}): {cut(p.error)}{then}"
+    if isinstance(p, AnswerReasked):
+        if p.used is None:
+            return f"answer unusable ({p.contract}): {cut(p.problem)}; re-asked once"
+        return f"re-asked answer {'used' if p.used else 'still unusable: ' + cut(p.problem)}"
+    if isinstance(p, CodeExecution):
+        files = ", ".join(p.files) or "no files"
+        line = f"ran code ({p.purpose}): {p.status} exit {p.exit_code} in {p.duration_s:.1f}s -> {files}"
+        if p.status != "ok":
             # the cause (a KeyError, a missing file) belongs on the console, not only in the trace
-            tail = stderr_tail(p.get("stderr_tail") or p.get("stderr") or "")
+            tail = stderr_tail(p.stderr_tail or p.stderr or "")
             line += "".join(f"\n  | {ln}" for ln in tail) or "\n  | (nothing on stderr)"
         return line
-    if e.kind == "handoff":
-        return None if p["ok"] else \
-            f"CONTRACT VIOLATION {p['source']} -> {p['target']} {p['artifact']}: {cut(p['errors'][0])}"
-    if e.kind == "check":
-        return f"check {p['name']}: {'pass' if p['passed'] else 'FAIL'} ({cut(p['detail'])})"
-    if e.kind == "route":
-        if p["taken"]:
-            return f"{p['on']} -> {p['target']} (loop {p['loop']}/{p['max_loops']})"
-        return f"{p['on']} not routed: {cut(p['reason'])}"
-    if e.kind == "agent_finished":
-        msg = f" - {cut(p['message'])}" if p.get("message") else ""
-        return f"finished {p['status']}{msg}"
-    if e.kind == "budget_exhausted":
-        return f"BUDGET EXHAUSTED: {cut(p['reason'])}"
-    if e.kind == "evaluation":
-        if p.get("ok"):
-            return f"evaluate.py: {p['metric']} = {p['value']:.6g}"
-        return f"evaluation failed: {cut(p.get('error'))}"
-    if e.kind == "run_finished":
-        return f"run {p['status']}{': ' + cut(p['reason']) if p.get('reason') else ''}"
-    if e.kind == "tools_discovered":
-        return "\n".join(f"tools {t['name']}: {len(t['tools'])} ({', '.join(t['tools'])}) in {t['duration_s']:.1f}s"
-                         if t["ok"] else f"tools {t['name']}: NOT AVAILABLE, {cut(t.get('error'))}"
-                         for t in p["servers"]) or "tools: no MCP server configured"
-    if e.kind == "mcp_tool_call":
-        return f"calls {p['tool']} {cut(json.dumps(p['arguments'], sort_keys=True))}"
-    if e.kind == "mcp_tool_result":
-        return (f"tool {p['tool']}: ok in {p['duration_s']:.2f}s" if p["ok"] else
-                f"tool {p['tool']}: ERROR {cut(p.get('error'))}")
-    if e.kind == "memory_retrieval":  # only what a role was actually given
-        given = [*p["records"], *p.get("pushed", [])]
+    if isinstance(p, Handoff):
+        return None if p.ok else \
+            f"CONTRACT VIOLATION {p.source} -> {p.target} {p.artifact}: {cut(p.errors[0])}"
+    if isinstance(p, Check):
+        return f"check {p.name}: {'pass' if p.passed else 'FAIL'} ({cut(p.detail)})"
+    if isinstance(p, Route):
+        if p.taken:
+            return f"{p.on} -> {p.target} (loop {p.loop}/{p.max_loops})"
+        return f"{p.on} not routed: {cut(p.reason)}"
+    if isinstance(p, AgentFinished):
+        msg = f" - {cut(p.message)}" if p.message else ""
+        return f"finished {p.status}{msg}"
+    if isinstance(p, BudgetExhausted):
+        return f"BUDGET EXHAUSTED: {cut(p.reason)}"
+    if isinstance(p, Evaluation):
+        if p.ok:
+            return f"evaluate.py: {p.metric} = {p.value:.6g}"
+        return f"evaluation failed: {cut(p.error)}"
+    if isinstance(p, RunFinished):
+        return f"run {p.status}{': ' + cut(p.reason) if p.reason else ''}"
+    if isinstance(p, ToolsDiscovered):
+        return "\n".join(f"tools {t.name}: {len(t.tools)} ({', '.join(t.tools)}) in {t.duration_s:.1f}s"
+                         if t.ok else f"tools {t.name}: NOT AVAILABLE, {cut(t.error)}"
+                         for t in p.servers) or "tools: no MCP server configured"
+    if isinstance(p, McpToolCall):
+        return f"calls {p.tool} {cut(json.dumps(p.arguments, sort_keys=True))}"
+    if isinstance(p, McpToolResult):
+        return (f"tool {p.tool}: ok in {p.duration_s:.2f}s" if p.ok else
+                f"tool {p.tool}: ERROR {cut(p.error)}")
+    if isinstance(p, MemoryRetrieval):  # only what a role was actually given
+        given = [*p.records, *p.pushed]
         return f"memory: given record(s) {', '.join('#' + str(i) for i in given)}" if given else None
-    if e.kind == "evidence_recorded" and limit is None:  # every record only with --verbose
-        r = p["record"]
-        return f"recorded #{r['id']} {r['kind']}: {cut(' '.join(r['text'].split()))}"
+    if isinstance(p, EvidenceRecorded):
+        r = p.record
+        return f"recorded #{r.id} {r.kind}: {cut(' '.join(r.text.split()))}"
     return None
 
 

@@ -49,26 +49,27 @@ def public_checks(events: list[Event]) -> list[dict]:
     latest: dict[str, dict] = {}
     for e in events:
         if e.kind == "check":
-            latest[e.payload["name"]] = {"agent": e.agent, **e.payload}
+            check = e.data
+            latest[check.name] = {"agent": e.agent, **check.to_payload()}
     return list(latest.values())
 
 
 def execution_summary(events: list[Event]) -> dict:
-    calls = [e for e in events if e.kind == "model_call"]
-    finished = {e.agent: e.payload for e in events if e.kind == "agent_finished"}
-    evaluation = next((e.payload for e in reversed(events) if e.kind == "evaluation"), {})
-    execs = [e.payload for e in events if e.kind == "code_execution"]
+    calls = [e.data for e in events if e.kind == "model_call"]
+    finished = {e.agent: e.data for e in events if e.kind == "agent_finished"}
+    evaluation = next((e.data for e in reversed(events) if e.kind == "evaluation"), None)
+    execs = [e.data for e in events if e.kind == "code_execution"]
     return {
-        "agents": {a: p["status"] for a, p in finished.items()},
+        "agents": {a: p.status for a, p in finished.items()},
         "model_calls": len(calls),
-        "tokens": sum(c.payload["prompt_tokens"] + c.payload["completion_tokens"] for c in calls),
-        "retries": sum(1 for e in events if e.kind == "route" and e.payload.get("taken")),
-        "executions": [{k: x.get(k) for k in ("purpose", "status", "exit_code", "duration_s")} for x in execs],
-        "last_stdout": execs[-1]["stdout_tail"][-1200:] if execs else "",
-        "final_report": next((p["outputs"].get("final_report", "") for a, p in reversed(list(finished.items()))
-                              if "final_report" in p.get("outputs", {})), ""),
-        "validation": {k: evaluation.get(k) for k in ("ok", "metric", "value", "higher_is_better", "split", "error",
-                                                       "baselines")},
+        "tokens": sum(c.prompt_tokens + c.completion_tokens for c in calls),
+        "retries": sum(1 for e in events if e.kind == "route" and e.data.taken),
+        "executions": [{k: getattr(x, k) for k in ("purpose", "status", "exit_code", "duration_s")} for x in execs],
+        "last_stdout": execs[-1].stdout_tail[-1200:] if execs else "",
+        "final_report": next((p.outputs.get("final_report", "") for a, p in reversed(list(finished.items()))
+                              if "final_report" in p.outputs), ""),
+        "validation": {k: getattr(evaluation, k) if evaluation is not None else None
+                       for k in ("ok", "metric", "value", "higher_is_better", "split", "error", "baselines")},
     }
 
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from ..protocol.events import CodeExecution, PayloadError, ToolCall, TrainingStarted
 from ..sandbox import ExecutionRequest, UnsafeOutput, open_output
 from ..task import Task
-from ..trace import trace_attempts
+from ..trace import Event, trace_attempts
 from ..training.folder import JobState, job_key
 from ..training.jobs import is_training_program
 from ..validation import input_columns, plan_from_dict
@@ -204,16 +205,22 @@ def _job_from_trace(run_dir: Path, node_id: str) -> str | None:
         inside = False
         for line in text.splitlines():
             try:
-                event = json.loads(line)
-            except ValueError:
+                event = Event.from_dict(json.loads(line))
+            except (ValueError, KeyError, TypeError):  # not one event (a torn line)
                 continue
-            payload = event.get("payload") or {}
-            if event.get("kind") == "tool_call":
-                inside = payload.get("purpose") == "final commitment" and payload.get("node") == node_id
-            elif event.get("kind") == "code_execution" and payload.get("purpose") == "final commitment":
+            if event.kind not in ("tool_call", "code_execution", "training_started"):
+                continue
+            try:
+                p = event.data
+            except PayloadError:  # a call that does not read as one is no call of the champion
+                inside = inside and event.kind != "tool_call"
+                continue
+            if isinstance(p, ToolCall):
+                inside = p.purpose == "final commitment" and p.node == node_id
+            elif isinstance(p, CodeExecution) and p.purpose == "final commitment":
                 inside = False
-            elif inside and event.get("kind") == "training_started" and isinstance(payload.get("job"), str):
-                key = payload["job"]  # the last one: a resumed search may have run it again
+            elif inside and isinstance(p, TrainingStarted):
+                key = p.job  # the last one: a resumed search may have run it again
     return key
 
 

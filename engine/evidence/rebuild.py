@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Iterable
 
+from ..protocol.events import EvidenceBranch, EvidenceRecorded
 from ..trace import Event, read_events, trace_attempts
 from .graph import Author, EvidenceError, Provenance
 from .sqlite_store import SqliteEvidenceStore
@@ -33,30 +34,31 @@ def run_traces(run_dir: Path) -> list[Path]:
 def rebuild(events: Iterable[Event], path: Path) -> SqliteEvidenceStore:
     """A new graph at ``path`` holding what ``events`` recorded. Raises EvidenceError when the
     events do not number the records 1, 2, 3 ... (a trace is missing)."""
-    recorded, branches = [], []
+    recorded: list[EvidenceRecorded] = []
+    branches: list[EvidenceBranch] = []
     for e in events:
         if e.kind == "evidence_recorded":
-            recorded.append(e.payload)
+            recorded.append(e.data)
         elif e.kind == "evidence_branch":
-            branches.append(e.payload)
+            branches.append(e.data)
     store = SqliteEvidenceStore(path)
     if store.count():
         raise EvidenceError(f"{path} already holds records: rebuild into a new file")
-    for item in sorted(recorded, key=lambda p: p["record"]["id"]):
-        r = item["record"]
-        author = Author(**r["author"])
-        provenance = Provenance(**r["provenance"])
-        if r["version"] > 1:
-            made = store.revise(r["lineage"] if r["version"] == 2 else _newest(store, r["lineage"]), r["text"], author,
-                                provenance=provenance, tags=r["tags"], iteration=r["iteration"], branch=r["branch"])
+    for item in sorted(recorded, key=lambda p: p.record.id):
+        r = item.record
+        author = Author(**r.author.model_dump())
+        provenance = Provenance(**r.provenance.model_dump())
+        if r.version > 1:
+            made = store.revise(r.lineage if r.version == 2 else _newest(store, r.lineage), r.text, author,
+                                provenance=provenance, tags=r.tags, iteration=r.iteration, branch=r.branch)
         else:
-            made = store.add(r["kind"], r["text"], author, provenance=provenance, tags=r["tags"],
-                             iteration=r["iteration"], branch=r["branch"],
-                             links=[(link["type"], link["target"]) for link in item.get("links", [])])
-        if made.id != r["id"]:
-            raise EvidenceError(f"record {r['id']} came back as {made.id}: a trace holding records before it is missing")
+            made = store.add(r.kind, r.text, author, provenance=provenance, tags=r.tags,
+                             iteration=r.iteration, branch=r.branch,
+                             links=[(link.type, link.target) for link in item.links])
+        if made.id != r.id:
+            raise EvidenceError(f"record {r.id} came back as {made.id}: a trace holding records before it is missing")
     for b in branches:
-        store.mark_branch(b["branch"], b["status"])
+        store.mark_branch(b.branch, b.status)
     return store
 
 

@@ -9,7 +9,7 @@ It answers "how much of SciMARS + Memory is the memory alone?".
 from __future__ import annotations
 
 from ..protocol.checkpoints import MemoryFixedState
-from ..protocol.events import SearchStep
+from ..protocol.events import PayloadError, SearchStep
 from ..protocol.gate import Decision, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, chart
 from ..workflow import Workflow
@@ -30,16 +30,19 @@ class MemoryFixedSearch(Search):
         """Each run of the unchanged team with what it remembered: its validation and the best so far."""
         xs, ys, best, groups = [], [], [], []
         for e in events:
-            p = e.payload
-            if p.get("search") != cls.name or p.get("n") is None:
+            try:
+                p = e.data
+            except PayloadError:  # not a step of a search (an older trace's)
                 continue
-            better = bool(p.get("accepted"))
-            xs.append(p["n"]), ys.append(p.get("validation"))
-            best.append(p.get("validation") if better else p.get("reference_validation"))
-            passed = sum(1 for c in p.get("checks") or [] if c.get("passed"))
-            groups.append(Group(f"Run {p['n']}", [Card(
-                f"validation {fmt(p.get('validation'), '.4g')}, checks {passed}/{len(p.get('checks') or [])}",
-                "new best" if better else "kept the best", "good" if better else "plain", [p.get("reason") or ""])]))
+            if not (isinstance(p, SearchStep) and p.search == cls.name):
+                continue
+            better = p.accepted
+            xs.append(p.n), ys.append(p.validation)
+            best.append(p.validation if better else p.reference_validation)
+            passed = sum(1 for c in p.checks if c.passed)
+            groups.append(Group(f"Run {p.n}", [Card(
+                f"validation {fmt(p.validation, '.4g')}, checks {passed}/{len(p.checks)}",
+                "new best" if better else "kept the best", "good" if better else "plain", [p.reason or ""])]))
         return [chart("Validation per run", [Line("run", xs, ys, "markers"), Line("best so far", xs, best, "lines", "dot", "hv")],
                       "run", "validation", note="the same team each run; only its memory grows"),
                 cards("Runs", reversed(groups), note="latest first")] if xs else []

@@ -14,7 +14,7 @@ from ..errors import ModelCallError
 from ..mutations import Mutation, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import MimosaState
-from ..protocol.events import Judgement, MutationProposed, SearchStep
+from ..protocol.events import Judgement, McpToolResult, MutationProposed, PayloadError, SearchStep
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
 from ..selection import Gain, paired_gain
@@ -96,28 +96,33 @@ class MimosaSearch(Search):
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """J per iteration: each candidate's and the incumbent's after the iteration's decision;
         and each iteration's change, its J against the incumbent's, and who decided."""
-        initial = next((e.payload.get("J") for e in events if e.kind == "judgement"
-                        and e.payload.get("iteration_n") == 0), None)
+        read = []
+        for e in events:
+            try:
+                read.append((e, e.data))
+            except PayloadError:  # an older trace's event that does not read as its kind
+                continue
+        initial = next((p.J for _, p in read if isinstance(p, Judgement) and p.iteration_n == 0), None)
         xs, candidate, incumbent, level = [0], [initial], [initial], initial
         groups: list[Group] = []
-        for e in events:
-            p = e.payload
-            if e.kind == "mutation_proposed" and not p.get("valid"):
+        for e, p in read:
+            if isinstance(p, MutationProposed) and not p.valid:
                 who = "a person's edit" if e.agent.startswith("user:") else "the mutator's answer"
                 groups.append(Group(f"Iteration {e.iteration}", [Card(
-                    f"{who} was refused", "not a valid change", "bad", [f"{x}" for x in (p.get("problems") or [])[:3]])]))
-            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("n") is not None:
-                accepted = bool(p.get("accepted"))
+                    f"{who} was refused", "not a valid change", "bad", [f"{x}" for x in (p.problems or [])[:3]])]))
+            elif isinstance(p, SearchStep) and p.search == cls.name:
+                accepted = p.accepted
                 if accepted:
-                    level = p.get("J")
-                xs.append(p["n"]), candidate.append(p.get("J")), incumbent.append(level)
-                mutation = p.get("mutation") or {}
-                groups.append(Group(f"Iteration {p['n']}", [Card(
-                    change_line(mutation), "adopted" if accepted else "rejected", "good" if accepted else "bad",
+                    level = p.J
+                xs.append(p.n), candidate.append(p.J), incumbent.append(level)
+                mutation = p.mutation
+                groups.append(Group(f"Iteration {p.n}", [Card(
+                    change_line(mutation.model_dump() if mutation else None),
+                    "adopted" if accepted else "rejected", "good" if accepted else "bad",
                     [line for line in (
-                        mutation.get("rationale", "") if mutation.get("kind") != "human_edit" else "",
-                        f"J {fmt(p.get('J'), '.3f')} against the incumbent's {fmt(p.get('incumbent_J'), '.3f')}",
-                        f"decided by {decided(p.get('decided_by'))}" + (f": {p['reason']}" if p.get("reason") else ""),
+                        mutation.rationale if mutation and mutation.kind != "human_edit" else "",
+                        f"J {fmt(p.J, '.3f')} against the incumbent's {fmt(p.incumbent_J, '.3f')}",
+                        f"decided by {decided(p.decided_by)}" + (f": {p.reason}" if p.reason else ""),
                     ) if line])]))
         if initial is None and len(xs) == 1:
             return []
@@ -327,10 +332,14 @@ def mutator_messages(runner: ProbeRunner, incumbent: Probe, history: list[str]) 
 def tool_use(probe: Probe, registry) -> str:
     """How each agent's MCP tools served it in the probe (calls, failures, the last error, or
     never called), then the discovered tools no agent has, one line each."""
-    calls: dict[tuple[str, str], list[dict]] = {}
+    calls: dict[tuple[str, str], list[McpToolResult]] = {}
     for e in probe.events:
         if e.kind == "mcp_tool_result":
-            calls.setdefault((e.agent or "", e.payload.get("tool", "")), []).append(e.payload)
+            try:
+                result = e.data
+            except PayloadError:  # an older trace's result that does not read as one
+                continue
+            calls.setdefault((e.agent or "", result.tool), []).append(result)
     lines, held = [], set()
     for agent in probe.workflow.agents:
         for tool in agent.tools:
@@ -338,11 +347,11 @@ def tool_use(probe: Probe, registry) -> str:
                 continue
             held.add(tool)
             made = calls.get((agent.id, tool), [])
-            failed = [c for c in made if not c.get("ok")]
+            failed = [c for c in made if not c.ok]
             if not made:
                 lines.append(f"- {agent.id} {tool}: never called")
             else:
-                last = f" (last error: {str(failed[-1].get('error'))[:200]})" if failed else ""
+                last = f" (last error: {str(failed[-1].error)[:200]})" if failed else ""
                 lines.append(f"- {agent.id} {tool}: {len(made)} call(s), {len(made) - len(failed)} ok, "
                              f"{len(failed)} failed{last}")
     for name, spec in sorted(registry.specs.items()):

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from ..budget import Budget
 from ..gateway import ModelGateway
 from ..models import ModelSettings, settings
+from ..protocol.events import PayloadError
 from ..judge import Judgement, judge_execution, public_checks
 from ..control import Control, NoControl
 from ..evidence.memory import SharedMemory
@@ -49,20 +50,30 @@ class Probe:
         m = self.result.metric or {}
         return m.get("value") if m.get("ok") else None
 
+    def _outputs(self) -> Iterator[dict]:
+        """What each agent handed on (its ``agent_finished`` outputs), in run order; an event of
+        an older trace that does not read as one is passed over."""
+        for e in self.events:
+            if e.kind == "agent_finished":
+                try:
+                    yield e.data.outputs
+                except PayloadError:
+                    continue
+
     def report(self) -> str:
         """The analyzer's data report from this execution, for editors and mutators."""
-        for e in self.events:
-            if e.kind == "agent_finished" and "report" in e.payload.get("outputs", {}):
-                return str(e.payload["outputs"]["report"])
+        for outputs in self._outputs():
+            if "report" in outputs:
+                return str(outputs["report"])
         return ""
 
     def approach(self) -> str:
         """The plan's title and ``strategy:`` line this execution ran (the last plan handed on),
         for mutators: what the incumbent already does is no change to ask for."""
         plan = ""
-        for e in self.events:
-            if e.kind == "agent_finished" and "plan" in e.payload.get("outputs", {}):
-                plan = str(e.payload["outputs"]["plan"])
+        for outputs in self._outputs():
+            if "plan" in outputs:
+                plan = str(outputs["plan"])
         lines = [ln.strip() for ln in plan.splitlines()
                  if ln.strip().startswith("# ") or ln.strip().lower().startswith("strategy:")]
         return "\n".join(lines[:2])

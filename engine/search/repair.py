@@ -24,7 +24,7 @@ from ..library.store import load_library
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import RepairState
-from ..protocol.events import MutationProposed, SearchStep, SynthesisStage
+from ..protocol.events import AgentFinished, MutationProposed, PayloadError, SearchStep, SynthesisStage
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Panel, TraceEvent, cards, change_line, decided
 from ..selection import paired_gain
@@ -75,14 +75,17 @@ def failures(probe: Probe, token_cap: int | None = None) -> list[Failure]:
     wf = probe.workflow
     ids = {a.id for a in wf.agents}
     out: list[Failure] = []
-    finished: dict[str, dict] = {}
+    finished: dict[str, AgentFinished] = {}
     for e in probe.events:
         if e.kind == "agent_finished":
-            finished[e.agent or ""] = e.payload
+            try:
+                finished[e.agent or ""] = e.data
+            except PayloadError:  # an older trace's step that does not read as one
+                continue
     for agent_id in wf.order():
         p = finished.get(agent_id)
-        if p is not None and p.get("status") == "FAILURE":
-            out.append(Failure(agent_id, "error", str(p.get("message", ""))[:500], wf.agent(agent_id).role))
+        if p is not None and p.status == "FAILURE":
+            out.append(Failure(agent_id, "error", str(p.message)[:500], wf.agent(agent_id).role))
     for c in probe.checks:
         if c.get("passed"):
             continue
@@ -194,20 +197,24 @@ class RepairSearch(Search):
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         groups: list[Group] = []
         for e in events:
-            p = e.payload
-            if e.kind == "synthesis_stage" and p.get("stage") == "review":
-                found = p.get("inputs", {}).get("failures") or []
+            try:
+                p = e.data
+            except PayloadError:  # an older trace's event that does not read as its kind
+                continue
+            if isinstance(p, SynthesisStage) and p.stage == "review":
+                found = p.inputs.get("failures") or []
                 if not found:
                     groups.append(Group(f"Round {e.iteration}", [Card("review: the workflow passes", "halted", "good",
-                                                                      [p.get("note", "")])]))
-            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("n") is not None:
-                accepted = bool(p.get("accepted"))
-                mutation = p.get("mutation") or {}
-                groups.append(Group(f"Round {p['n']}", [Card(
-                    change_line(mutation), "repaired" if accepted else "rejected", "good" if accepted else "bad",
-                    [line for line in (mutation.get("rationale", ""),
-                                       f"decided by {decided(p.get('decided_by'))}"
-                                       + (f": {p['reason']}" if p.get("reason") else "")) if line])]))
+                                                                      [p.note])]))
+            elif isinstance(p, SearchStep) and p.search == cls.name:
+                accepted = p.accepted
+                mutation = p.mutation
+                groups.append(Group(f"Round {p.n}", [Card(
+                    change_line(mutation.model_dump() if mutation else None),
+                    "repaired" if accepted else "rejected", "good" if accepted else "bad",
+                    [line for line in (mutation.rationale if mutation else "",
+                                       f"decided by {decided(p.decided_by)}"
+                                       + (f": {p.reason}" if p.reason else "")) if line])]))
         return [cards("Review and repair", reversed(groups), note="latest first")] if groups else []
 
     def __init__(self, ctx):

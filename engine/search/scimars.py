@@ -25,7 +25,8 @@ from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import ScimarsState
-from ..protocol.events import Composition, MutationProposed, EditorProbe, Reflection, ReuseReceipt, SearchStep
+from ..protocol.events import (Composition, EditorProbe, MutationProposed, PayloadError, Reflection, ReuseReceipt,
+                               SearchStep)
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
@@ -337,54 +338,56 @@ class ScimarsSearch(Search):
             return rounds.setdefault(n, Group(f"Round {n}"))
 
         for e in events:
-            p = e.payload
-            if e.kind == "reuse_receipt":
-                if p.get("verified"):
-                    card = Card(f"reused: {p.get('label', '')}", "receipt", "plain",
-                                [f"run {p.get('reused_run_id')} taken again: program and predictions verified intact"])
+            try:
+                p = e.data
+            except PayloadError:  # an older trace's event that does not read as its kind
+                continue
+            if isinstance(p, ReuseReceipt):
+                if p.verified:
+                    card = Card(f"reused: {p.label}", "receipt", "plain",
+                                [f"run {p.reused_run_id} taken again: program and predictions verified intact"])
                 else:
-                    card = Card(f"ran again: {p.get('label', '')}", "rerun", "wait",
-                                [p.get("reason") or "the earlier run could not be reused"])
+                    card = Card(f"ran again: {p.label}", "rerun", "wait",
+                                [p.reason or "the earlier run could not be reused"])
                 group(e.iteration).cards.append(card)
-            elif e.kind == "mutation_proposed" and p.get("editor") and not p.get("valid"):
-                group(e.iteration).cards.append(Card(f"{p['editor']}: no usable proposal", "invalid", "bad",
-                                                     [str(x) for x in (p.get("problems") or [])[:3]]))
-            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("editor"):
-                mutation = p.get("mutation") or {}
-                supported = bool(p.get("supported"))
-                group(p.get("n")).cards.append(Card(
-                    f"{p['editor']}: {change_line(mutation)}", "supported" if supported else "not supported",
+            elif isinstance(p, MutationProposed) and p.editor and not p.valid:
+                group(e.iteration).cards.append(Card(f"{p.editor}: no usable proposal", "invalid", "bad",
+                                                     [str(x) for x in (p.problems or [])[:3]]))
+            elif isinstance(p, EditorProbe) and p.search == cls.name:
+                mutation = p.mutation
+                supported = p.supported
+                group(p.n).cards.append(Card(
+                    f"{p.editor}: {change_line(mutation.model_dump())}", "supported" if supported else "not supported",
                     "good" if supported else "plain",
-                    [line for line in (mutation.get("rationale", ""),
-                                       f"probe validation {fmt(p.get('validation'))} against the reference's "
-                                       f"{fmt(p.get('reference_validation'))}") if line]))
-                ys = editors.setdefault(p["editor"], ([], []))
-                ys[0].append(p.get("n")), ys[1].append(p.get("validation"))
-            elif e.kind == "search_iteration" and p.get("search") == cls.name and p.get("mutation"):
-                group(p.get("n")).cards.append(Card(change_line(p["mutation"]), "adopted", "good",
-                                                    [f"by {decided(p.get('decided_by'))}; this round's reference"]))
-            elif e.kind == "composition" and p.get("note"):
-                group(p.get("n")).cards.append(Card("composer: not combined", "note", "wait", [p["note"]]))
-            elif e.kind == "composition" and p.get("gate") is None and p.get("decision"):
-                what = p["decision"] + (f" {', '.join(p.get('editors') or [])}" if p.get("editors") else "")
-                group(p.get("n")).cards.append(Card(
-                    f"composer: {what}", "kept" if p["decision"] == "keep" else "chosen",
-                    "plain" if p["decision"] == "keep" else "good",
-                    [f"supported: {', '.join(p.get('supported') or []) or 'none'}",
-                     f"selected by public checks ({p.get('checks_passed')} passed), then validation "
-                     f"{fmt(p.get('validation'))} against the reference's {fmt(p.get('reference_validation'))}"]))
-                xs.append(p.get("n")), reference.append(p.get("reference_validation")), chosen.append(p.get("validation"))
-                group(p.get("n")).cards.insert(0, Card("reference run", "", "plain", [
-                    f"validation {fmt(p.get('reference_validation'))}: the round's harness as it stands, "
+                    [line for line in (mutation.rationale,
+                                       f"probe validation {fmt(p.validation)} against the reference's "
+                                       f"{fmt(p.reference_validation)}") if line]))
+                ys = editors.setdefault(p.editor, ([], []))
+                ys[0].append(p.n), ys[1].append(p.validation)
+            elif isinstance(p, SearchStep) and p.search == cls.name and p.mutation:
+                group(p.n).cards.append(Card(change_line(p.mutation.model_dump()), "adopted", "good",
+                                             [f"by {decided(p.decided_by)}; this round's reference"]))
+            elif isinstance(p, Composition) and p.note:
+                group(p.n).cards.append(Card("composer: not combined", "note", "wait", [p.note]))
+            elif isinstance(p, Composition) and p.gate is None and p.decision:
+                what = p.decision + (f" {', '.join(p.editors or [])}" if p.editors else "")
+                group(p.n).cards.append(Card(
+                    f"composer: {what}", "kept" if p.decision == "keep" else "chosen",
+                    "plain" if p.decision == "keep" else "good",
+                    [f"supported: {', '.join(p.supported or []) or 'none'}",
+                     f"selected by public checks ({p.checks_passed} passed), then validation "
+                     f"{fmt(p.validation)} against the reference's {fmt(p.reference_validation)}"]))
+                xs.append(p.n), reference.append(p.reference_validation), chosen.append(p.validation)
+                group(p.n).cards.insert(0, Card("reference run", "", "plain", [
+                    f"validation {fmt(p.reference_validation)}: the round's harness as it stands, "
                     "what each editor's probe is compared with"]))
-            elif e.kind == "composition" and p.get("gate") is not None:
-                approved = bool(p.get("approved"))
-                group(p.get("n")).cards.append(Card(
-                    f"gate: {p.get('decision')}", "approved" if approved else "vetoed", "good" if approved else "bad",
-                    [f"decided by {decided(p.get('gate'))}" + (f": {p['reason']}" if p.get("reason") else "")]))
-            elif e.kind == "reflection":
-                group(p.get("n")).cards.append(Card(f"lessons ({p.get('source', '')})", "", "plain",
-                                                    list(p.get("lessons") or [])[:6]))
+            elif isinstance(p, Composition) and p.gate is not None:
+                approved = bool(p.approved)
+                group(p.n).cards.append(Card(
+                    f"gate: {p.decision}", "approved" if approved else "vetoed", "good" if approved else "bad",
+                    [f"decided by {decided(p.gate)}" + (f": {p.reason}" if p.reason else "")]))
+            elif isinstance(p, Reflection):
+                group(p.n).cards.append(Card(f"lessons ({p.source})", "", "plain", list(p.lessons)[:6]))
         lines = [Line("reference run", xs, reference, "lines+markers"),
                  Line("composed successor", xs, chosen, "markers")]
         lines += [Line(name, x, y, "markers") for name, (x, y) in sorted(editors.items())]

@@ -48,8 +48,8 @@ from ..prompts import answer_format as with_program_output
 from ..protocol.checkpoints import TreeState
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
 from ..protocol.events import Check as CheckEvent
-from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SelectorVote, ToolCall,
-                               TreeChildAbandoned, TreeFinished, TreeIterationStarted, TreeNode, TreeVote)
+from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, PayloadError, SelectorVote,
+                               ToolCall, TreeChildAbandoned, TreeFinished, TreeIterationStarted, TreeNode, TreeVote)
 from ..protocol.gate import Change
 from ..protocol.gate import Check as GateCheck
 from ..protocol.gate import Decision, Evidence, Proposal
@@ -732,11 +732,18 @@ class TreeSearch(base.Search):
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """Each node's validation score by the iteration it was built in (the tree itself is the
         page's tree view; vetoed and failed nodes have no point)."""
-        scored = [e.payload for e in events if e.payload.get("status") == "scored" and not e.payload.get("vetoed")]
+        scored = []
+        for e in events:
+            try:
+                p = e.data
+            except PayloadError:  # an older trace's node that does not read as one
+                continue
+            if isinstance(p, TreeNode) and p.status == "scored" and not p.vetoed:
+                scored.append(p)
         if not scored:
             return []
-        return [chart("Node scores per iteration", [Line("node", [p["iteration"] for p in scored],
-                                                         [p.get("score") for p in scored], "markers")],
+        return [chart("Node scores per iteration", [Line("node", [p.iteration for p in scored],
+                                                         [p.score for p in scored], "markers")],
                       "iteration", "validation score", note=f"{len(scored)} scored nodes")]
 
     def __init__(self, ctx: base.SearchContext, config: TreeConfig | None = None):

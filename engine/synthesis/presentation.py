@@ -3,25 +3,34 @@ attachments each role was given from the library and why, the artifacts refused 
 by type, and what grounding decided for an imported graph (from the ``synthesis_stage`` events)."""
 from __future__ import annotations
 
+from ..protocol.events import PayloadError, SynthesisStage
 from ..protocol.panels import Card, Group, Panel, TraceEvent, cards
 
 STAGES = ("plan", "retrieve", "synthesize")
 
 
 def present(events: list[TraceEvent]) -> list[Panel]:
-    stages = {e.payload.get("stage"): e.payload for e in events
-              if e.kind == "synthesis_stage" and e.payload.get("stage") in STAGES}
+    stages: dict[str, SynthesisStage] = {}
+    for e in events:
+        if e.kind != "synthesis_stage":
+            continue
+        try:
+            p = e.data
+        except PayloadError:  # an older trace's stage that does not read as one
+            continue
+        if p.stage in STAGES:
+            stages[p.stage] = p
     if "synthesize" not in stages:
         return []
     groups: list[Group] = []
-    plan = stages.get("plan") or {}
-    grounding = (plan.get("outputs") or {}).get("grounding")
+    plan, retrieve = stages.get("plan"), stages.get("retrieve")
+    grounding = plan.outputs.get("grounding") if plan else None
     if grounding:
-        source = ((plan.get("inputs") or {}).get("imported") or {}).get("source", "imported")
+        source = (plan.inputs.get("imported") or {}).get("source", "imported")
         groups.append(Group(f"Imported {source} graph, grounded", [Card(
-            (plan.get("inputs") or {}).get("file", "a workflow file"), "grounded", "plain", list(grounding)[:12])]))
-    retrievals = (stages.get("retrieve") or {}).get("outputs", {}).get("retrievals") or {}
-    chosen = stages["synthesize"].get("outputs", {}).get("attachments") or {}
+            plan.inputs.get("file", "a workflow file"), "grounded", "plain", list(grounding)[:12])]))
+    retrievals = (retrieve.outputs.get("retrievals") if retrieve else None) or {}
+    chosen = stages["synthesize"].outputs.get("attachments") or {}
     for role, retrieval in retrievals.items():
         picked = chosen.get(role) or []
         lines = [f"{c.get('kind')} {c.get('title') or c.get('name')} — {c.get('why', '')} ({c.get('source', '')})"
@@ -32,5 +41,5 @@ def present(events: list[TraceEvent]) -> list[Panel]:
                          f"{refused[0].get('why', '')})")
         groups.append(Group(role, [Card(f"{len(picked)} attachment(s)" if picked else "nothing attached",
                                         "synthesized", "good" if picked else "plain", lines)]))
-    ranked = (stages.get("retrieve") or {}).get("note", "")
+    ranked = retrieve.note if retrieve else ""
     return [cards("Synthesized from the library", groups, note=ranked)]

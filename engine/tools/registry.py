@@ -15,6 +15,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from ..protocol.events import ToolsDiscovered
+
 BUILTIN_TOOLS = ("sandbox.python",)
 MCP_PREFIX = "mcp."
 MAX_SCHEMA_CHARS = 20_000
@@ -94,9 +96,11 @@ class ToolRegistry:
         return {"tools": [s.to_dict() for _, s in sorted(self.specs.items())], "failed": dict(sorted(self.failed.items()))}
 
     @classmethod
-    def from_event(cls, payload: dict) -> "ToolRegistry":
-        specs = [ToolSpec.from_dict(t) for t in payload.get("tools", [])]
-        return cls({s.name: s for s in specs}, dict(payload.get("failed", {})))
+    def from_event(cls, discovered: ToolsDiscovered) -> "ToolRegistry":
+        """The registry a ``tools_discovered`` event (its typed payload) says was found: the tools
+        listed, and each server that offered none with why."""
+        specs = [ToolSpec(t.server, t.tool, t.description, dict(t.input_schema)) for t in discovered.tools]
+        return cls({s.name: s for s in specs}, {s.name: s.error or "" for s in discovered.servers if not s.ok})
 
 
 _IN_FORCE: ContextVar[ToolRegistry | None] = ContextVar("trellis_tool_registry", default=None)

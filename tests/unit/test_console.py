@@ -91,7 +91,8 @@ def test_what_a_role_was_given_from_memory_is_one_line_and_records_only_with_ver
     given = _event("memory_retrieval", {"role": "planner", "records": [4, 2], "pushed": [7]}, agent="planner")
     assert describe(given) == "memory: given record(s) #4, #2, #7"
     assert describe(_event("memory_retrieval", {"role": "coder", "records": [], "pushed": []})) is None
-    record = {"id": 4, "kind": "check_result", "text": "FAIL output_schema:\n lacks y"}
+    record = {"id": 4, "lineage": 4, "version": 1, "kind": "check_result", "text": "FAIL output_schema:\n lacks y",
+              "author": {"agent": "verifier"}, "provenance": {}}
     recorded = _event("evidence_recorded", {"record": record, "links": []})
     assert describe(recorded) is None  # every record would drown the run's progress
     assert describe(recorded, limit=None) == "recorded #4 check_result: FAIL output_schema: lacks y"

@@ -9,13 +9,13 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from engine.protocol.events import (AgentFinished, AgentStarted, CodeExecution, Handoff, Judgement, ModelCall,
+from engine.protocol.events import (AgentFinished, AgentStarted, CodeExecution, Handoff, Judgement, ModelCall, SearchStep,
                                     RunStarted, ToolCall)
 from engine.trace import Event as EngineEvent
 from tests.studio_harness import add_member, proposed_mutation, running_run
 from webapp.runs import bridge, live
 from webapp.runs.models import Event, Judgement as JudgementRow, Membership, Run
-from webapp.runs.presenters import agent_state
+from engine.replay import dag_state
 
 USAGE = {"calls": 3, "prompt_tokens": 2700, "completion_tokens": 300, "tokens": 3000, "cost_usd": 0.01, "failed_calls": 0}
 
@@ -48,7 +48,7 @@ def test_agent_finished_carries_its_state_from_the_one_state_machine(status, sta
     data = live.event_message(5, 1, event)["data"]
     # The page colours the node with this state and never maps statuses itself.
     assert data == {"status": status, "state": state}
-    assert state == agent_state("agent_finished", status)
+    assert state == dag_state(status)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -82,12 +82,15 @@ def test_judgement_is_one_point_of_the_score_charts_with_the_incumbents_J(run):
     JudgementRow.objects.create(run=run, iteration=1, workflow_hash="b", ok=True, J=0.74)
     JudgementRow.objects.create(run=run, iteration=2, workflow_hash="c", ok=True, J=0.55)
     Run.objects.filter(pk=run.pk).update(usage=USAGE)
-    for seq, kind, payload in ((2, "judgement", {"iteration_n": 0, "J": 0.61}),
-                               (3, "judgement", {"iteration_n": 1, "J": 0.74}),
-                               (4, "search_iteration", {"search": "mimosa", "n": 1, "J": 0.74, "accepted": False}),
-                               (5, "judgement", {"iteration_n": 2, "J": 0.55}),
-                               (6, "search_iteration", {"search": "mimosa", "n": 2, "J": 0.55, "accepted": True})):
-        Event.objects.create(run=run, seq=seq, source="s", ts=1.0, kind=kind, payload=payload)
+    def judged(n, wf, j):
+        return Judgement(iteration_n=n, workflow_hash=wf, ok=True, J=j, checks=[])
+
+    def settled(n, wf, j, accepted):
+        return SearchStep(search="mimosa", n=n, J=j, accepted=accepted, workflow_hash=wf, budget_left={})
+
+    for seq, payload in ((2, judged(0, "a", 0.61)), (3, judged(1, "b", 0.74)), (4, settled(1, "b", 0.74, False)),
+                         (5, judged(2, "c", 0.55)), (6, settled(2, "c", 0.55, True))):
+        Event.objects.create(run=run, seq=seq, source="s", ts=1.0, kind=payload.kind, payload=payload.to_payload())
     JudgementRow.objects.create(run=run, iteration=3, workflow_hash="e" * 64, ok=True, J=0.7, budget_used=USAGE)
     payload = Judgement(iteration_n=3, workflow_hash="e" * 64, ok=True, J=0.7,
                         scores={"goal_alignment": 0.8, "output_quality": 0.6}, feedback={"goal_alignment": "ok"},

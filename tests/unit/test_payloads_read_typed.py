@@ -21,6 +21,7 @@ STORED_FORM = {
     ("webapp/runs/models.py", "as_event"): "the row as the engine's event",
     ("webapp/runs/bridge.py", "emit"): "stores the event as a row",
     ("webapp/runs/presenters.py", "paged_payload"): "the trace viewer shows the stored JSON, a page at a time",
+    ("webapp/runs/annotations.py", "_describe_event"): "an annotation queue shows the item's stored JSON as it is",
 }
 
 

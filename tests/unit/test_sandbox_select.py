@@ -144,6 +144,7 @@ def test_the_new_run_form_stores_the_sandbox_and_refuses_an_unknown_one(examples
 @pytest.mark.django_db
 def test_the_run_page_says_which_sandbox_the_run_got_and_why(examples):
     from tests.studio_harness import running_run
+    from engine.protocol.events import SearchStarted
     from webapp.runs import fragments
     from webapp.runs.models import Event, Run
 
@@ -152,8 +153,9 @@ def test_the_run_page_says_which_sandbox_the_run_got_and_why(examples):
     run.refresh_from_db()
     assert "sandbox: auto" in fragments.header(run, None)  # not started yet: what it asked for
     why = "a Docker daemon answers and trellis-sandbox:abc is built"
-    Event.objects.create(run=run, seq=1, ts=0.0, kind="search_started",
-                         payload={"executor": "docker", "executor_reason": why})
+    started = SearchStarted(search="mimosa", task="t", iterations=1, seed=0, budget={}, workflow_hash="h",
+                            start={"path": "de novo"}, workflow={}, executor="docker", executor_reason=why)
+    Event.objects.create(run=run, seq=1, ts=0.0, kind=started.kind, payload=started.to_payload())
     header = fragments.header(run, None)
     assert "sandbox: docker (auto)" in header and f'title="{why}"' in header
 

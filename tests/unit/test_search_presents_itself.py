@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from engine.search import registry
+from engine.trace import Event
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,17 +26,20 @@ def test_no_code_outside_a_searchs_home_branches_on_its_name():
     assert found == []
 
 
-def _event(kind: str, payload: dict, iteration: int = 0, agent: str = "engine"):
-    return SimpleNamespace(kind=kind, payload=payload, iteration=iteration, agent=agent)
+LEFT = {"tokens": None}  # the budget left, as a step reports it
+
+
+def _event(kind: str, payload: dict, iteration: int = 0, agent: str = "engine") -> Event:
+    return Event(run_id="r", seq=1, ts=0.0, kind=kind, agent=agent, iteration=iteration, payload=payload)
 
 
 def test_mimosas_incumbent_is_the_adopted_one_not_the_best_seen():
-    events = [_event("judgement", {"iteration_n": 0, "J": 0.6}),
-              _event("search_iteration", {"search": "mimosa", "n": 1, "J": 0.9, "incumbent_J": 0.6,
+    events = [_event("judgement", {"iteration_n": 0, "J": 0.6, "workflow_hash": "h", "ok": True, "checks": []}),
+              _event("search_iteration", {"search": "mimosa", "n": 1, "J": 0.9, "incumbent_J": 0.6, "workflow_hash": "h", "budget_left": LEFT,
                                           "accepted": False, "decided_by": "user:ada", "reason": "overfits",
                                           "mutation": {"kind": "prompt_refinement", "target": "coder"}}, 1),
               _event("mutation_proposed", {"valid": False, "problems": ["no such role"]}, 2, "mutator"),
-              _event("search_iteration", {"search": "mimosa", "n": 3, "J": 0.5, "incumbent_J": 0.6,
+              _event("search_iteration", {"search": "mimosa", "n": 3, "J": 0.5, "incumbent_J": 0.6, "workflow_hash": "h", "budget_left": LEFT,
                                           "accepted": True, "decided_by": "policy:auto_improve",
                                           "mutation": {"kind": "contract_edit", "target": "coder->verifier"}}, 3)]
     chart, cards = registry.search_class("mimosa").present(events)
@@ -52,8 +55,10 @@ def test_mimosas_incumbent_is_the_adopted_one_not_the_best_seen():
 
 def test_a_scimars_round_shows_its_reference_editors_composition_gate_receipts_and_lessons():
     n = 2
-    events = [_event("reuse_receipt", {"label": "r2-reference", "verified": True, "reused_run_id": "r1-successor"}, n),
+    events = [_event("reuse_receipt", {"label": "r2-reference", "verified": True, "reused_run_id": "r1-successor",
+                                              "workflow_hash": "h"}, n),
               _event("search_iteration", {"search": "scimars", "n": n, "editor": "procedure_editor", "supported": True,
+                                          "workflow_hash": "h", "budget_left": LEFT,
                                           "validation": 0.31, "reference_validation": 0.40,
                                           "mutation": {"kind": "procedure_refinement", "target": "planner",
                                                        "rationale": "fit the jump"}}, n),
@@ -64,7 +69,8 @@ def test_a_scimars_round_shows_its_reference_editors_composition_gate_receipts_a
                                      "reference_validation": 0.40}, n),
               _event("composition", {"n": n, "gate": "user:ada", "approved": True, "reason": "clear win",
                                      "decision": "adopt"}, n),
-              _event("reflection", {"n": n, "lessons": ["the jump matters"], "source": "offline"}, n)]
+              _event("reflection", {"n": n, "lessons": ["the jump matters"], "source": "offline",
+                                     "evidence_sha256": "x"}, n)]
     chart, cards = registry.search_class("scimars").present(events)
     assert [line.name for line in chart.lines] == ["reference run", "composed successor", "procedure_editor"]
     (round_,) = cards.groups

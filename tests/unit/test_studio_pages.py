@@ -366,7 +366,9 @@ def test_a_finished_runs_page_shows_the_single_agent_and_the_hindsight(run, clie
 def test_an_executions_artifacts_can_be_opened_and_annotated_from_its_event(run, client):
     sha = "ab" * 32
     _event(run, 1, "code_execution", "verifier", 1, {"purpose": "candidate solution", "files": {"predictions.csv": sha},
-                                                     "status": "ok"})
+                                                     "status": "ok", "exit_code": 0, "stdout_tail": "", "stderr_tail": "",
+                                                     "duration_s": 1.0, "violations": [], "executor": "subprocess",
+                                                     "stdout": "", "stderr": "", "workdir": "."})
     detail = client.get(f"/runs/{run.pk}/events/1").content.decode()
     assert f"/runs/{run.pk}/artifacts/{sha}" in detail
     assert f"target_kind=artifact&target_ref={sha}" in detail and "Artifact predictions.csv" in detail

@@ -15,6 +15,7 @@ import engine.evolve
 import engine.official
 from engine.evolve import evolve
 from engine.run_spec import RunSpec
+from engine.protocol.events import TreeFinished
 from engine.protocol.gate import Decision
 from engine.search.tree import Tree, TreeConfig, TreeSearch
 from engine.trace import ListSink
@@ -100,7 +101,8 @@ def test_a_finished_tree_stars_the_node_the_search_committed_to():
     run = _run()
     _store(run, HAND_MADE + [("search_iteration", 3, {"phase": "finished", "champion": "n0", "champion_score": 0.5,
                                                       "stopped": "iteration budget reached", "iterations": 3,
-                                                      "reason": "n1 is not preferred to the root n0"})])
+                                                      "reason": "n1 is not preferred to the root n0", "nodes": 4,
+                                                      "metric": "relative_l2", "higher_is_better": False})])
     state = tree_state(run)
     assert state["champion"] == "n0" and state["finished"]["champion"] == "n0"
 
@@ -173,7 +175,7 @@ def test_a_real_searchs_events_give_its_tree_champion_and_parent_choices(real_se
     assert nodes["n3"]["vetoed"] and nodes["n3"]["decided_by"] == "user:bob"
     # the star is on the node the search committed (tree.json's best validated node, unless its gain over
     # the root is noise: then the root), never on the vetoed one
-    committed = next(e.payload["champion"] for e in events if e.payload.get("phase") == "finished")
+    committed = next(e.data.champion for e in events if isinstance(e.data, TreeFinished))
     assert state["champion"] == state["finished"]["champion"] == committed != "n3"
     assert committed in (tree.champion().id, "n0")
     reasons = {it["n"]: {p["id"]: p["label"] for p in it["parents"]} for it in state["iterations"]}

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from engine.protocol.events import Payload, PayloadError
+
 from . import access
 from .models import Event, Run
 from .report_parts import cut_at_word
@@ -34,6 +36,17 @@ def _latest(run: Run, agent: str, kind: str, **payload) -> Event | None:
     return qs.order_by("-seq").first()
 
 
+def _typed(row: Event | None) -> Payload | None:
+    """The row's typed payload; None for no row, or one from before payloads were typed that its
+    kind's model refuses (its part is left out)."""
+    if row is None:
+        return None
+    try:
+        return row.data
+    except PayloadError:
+        return None
+
+
 def _prompt(messages: list) -> str:
     parts = []
     for message in messages or []:
@@ -55,8 +68,9 @@ def attachment_parts(run: Run, agent: str) -> list[Part]:
         return []
     stage = run.events.filter(kind="synthesis_stage", payload__stage="synthesize").order_by("-seq").first()
     why = {}
-    if stage is not None:
-        for chosen in (stage.payload.get("outputs", {}).get("attachments") or {}).values():
+    synthesized = _typed(stage)
+    if synthesized is not None:
+        for chosen in (synthesized.outputs.get("attachments") or {}).values():
             for c in chosen:
                 if c.get("agent") == agent:
                     why[str(c.get("ref", "")).split("@")[0]] = f"{c.get('why', '')} · from {c.get('source', '')}"
@@ -77,44 +91,45 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
     parts: list[Part] = attachment_parts(run, agent)
     started = _latest(run, agent, "agent_started")
     if started is not None:
-        p = started.payload
-        parts.append(Part("Inputs", started.seq, started.iteration,
-                          facts=[("roles", ", ".join(p.get("roles", []))),
-                                 ("inputs", ", ".join(p.get("inputs", [])) or "the task only")]
-                          + ([("sent back by", p["retry_of"])] if p.get("retry_of") else [])))
+        p = _typed(started)
+        if p is not None:
+            parts.append(Part("Inputs", started.seq, started.iteration,
+                              facts=[("roles", ", ".join(p.roles)),
+                                     ("inputs", ", ".join(p.inputs) or "the task only")]
+                              + ([("sent back by", p.retry_of)] if p.retry_of else [])))
         handoff = _latest(run, agent, "handoff", target=agent)
-        if handoff is not None:
-            h = handoff.payload
-            preview = h.get("value_preview")
+        h = _typed(handoff)
+        if h is not None:
+            preview = h.value_preview
             text = preview if isinstance(preview, str) else ("" if preview is None else str(preview))
-            parts.append(Part(f"Handed over by {h.get('source', '?')}: {h.get('artifact', '')}", handoff.seq,
+            parts.append(Part(f"Handed over by {h.source}: {h.artifact}", handoff.seq,
                               handoff.iteration, cut_at_word(text, PREVIEW_CHARS), len(text),
-                              facts=[("contract", str(h.get("contract", ""))),
-                                     ("met", "yes" if h.get("ok") else "no: " + "; ".join(h.get("errors", [])))]))
+                              facts=[("contract", h.contract),
+                                     ("met", "yes" if h.ok else "no: " + "; ".join(h.errors))]))
     call = _latest(run, agent, "model_call")
-    if call is not None:
-        p = call.payload
-        prompt = _prompt(p.get("messages", []))
+    p = _typed(call)
+    if p is not None:
+        prompt = _prompt(p.messages)
         parts.append(Part("Prompt", call.seq, call.iteration, cut_at_word(prompt, PREVIEW_CHARS), len(prompt),
-                          facts=[("model", str(p.get("model", ""))), ("purpose", str(p.get("purpose", ""))),
-                                 ("tokens", f"{p.get('prompt_tokens', 0):,} in, {p.get('completion_tokens', 0):,} out")]))
-        answer = str(p.get("response", ""))
+                          facts=[("model", p.model), ("purpose", p.purpose),
+                                 ("tokens", f"{p.prompt_tokens:,} in, {p.completion_tokens:,} out")]))
+        answer = p.response
         parts.append(Part("Answer", call.seq, call.iteration, cut_at_word(answer, PREVIEW_CHARS), len(answer),
-                          facts=[("finish", str(p.get("finish_reason") or "stop"))]))
+                          facts=[("finish", str(p.finish_reason or "stop"))]))
     tool = _latest(run, agent, "tool_call")
-    if tool is not None:
-        code = str(tool.payload.get("code", ""))
+    t = _typed(tool)
+    if t is not None:
+        code = t.code
         parts.append(Part("Code", tool.seq, tool.iteration, cut_at_word(code, PREVIEW_CHARS), len(code), code=True,
-                          facts=[("purpose", str(tool.payload.get("purpose", ""))),
-                                 ("sandbox", str(tool.payload.get("executor", "")))]))
+                          facts=[("purpose", t.purpose), ("sandbox", t.executor)]))
     execution = _latest(run, agent, "code_execution")
-    if execution is not None:
-        p = execution.payload
-        output = (p.get("stdout_tail") or "") + (("\n--- stderr ---\n" + p["stderr_tail"]) if p.get("stderr_tail") else "")
+    p = _typed(execution)
+    if p is not None:
+        output = (p.stdout_tail or "") + (("\n--- stderr ---\n" + p.stderr_tail) if p.stderr_tail else "")
         parts.append(Part("Output", execution.seq, execution.iteration, cut_at_word(output, PREVIEW_CHARS), len(output), code=True,
-                          facts=[("status", str(p.get("status", ""))), ("exit code", str(p.get("exit_code", ""))),
-                                 ("files", ", ".join(sorted(p.get("files", {}))) or "none"),
-                                 ("took", f"{float(p.get('duration_s') or 0):.1f} s")]))
+                          facts=[("status", p.status), ("exit code", str(p.exit_code)),
+                                 ("files", ", ".join(sorted(p.files)) or "none"),
+                                 ("took", f"{float(p.duration_s or 0):.1f} s")]))
     return parts
 
 

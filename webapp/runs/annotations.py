@@ -20,6 +20,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
 
+from engine.protocol.events import PayloadError
+
 from . import agreement, live
 from .models import Event, Mutation, Project, Run, WorkflowVersion
 from .models_team import (TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind,
@@ -308,8 +310,15 @@ def _failed(checks: Any) -> bool:
 
 
 def event_failed_a_check(e: Event) -> bool:
-    p = e.payload or {}
-    return (e.kind == "check" and p.get("passed") is False) or _failed(p.get("checks"))
+    """A failed check, or a judgement or search step with a failed check among its checks (a
+    row its kind's model refuses, from before payloads were typed, is not picked)."""
+    try:
+        p = e.data
+    except PayloadError:
+        return False
+    if e.kind == "check":
+        return p.passed is False
+    return any(c.passed is False for c in getattr(p, "checks", None) or [])
 
 
 def parse_filter(project: Project, data: dict) -> dict:

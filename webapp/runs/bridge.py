@@ -26,7 +26,6 @@ from django.utils import timezone
 from engine.errors import AwaitingDecision, RunInterrupted
 from engine.mutations import Mutation as EngineMutation, MutationError
 from engine.protocol import events
-from engine.protocol.events import parse_payload
 from engine.protocol.gate import Decision, Proposal
 from engine.search.base import HumanEdit
 from engine.trace import Event as EngineEvent
@@ -182,7 +181,7 @@ class RunEventSink:
 
     # --- rows derived from events ---------------------------------------------------------
     def _side_effects(self, event: EngineEvent) -> None:
-        p = parse_payload(event.kind, event.payload)
+        p = event.data
         if isinstance(p, events.SearchStarted):
             run = Run.objects.get(pk=self.run_id)
             if not run.versions.exists():
@@ -194,7 +193,7 @@ class RunEventSink:
                 checks=[c.model_dump(mode="json") for c in p.checks],
                 validation=p.validation.model_dump(mode="json") if p.validation else None,
                 budget_used=dict(self.usage))
-        elif isinstance(p, events.SearchIteration) and p.search is not None:
+        elif isinstance(p, (events.SearchStep, events.EditorProbe)):  # a workflow search's step, not a tree phase
             self._iteration_settled(p)
         elif isinstance(p, events.Composition) and p.gate is not None:
             close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)  # the round's decision is made
@@ -202,16 +201,17 @@ class RunEventSink:
                 _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.gate,
                                f"round {p.n}: {p.decision}", p.n)
 
-    def _iteration_settled(self, p: events.SearchIteration) -> None:
+    def _iteration_settled(self, p: events.SearchStep | events.EditorProbe) -> None:
         """A workflow search finished an iteration (or one SciMARS editor's probe)."""
-        if p.n is not None and p.editor is None and p.accepted is not None:
+        step = isinstance(p, events.SearchStep)
+        if step:
             # a step's own decision (not one SciMARS editor's probe): what waited before it is moot
             close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)
-        Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump() if p.budget_left else {})
+        Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump())
         mutation = p.mutation
         if mutation is None or mutation.kind == "human_edit":  # a person's edit is a version already
             return
-        if p.accepted and p.workflow:
+        if step and p.accepted and p.workflow:
             _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.decided_by or "mutator",
                            f"{mutation.kind} on {mutation.target}: {mutation.rationale}", p.n or 0)
 

@@ -19,6 +19,7 @@ from engine.evidence.graph import LINK_TYPES, RECORD_KINDS, EvidenceError
 from engine.evidence.memory import EVIDENCE_FILE, PEOPLE_TRACE, PERSON_KINDS, add_person_record
 from engine.evidence.sqlite_store import SqliteEvidenceStore
 from engine.limits import MAX_NOTE_CHARS
+from engine.protocol.events import EvidenceBranch, PayloadError, read_payload
 
 from .models import Event, Run
 
@@ -88,19 +89,24 @@ def event_seqs(run: Run, provenances: Iterable[dict]) -> dict[tuple[str, int], t
 
 
 def _from_events(run: Run) -> dict:
-    """The graph as the trace tells it (every record and link is in its evidence_recorded event)."""
+    """The graph as the trace tells it (every record and link is in its evidence_recorded event;
+    an event its kind's model refuses, from before payloads were typed, is left out)."""
     records, links, branches = {}, [], {}
     for kind, payload in run.events.filter(kind__in=("evidence_recorded", "evidence_branch")).order_by(
             "seq").values_list("kind", "payload"):
-        if kind == "evidence_branch":
-            branches.setdefault(payload.get("branch"), payload.get("status"))
+        try:
+            p = read_payload(kind, payload)
+        except PayloadError:
             continue
-        record = payload.get("record") or {}
-        if "id" not in record or record["id"] in records:
+        if isinstance(p, EvidenceBranch):
+            branches.setdefault(p.branch, p.status)
             continue
-        records[record["id"]] = record
-        links += [{"source": record["id"], "target": link["target"], "type": link["type"]}
-                  for link in payload.get("links") or []]
+        if p.record.id in records:
+            continue
+        # the record as it was stored (the fields it was written with), as the graph's export gives it
+        record = p.record.model_dump(mode="json", exclude_unset=True)
+        records[p.record.id] = record
+        links += [{"source": p.record.id, "target": link.target, "type": link.type} for link in p.links]
     # A revision's supersedes link is the store's own doing, not in the event: as the store does it.
     by_version = {(r.get("lineage"), r.get("version")): r["id"] for r in records.values()}
     for r in records.values():
@@ -126,9 +132,13 @@ def given(run: Run) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = defaultdict(list)
     for agent, iteration, payload, seq in run.events.filter(kind="memory_retrieval").values_list(
             "agent", "iteration", "payload", "seq"):
-        for how in ("records", "pushed"):
-            for rid in payload.get(how) or []:
-                out[rid].append({"role": payload.get("role") or agent, "agent": agent, "iteration": iteration,
+        try:
+            p = read_payload("memory_retrieval", payload)
+        except PayloadError:  # from before payloads were typed, refused by its model
+            continue
+        for how, rids in (("records", p.records), ("pushed", p.pushed)):
+            for rid in rids:
+                out[rid].append({"role": p.role or agent, "agent": agent, "iteration": iteration,
                                  "how": "retrieved" if how == "records" else "pushed", "event": seq})
     return out
 

@@ -9,6 +9,7 @@ from engine.contracts import SYNTAX
 from engine.evidence.graph import RECORD_KINDS
 from engine.harness import ROLES, MemoryPolicy
 from engine.official_gap import Gap
+from engine.protocol.events import PayloadError, read_payload
 from engine.search import registry
 
 from . import access
@@ -58,9 +59,13 @@ def run_context(run: Run, role: Role | None) -> dict:
 
 def sandbox(run: Run) -> dict:
     """The sandbox the run asked for and, once its search started, the one it runs in and why."""
-    started = run.events.filter(kind="search_started").order_by("-seq").values_list("payload", flat=True).first()
-    return {"asked": run.executor, "kind": (started or {}).get("executor"),
-            "reason": (started or {}).get("executor_reason") or ""}
+    stored = run.events.filter(kind="search_started").order_by("-seq").values_list("payload", flat=True).first()
+    try:
+        started = read_payload("search_started", stored) if stored is not None else None
+    except PayloadError:  # from before payloads were typed, refused by its model: said as not started
+        started = None
+    return {"asked": run.executor, "kind": started.executor if started else None,
+            "reason": (started.executor_reason if started else None) or ""}
 
 
 def header(run: Run, role: Role | None, **extra) -> str:

@@ -18,14 +18,15 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
-                                    RunStarted, parse_payload)
+from engine.protocol.events import (TREE_PHASES, AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload,
+                                    PayloadError, RunStarted)
+from engine.replay import dag_state
 from engine.trace import Event as EngineEvent
 
 from .models import Event as EventRow
 from .models import Judgement as JudgementRow
 from .models import Run
-from .presenters import agent_state, cytoscape_elements, incumbent_j, probe_label
+from .presenters import cytoscape_elements, incumbent_j, probe_label
 
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
@@ -53,7 +54,7 @@ def _small(payload: Payload) -> dict[str, Any]:
 
 
 def _agent_finished(run_id: int, seq: int, p: AgentFinished, event: EngineEvent) -> dict:
-    return {"status": p.status, "state": agent_state(event.kind, p.status)}
+    return {"status": p.status, "state": dag_state(p.status)}
 
 
 def _run_started(run_id: int, seq: int, p: RunStarted, event: EngineEvent) -> dict:
@@ -119,14 +120,14 @@ def _tree(run_id: int, seq: int, p: Payload, event: EngineEvent) -> dict:
 
 
 def _carries_tree(kind: str, p: Payload) -> bool:
-    return kind in ("tree_node", "node_retired") or (kind == "search_iteration" and getattr(p, "phase", None) is not None)
+    return kind in ("tree_node", "node_retired") or isinstance(p, TREE_PHASES)
 
 
 SHAPERS: dict[str, Callable[[int, int, Any, EngineEvent], dict]] = {
     "tree_node": _tree,
     "node_retired": _tree,
     "search_iteration": _tree,
-    "agent_started": lambda run_id, seq, p, event: {"state": agent_state(event.kind)},
+    "agent_started": lambda run_id, seq, p, event: {"state": dag_state("RUNNING")},
     "agent_finished": _agent_finished,
     "run_started": _run_started,
     "judgement": _judgement,
@@ -139,7 +140,7 @@ def event_message(run_id: int, seq: int, event: EngineEvent, tree: bool = True) 
     """The browser's message for one stored engine event (of run ``run_id``, studio seq ``seq``).
     ``tree=False`` leaves out the whole tree a tree event carries (a page catching up draws
     only the newest)."""
-    payload = parse_payload(event.kind, event.payload)
+    payload = event.data
     shaper = SHAPERS.get(event.kind)
     if shaper is _tree and not tree:
         shaper = None
@@ -152,10 +153,8 @@ def stored_message(row, tree: bool = True) -> dict:
     """The message a stored Event row was sent as (for a page's first view of recent events, and
     for a page catching up on the ones it missed). A row from before payloads were typed, which
     its model refuses, is listed without data."""
-    event = EngineEvent(run_id=row.source, seq=row.source_seq, ts=row.ts, kind=row.kind, agent=row.agent or None,
-                        iteration=row.iteration, payload=row.payload)
     try:
-        return event_message(row.run_id, row.seq, event, tree=tree)
+        return event_message(row.run_id, row.seq, row.as_event(), tree=tree)
     except PayloadError:
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
                 "source": row.source, "ts": row.ts, "data": {}}
@@ -182,7 +181,7 @@ def missed_messages(run: Run, after: int, limit: int = CATCH_UP_LIMIT,
 
 def _stored_carries_tree(row) -> bool:
     try:
-        return _carries_tree(row.kind, parse_payload(row.kind, row.payload))
+        return _carries_tree(row.kind, row.data)
     except PayloadError:
         return False
 

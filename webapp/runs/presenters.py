@@ -8,43 +8,46 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from engine.replay import RunRecord, SearchState, fold
+
 from .models import Event, Run
 
-# The one agent-state machine: the DAG's colours, from the engine's agent statuses (the page
-# gets the state in each message, webapp/runs/live.py, and never maps statuses itself).
-AGENT_STATES = {"SUCCESS": "done", "FAILURE": "failed", "STOPPED": "failed", "SKIPPED": "skipped",
-                "RETRY": "waiting", "FALLBACK": "waiting"}
+# The kinds each panel's state is folded from (engine/replay.py): a page folds only those, so
+# a long run's prompts and programs are never read to draw its DAG or its scores.
+PROBE_KINDS = ("run_started", "agent_started", "agent_finished", "route", "run_finished", "run_failed")
+SCORE_KINDS = ("judgement", "search_iteration")
 
 
-def agent_state(kind: str, status: str | None = None) -> str:
-    """``agent_started`` -> running; ``agent_finished`` -> its status's state."""
-    return "running" if kind == "agent_started" else AGENT_STATES.get(status or "", "done")
+def fold_rows(rows) -> SearchState:
+    """The engine's state fold over stored Event rows, in the order given."""
+    return fold(row.as_event() for row in rows)
 
+
+def probe_record(run: Run, source: str, until: int | None = None) -> RunRecord | None:
+    """One probe of the run as its events tell it (up to studio seq ``until``)."""
+    rows = run.events.filter(source=source, kind__in=PROBE_KINDS)
+    if until is not None:
+        rows = rows.filter(seq__lte=until)
+    return fold_rows(rows.order_by("seq")).probes.get(source)
 
 
 def graph_state(run: Run) -> dict:
     """What the DAG panel shows. While a run is going: the workflow being executed now (the
     latest probe's candidate, which is also what a pending decision is about). Once it has
-    stopped: its final version (what was scored). Agent states come from the latest execution of that workflow."""
+    stopped: its final version (what was scored). Agent states come from the latest execution of
+    that workflow, folded from its events (engine/replay.py) as replay and live updates fold them."""
     version = run.current_version if run.is_active else (run.final_version or run.current_version)
-    started = run.events.filter(kind="run_started").order_by("-seq").first()
-    if started and not run.is_active and version and started.payload.get("workflow", {}).get("hash") != version.hash:
-        started = next((e for e in run.events.filter(kind="run_started").order_by("-seq")
-                        if e.payload.get("workflow", {}).get("hash") == version.hash), None)
-        if started is None:
-            workflow = version.data
-            return _state(workflow, {}, f"v{version.number}", True, None, version)
-    if started is None or not started.payload.get("workflow"):
+    starts = run.events.filter(kind="run_started").order_by("-seq")
+    if not run.is_active and version:
+        starts = starts.filter(payload__workflow_hash=version.hash)  # the final version's latest execution
+    started = starts.only("source").first()
+    record = probe_record(run, started.source) if started else None
+    if record is None or record.workflow_data is None:
         if version is None:
             return {"workflow": None, "states": {}, "label": "no workflow yet", "source": None}
         return _state(version.data, {}, f"v{version.number}", True, None, version)
-    workflow = started.payload["workflow"]
-    states: dict[str, str] = {}
-    for ev in run.events.filter(source=started.source, kind__in=("agent_started", "agent_finished")).order_by("seq"):
-        states[ev.agent] = agent_state(ev.kind, ev.payload.get("status"))
-    label = _label(version, workflow.get("hash"), started.iteration, run.is_active)
-    finished = run.events.filter(source=started.source, kind="run_finished").exists()
-    return _state(workflow, states, label, finished, started.source, version)
+    label = _label(version, record.workflow_hash, record.iteration, run.is_active)
+    return _state(record.workflow_data, record.dag_states(), label, record.finished, started.source, version)
 
 
 def _label(version, workflow_hash: str | None, iteration: int, active: bool) -> str:
@@ -131,22 +134,10 @@ def incumbent_j(run_id: int, before_seq: int | None = None) -> list[float | None
     """For each judgement event (up to ``before_seq``), in order: the J of the incumbent it was
     judged against, i.e. of the workflow last adopted before it (the first probe's own J for the
     first probe). Not the best J so far: a person may adopt a lower one, and that is the incumbent."""
-    from .models import Event
-
-    events = Event.objects.filter(run_id=run_id, kind__in=("judgement", "search_iteration")).order_by("seq")
+    events = Event.objects.filter(run_id=run_id, kind__in=SCORE_KINDS).order_by("seq")
     if before_seq is not None:
         events = events.filter(seq__lte=before_seq)
-    level: float | None = None
-    first = True
-    out: list[float | None] = []
-    for kind, payload in events.values_list("kind", "payload"):
-        if kind == "judgement":
-            if first:
-                level, first = payload.get("J"), False
-            out.append(level)
-        elif payload.get("accepted") and payload.get("n") is not None and "J" in payload:
-            level = payload.get("J")
-    return out
+    return [point.incumbent_J for point in fold_rows(events).scores]
 
 
 def score_series(run: Run) -> dict:

@@ -12,12 +12,11 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from engine.protocol.events import PayloadError, parse_payload
+from engine.protocol.events import PayloadError
 from engine.search import registry
 
-from . import access, live
+from . import access, live, presenters
 from .models import Run
-from .presenters import agent_state, cytoscape_elements
 from .tree_view import TREE_KINDS
 
 # Fields live.py computes from the database as it is now, not as it was at the event.
@@ -35,7 +34,7 @@ def replay_message(row) -> dict:
         # live.py attaches the whole tree as it is *now* to these (a query per event): replay
         # keeps the event's own fields, from which the tree at any moment follows
         try:
-            data = live._small(parse_payload(row.kind, row.payload))
+            data = live._small(row.data)
         except PayloadError:
             data = {}
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
@@ -47,7 +46,10 @@ def replay_message(row) -> dict:
     if row.kind == "run_started" and "graph" in data:
         data["graph"] = {k: v for k, v in data["graph"].items() if k not in NOW_FIELDS["run_started"]}
     if row.kind == "model_call":
-        data["cost_usd"] = (row.payload.get("budget_used") or {}).get("cost_usd")
+        try:
+            data["cost_usd"] = row.data.budget_used.cost_usd
+        except PayloadError:
+            data["cost_usd"] = None
     return {**msg, "seq": row.seq, "ts": row.ts, "data": data}
 
 
@@ -71,22 +73,18 @@ def replay_data(run: Run) -> dict:
 
 def state_at(run: Run, seq: int) -> dict:
     """The DAG panel as the run page showed it right after event ``seq``: the workflow of the
-    latest probe started by then, with the states its agents had reached (presenters.graph_state's
-    rule for a run that is going)."""
-    started = run.events.filter(kind="run_started", seq__lte=seq).order_by("-seq").first()
-    if started is None or not started.payload.get("workflow"):
+    latest probe started by then, with the states its agents had reached, folded from its events
+    as the page's own load folds them (presenters.probe_record, engine/replay.py)."""
+    started = run.events.filter(kind="run_started", seq__lte=seq).order_by("-seq").only("source").first()
+    record = presenters.probe_record(run, started.source, until=seq) if started else None
+    if record is None or record.workflow_data is None:
         version = run.versions.order_by("number").first()
-        workflow = version.data if version else {}
-        states: dict[str, str] = {}
-        source = None
+        workflow, states, source = (version.data if version else {}), {}, None
     else:
-        workflow, source = started.payload["workflow"], started.source
-        states = {}
-        for ev in run.events.filter(source=source, seq__lte=seq, kind__in=("agent_started", "agent_finished")):
-            states[ev.agent] = agent_state(ev.kind, ev.payload.get("status"))
+        workflow, states, source = record.workflow_data, record.dag_states(), started.source
     for agent in workflow.get("agents", []):
         states.setdefault(agent["id"], "waiting")
-    return {"seq": seq, "source": source, "states": states, "elements": cytoscape_elements(workflow, states),
+    return {"seq": seq, "source": source, "states": states, "elements": presenters.cytoscape_elements(workflow, states),
             "judged": run.events.filter(kind="judgement", seq__lte=seq).count()}
 
 

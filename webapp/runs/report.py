@@ -17,6 +17,7 @@ from pathlib import Path
 from django.template.loader import render_to_string
 from django.utils import timezone
 
+from engine.protocol.events import PayloadError
 from engine.search import registry
 
 from .bundles import bundle_contents
@@ -166,6 +167,17 @@ def line_chart_svg(lines: list[dict], title: str, y_label: str, y_range: tuple[f
     return "".join(out)
 
 
+def _typed(ev):
+    """An Event row's typed payload; None for no row, or one its kind's model refuses (from
+    before payloads were typed)."""
+    if ev is None:
+        return None
+    try:
+        return ev.data
+    except PayloadError:
+        return None
+
+
 def final_program(run: Run) -> dict | None:
     """The program the final workflow ran (for a tree run: the champion node's), from the last
     tool_call of that probe: {"title", "code"}; None when the trace holds none."""
@@ -175,18 +187,20 @@ def final_program(run: Run) -> dict | None:
 
         champ = tree_state(run).get("champion")
         for ev in calls:
-            if champ and ev.payload.get("node") == champ and ev.payload.get("code"):
-                return {"title": f"champion {champ}", "code": ev.payload["code"][:MAX_CODE_CHARS]}
+            call = _typed(ev)
+            if champ and call is not None and call.node == champ and call.code:
+                return {"title": f"champion {champ}", "code": call.code[:MAX_CODE_CHARS]}
     final_hash = ((run.result or {}).get("final") or {}).get("workflow_hash")
     sources = [e.source for e in run.events.filter(kind="run_started").order_by("-seq")
-               if final_hash and e.payload.get("workflow_hash") == final_hash]
+               if final_hash and (started := _typed(e)) is not None and started.workflow_hash == final_hash]
     for source in sources:
-        ev = calls.filter(source=source).first()
-        if ev and ev.payload.get("code"):
-            return {"title": f"final workflow's program ({source})", "code": ev.payload["code"][:MAX_CODE_CHARS]}
+        call = _typed(calls.filter(source=source).first())
+        if call is not None and call.code:
+            return {"title": f"final workflow's program ({source})", "code": call.code[:MAX_CODE_CHARS]}
     ev = calls.first()
-    if ev and ev.payload.get("code"):
-        return {"title": f"last program run ({ev.source})", "code": ev.payload["code"][:MAX_CODE_CHARS]}
+    call = _typed(ev)
+    if call is not None and call.code:
+        return {"title": f"last program run ({ev.source})", "code": call.code[:MAX_CODE_CHARS]}
     return None
 
 

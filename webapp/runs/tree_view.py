@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from engine.protocol.events import (NodeRetired, PayloadError, TreeChildAbandoned, TreeFinished, TreeIterationStarted,
+                                    TreeNode, TreeVote, read_payload)
+
 from .bundles import has_bundle
 from .models import Event, Run
 
@@ -34,21 +37,21 @@ def champion(nodes: Iterable[dict], higher_is_better: bool) -> str | None:
     return best["id"] if best else None
 
 
-def _parent_reason(node_id: str, started: dict, votes: list[dict], nodes: dict[str, dict]) -> dict:
+def _parent_reason(node_id: str, started: dict, votes: list[TreeVote], nodes: dict[str, dict]) -> dict:
     """Why ``node_id`` was expanded in an iteration: the engine takes the best node first, then
     every node a person promoted, then one vote winner per extra slot."""
     if node_id == started.get("best"):
         return {"id": node_id, "reason": "best", "label": "best node"}
     for vote in votes:
-        if vote.get("winner") != node_id:
+        if vote.winner != node_id:
             continue
-        if vote.get("fallback"):
+        if vote.fallback:
             return {"id": node_id, "reason": "fallback", "label": "no valid vote: best remaining",
-                    "slot": vote.get("slot")}
-        cast = vote.get("votes") or []
-        got = (vote.get("tally") or {}).get(node_id, 0)
-        return {"id": node_id, "reason": "vote", "label": f"vote {got}/{len(cast)}", "slot": vote.get("slot"),
-                "votes": cast, "tally": vote.get("tally") or {}}
+                    "slot": vote.slot}
+        cast = list(vote.votes)
+        got = vote.tally.get(node_id, 0)
+        return {"id": node_id, "reason": "vote", "label": f"vote {got}/{len(cast)}", "slot": vote.slot,
+                "votes": cast, "tally": dict(vote.tally)}
     node = nodes.get(node_id, {})
     who = node.get("decided_by") or "a person"
     return {"id": node_id, "reason": "promoted", "label": f"promoted by {who}"}
@@ -61,37 +64,41 @@ def tree_state(run: Run) -> dict:
     higher = bool(run.task.higher_is_better)
     nodes: dict[str, dict] = {}
     iterations: dict[int, dict] = {}
-    pending_votes: list[dict] = []   # votes come before the "started" event of their iteration
+    pending_votes: list[TreeVote] = []   # votes come before the "started" event of their iteration
     finished: dict | None = None
     max_children: int | None = None
     last_seq = 0
     events = Event.objects.filter(run=run, kind__in=TREE_KINDS).order_by("seq").values_list(
         "seq", "kind", "iteration", "payload")
-    for seq, kind, iteration, p in events:
+    for seq, kind, iteration, payload in events:
         last_seq = seq
-        if kind == "tree_node":
-            old = nodes.get(p["node"], {})
+        try:
+            p = read_payload(kind, payload)
+        except PayloadError:  # from before payloads were typed, refused by its kind's model: left out
+            continue
+        if isinstance(p, TreeNode):
+            old = nodes.get(p.node, {})
             # A resumed run may record a node again; the latest record wins, its position stays.
-            nodes[p["node"]] = {"id": p["node"], **{k: p.get(k) for k in NODE_FIELDS},
-                                "vetoed": bool(p.get("vetoed")), "promoted": bool(p.get("promoted")),
-                                "decided_by": p.get("decided_by") or "", "params": p.get("params") or {},
-                                "retired": old.get("retired", False), "retired_at": old.get("retired_at"),
-                                "seq": seq}
-        elif kind == "node_retired":
-            node = nodes.get(p["node"])
-            max_children = p.get("max_children", max_children)
+            nodes[p.node] = {"id": p.node, **{k: getattr(p, k) for k in NODE_FIELDS},
+                             "vetoed": bool(p.vetoed), "promoted": bool(p.promoted),
+                             "decided_by": p.decided_by or "", "params": p.params or {},
+                             "retired": old.get("retired", False), "retired_at": old.get("retired_at"),
+                             "seq": seq}
+        elif isinstance(p, NodeRetired):
+            node = nodes.get(p.node)
+            max_children = p.max_children
             if node is not None:
-                node["retired"], node["retired_at"] = True, p.get("iteration", iteration)
-        elif p.get("phase") == "vote":
+                node["retired"], node["retired_at"] = True, p.iteration if p.iteration is not None else iteration
+        elif isinstance(p, TreeVote):
             pending_votes.append(p)
-        elif p.get("phase") == "started":
-            iterations[iteration] = {"n": iteration, "best": p.get("best"), "raw_parents": p.get("parents") or [],
-                                     "votes": pending_votes, "nodes_before": p.get("nodes"), "abandoned": []}
+        elif isinstance(p, TreeIterationStarted):
+            iterations[iteration] = {"n": iteration, "best": p.best, "raw_parents": p.parents,
+                                     "votes": pending_votes, "nodes_before": p.nodes, "abandoned": []}
             pending_votes = []
-        elif p.get("phase") == "child_abandoned" and iteration in iterations:
-            iterations[iteration]["abandoned"].append({"parent": p.get("parent"), "error": p.get("error") or ""})
-        elif p.get("phase") == "finished":
-            finished = {k: p.get(k) for k in ("stopped", "iterations", "champion", "champion_score", "reason")}
+        elif isinstance(p, TreeChildAbandoned) and iteration in iterations:
+            iterations[iteration]["abandoned"].append({"parent": p.parent, "error": p.error or ""})
+        elif isinstance(p, TreeFinished):
+            finished = {k: getattr(p, k) for k in ("stopped", "iterations", "champion", "champion_score", "reason")}
 
     for node in nodes.values():
         node["children"] = sum(1 for c in nodes.values() if c["parent"] == node["id"])
@@ -106,5 +113,7 @@ def tree_state(run: Run) -> dict:
             # a best node whose gain over the root is noise gives way to it); until then the best so far
             "nodes": list(nodes.values()), "iterations": rows,
             "champion": (finished or {}).get("champion") or champion(nodes.values(), higher),
-            "finished": finished, "pending_votes": pending_votes, "seq": last_seq,
+            "finished": finished,
+            # each vote as it was stored (the fields it was written with)
+            "pending_votes": [v.model_dump(mode="json", exclude_unset=True) for v in pending_votes], "seq": last_seq,
             "bundle": has_bundle(run)}  # the champion bundle is written (after the official evaluation)

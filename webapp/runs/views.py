@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from engine import evaluator_draft
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
+from engine.protocol.events import Payload, PayloadError
 
 from . import access, controls, evidence, forking, fragments, invitations, live, members, model_policy
 from .bridge import broadcast, decide
@@ -490,18 +491,25 @@ def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
     except (KeyError, IndexError, ValueError):
         raise Http404(f"no field {field!r} in event {seq}")
     template = "runs/_event_field.html" if field else "runs/_event_detail.html"
+    try:
+        data = event.data
+    except PayloadError:  # a row from before payloads were typed, refused by its kind's model: no links
+        data = None
     return render(request, template, {"event": event, "body": body, "run_id": run_id,
-                                      "artifacts": event_artifacts(event.payload)})
+                                      "artifacts": event_artifacts(data)})
 
 
-def event_artifacts(payload: dict) -> list[tuple[str, str]]:
+def event_artifacts(data: Payload | None) -> list[tuple[str, str]]:
     """(name, sha256) of every stored file an event names: an execution's files, a predictions
     or program hash; each can be opened and annotated."""
+    if data is None:
+        return []
     found: dict[str, str] = {}
-    files = payload.get("files")
+    files = getattr(data, "files", None)
     if isinstance(files, dict):
         found.update({sha: str(name) for name, sha in files.items() if isinstance(sha, str)})
-    for key, value in payload.items():
+    for key in type(data).model_fields:
+        value = getattr(data, key)
         if key.endswith("sha256") and isinstance(value, str):
             found.setdefault(value, key.removesuffix("_sha256") or "artifact")
     return [(name, sha) for sha, name in found.items() if re.fullmatch(r"[0-9a-f]{64}", sha)]

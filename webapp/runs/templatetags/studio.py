@@ -21,36 +21,45 @@ def clock(ts: float) -> str:
 
 @register.filter
 def event_summary(event) -> str:
-    """One line on what an event says, for the trace table."""
-    p = event.payload or {}
+    """One line on what an event says, for the trace table (nothing for a row from before
+    payloads were typed, which its kind's model refuses)."""
+    from engine.protocol.events import AgentFinished, PayloadError, SearchStep
+
+    try:
+        p = event.data
+    except PayloadError:
+        return ""
     if event.kind == "model_call":
-        asked = f" · asks {', '.join(c.get('name', '') for c in p['tool_calls'])}" if p.get("tool_calls") else ""
-        return (f"{p.get('purpose') or p.get('role', '')} · {p.get('model', '')} · "
-                f"{p.get('prompt_tokens', 0)}+{p.get('completion_tokens', 0)} tokens{asked}")
+        asked = f" · asks {', '.join(c.get('name', '') for c in p.tool_calls)}" if p.tool_calls else ""
+        return (f"{p.purpose or p.role} · {p.model} · "
+                f"{p.prompt_tokens}+{p.completion_tokens} tokens{asked}")
     if event.kind in ("agent_finished", "route"):
-        return " · ".join(str(x) for x in (p.get("status") or p.get("on"), p.get("target"), (p.get("message") or p.get("reason") or "")[:80]) if x)
+        said = (p.status, None, p.message[:80]) if isinstance(p, AgentFinished) else (p.on, p.target, p.reason[:80])
+        return " · ".join(str(x) for x in said if x)
     if event.kind == "judgement":
-        return f"J {p['J']:.3f}" if p.get("J") is not None else f"failed: {p.get('error', '')[:80]}"
+        return f"J {p.J:.3f}" if p.J is not None else f"failed: {p.error[:80]}"
     if event.kind == "check":
-        return f"{'PASS' if p.get('passed') else 'FAIL'} {p.get('name', '')}: {str(p.get('detail', ''))[:80]}"
+        return f"{'PASS' if p.passed else 'FAIL'} {p.name}: {p.detail[:80]}"
     if event.kind == "code_execution":
-        return f"{p.get('purpose', '')} · {p.get('status', '')} · exit {p.get('exit_code')}"
+        return f"{p.purpose} · {p.status} · exit {p.exit_code}"
     if event.kind == "search_iteration":
-        m = p.get("mutation") or {}
-        return f"{m.get('kind', '')} on {m.get('target', '')} · {'accepted' if p.get('accepted') else 'not accepted'} ({p.get('decided_by', '')})"
+        # a settled step or an editor's probe names its change; a tree phase has none
+        m = getattr(p, "mutation", None)
+        step = isinstance(p, SearchStep)
+        return (f"{m.kind if m else ''} on {m.target if m else ''} · "
+                f"{'accepted' if step and p.accepted else 'not accepted'} ({p.decided_by if step else ''})")
     if event.kind == "evaluation":
-        return f"{p.get('metric', '')} = {p.get('value')}" if p.get("ok") else str(p.get("error", ""))[:80]
+        return f"{p.metric or ''} = {p.value}" if p.ok else (p.error or "")[:80]
     if event.kind == "handoff":
-        return f"{p.get('artifact', '')} from {p.get('source', '')}: {'ok' if p.get('ok') else 'contract broken'}"
+        return f"{p.artifact} from {p.source}: {'ok' if p.ok else 'contract broken'}"
     if event.kind == "tools_discovered":
-        return " · ".join(f"{s.get('name')}: {len(s.get('tools') or [])} tools" if s.get("ok") else
-                          f"{s.get('name')}: NOT AVAILABLE ({str(s.get('error', ''))[:60]})" for s in p.get("servers", []))
+        return " · ".join(f"{s.name}: {len(s.tools)} tools" if s.ok else
+                          f"{s.name}: NOT AVAILABLE ({(s.error or '')[:60]})" for s in p.servers)
     if event.kind == "mcp_tool_call":
-        return f"calls {p.get('tool', '')} {json.dumps(p.get('arguments', {}), sort_keys=True)[:100]}"
+        return f"calls {p.tool} {json.dumps(p.arguments, sort_keys=True)[:100]}"
     if event.kind == "mcp_tool_result":
-        took = f"{p.get('duration_s', 0):.2f}s"
-        return f"{p.get('tool', '')} · ok · {took}" if p.get("ok") else \
-            f"{p.get('tool', '')} · ERROR · {took} · {str(p.get('error', ''))[:100]}"
+        took = f"{p.duration_s:.2f}s"
+        return f"{p.tool} · ok · {took}" if p.ok else f"{p.tool} · ERROR · {took} · {(p.error or '')[:100]}"
     return ""
 
 
