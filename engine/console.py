@@ -8,6 +8,7 @@ from typing import TextIO
 from .protocol.events import (AgentFinished, AgentStarted, AnswerReasked, BudgetExhausted, Check, CodeExecution,
                               Evaluation, EvidenceRecorded, Handoff, McpToolCall, McpToolResult, MemoryRetrieval,
                               ModelCall, ModelCallFailed, Route, RunFinished, RunStarted, ToolsDiscovered)
+from .replay import SearchState
 from .trace import Event
 
 
@@ -43,17 +44,25 @@ def stderr_tail(stderr: str, lines: int = STDERR_LINES) -> list[str]:
 
 
 class ConsoleSink:
+    """The run's progress as lines; it folds the events as the studio's pages do (engine/replay.py),
+    so a finished agent says how far its workflow has come."""
+
     def __init__(self, out: TextIO = sys.stdout, verbose: bool = False):
         self.out = out
         self.verbose = verbose
         self.t0: float | None = None
+        self.state = SearchState()
 
     def emit(self, event: Event) -> None:
         if self.t0 is None:
             self.t0 = event.ts
+        self.state.apply(event)
         line = describe(event, limit=None if self.verbose else MESSAGE_LIMIT)
         if line is None and not self.verbose:
             return
+        if event.kind == "agent_finished" and (run := self.state.probes.get(event.run_id)) is not None:
+            states = run.dag_states()
+            line += f"  [{sum(s in ('done', 'failed', 'skipped') for s in states.values())}/{len(states)} agents]"
         agent = (event.agent or "-")[:12]
         text = (line or event.kind).replace("\n", "\n" + _INDENT)
         self.out.write(f"[{event.ts - self.t0:7.1f}s] {agent:<12} {text}\n")

@@ -32,7 +32,7 @@ def test_the_fold_of_a_runs_events_is_the_state_it_ended_in(search, tmp_path, mo
     monkeypatch.setattr(engine.search.probe, "run_workflow",
                         lambda *args, **kw: runs.append(result := run_workflow(*args, **kw)) or result)
     sink = ListSink()
-    result = evolve(TASK, RunSpec(search=search, iterations=2, seed=1, start="team", max_tokens=3_000_000,
+    result = evolve(TASK, RunSpec(search=search, iterations=1, seed=1, start="team", max_tokens=3_000_000,
                                   single_agent=False, executor="subprocess"),
                     run_dir=tmp_path / "run", out=io.StringIO(), archive_dir=tmp_path / "archive", sinks=[sink])
 

@@ -19,7 +19,8 @@ from engine.budget import Budget
 from engine.errors import ModelUnavailable
 from engine.evolve import evolve
 from engine.run_spec import RunSpec
-from engine.protocol import EVENT_KINDS, PAYLOADS, Check, Judgement, PayloadError, parse_payload
+from engine.protocol import (EVENT_KINDS, PAYLOADS, Check, Judgement, PayloadError, TreeChildAbandoned,
+                             parse_payload)
 from engine.artifacts import ArtifactStore
 from engine.runner import RunConfig, run_workflow
 from engine.search.probe import ProbeRunner
@@ -254,6 +255,8 @@ def test_every_emitted_event_matches_its_model_and_every_kind_is_emitted(emitted
         assert payload.to_payload() == event.payload, event.kind  # stored as emitted, nothing added
     seen = {e.kind for e in emitted}
     assert set(EVENT_KINDS) - seen == set(), f"never emitted: {sorted(set(EVENT_KINDS) - seen)}"
+    shapes = {type(e.data) for e in emitted}  # each shape of a kind, read back as its own class
+    assert set(MODELS) - shapes <= {TreeChildAbandoned}, sorted(m.__name__ for m in set(MODELS) - shapes)
     assert FAULT_KINDS.keys() <= seen
 
 
