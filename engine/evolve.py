@@ -6,40 +6,31 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
-from . import official as official_evaluation
 from .archive import WorkflowArchive
-from .budget import Budget
-from .bundle import write_champion_bundle
 from .console import cost_line
 from .control import Control, NoControl
 from .embedding import TaskEmbedder
-from .ending import compare_with_baselines, comparison_lines
+from .ending import EvolveResult, end_search
 from .errors import ModelUnavailable
 from .evidence.memory import EVIDENCE_FILE, SharedMemory
 from .gateway import endpoint_lines
-from .hindsight import hindsight
 from .models import describe_endpoints, settings
-from .official import official_metric, saved_predictions
-from .official_gap import Gap
 from .preflight import preflight
-from .protocol.events import (Archive, Hindsight, OfficialEvaluation, SearchFailed, SearchFinished, SearchStarted,
-                              ValidationPlanned)
+from .protocol.events import (SearchFailed, SearchStarted, ValidationPlanned)
 from .run_spec import RunSpec
 from .runner import roles_of
 from .sandbox import Executor
 from .sandbox.select import executor_for_run
 from .search import registry
-from .search.base import AutoGate, Endpoint, Gate, SearchContext
+from .search.base import AutoGate, Gate, SearchContext
 from .search.probe import ProbeRunner, search_gateway
 from .search.registry import TAKES_MEMORY, search_class
-from .search.tree import TreeResult
 from .synthesis import team_workflow
 from .synthesis.start import choose_start
-from .task import Task, load_task
+from .task import load_task
 from .tools.allocation import allocate, available_only
 from .tools.config import load_config
 from .tools.discovery import discover
@@ -47,34 +38,6 @@ from .tools.registry import use
 from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .training.jobs import tracing_to
 from .workflow import Workflow
-
-FINAL_PREDICTIONS = "final-predictions.csv"  # the final workflow's delivered predictions, in run_dir
-
-
-@dataclass
-class EvolveResult:
-    task: str
-    search: str
-    run_dir: Path
-    iterations: int
-    stopped: str
-    initial: dict          # {"workflow_hash", "validation", "J", "official"}
-    final: dict
-    usage: dict
-    wall_s: float
-    start: dict = field(default_factory=dict)  # warm start or de novo
-    archived: dict = field(default_factory=dict)  # {"entry": id} or {"skipped": why}
-    trace: str = ""  # this attempt's search trace (search.jsonl, then search.2.jsonl after a resume)
-    baselines: dict = field(default_factory=dict)  # official scores: trivial baselines and the single agent
-    single_agent: dict | None = None  # engine.ending.single_agent_baseline(), unless skipped
-    hindsight: dict | None = None     # engine.hindsight.Hindsight.to_dict()
-    gaps: dict = field(default_factory=dict)  # baseline -> engine.official_gap.Gap.to_dict(): beyond test noise?
-    failed: str = ""  # why the run failed although the search ended: its final workflow has no official score
-    memory: bool = False  # the probes shared one evidence graph (evidence.sqlite in run_dir)
-
-    def to_dict(self) -> dict:
-        return {**self.__dict__, "run_dir": str(self.run_dir)}
-
 
 def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Path = Path("var/runs"),
            out: TextIO = sys.stdout, gate: Gate | None = None, cache_dir: Path | None = None,
@@ -219,60 +182,9 @@ def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Pa
         # agents' tools are checked against what was discovered (mutations and edits included)
         training_trace.enter_context(use(tools.registry if tools else None))
         outcome = search_class(search)(ctx).run(resume if resume and resume.get("n") is not None else None)
-        initial, final = outcome.initial, outcome.final
-        initial_d, final_d = initial.describe(), final.describe()
-        stopped, n = outcome.stopped, outcome.iterations
-        final_workflow = final.workflow
-        # Final commitment made: now, once, the official held-out evaluation of both ends.
-        initial_d["official"] = _official(task, initial, runner.executor, official)
-        final_d["official"] = _official(task, final, runner.executor, official)
-        for label, d in (("initial", initial_d), ("final", final_d)):
-            tracer.emit(OfficialEvaluation(which=label, workflow_hash=d["workflow_hash"], **d["official"]))
-        searched = outcome.searched
-        if searched is not None:  # a baseline was handed in: what the search found, scored beside it
-            final_d["searched"] = {**searched.describe(),
-                                   "official": _official(task, searched, runner.executor, official)}
-        final_official = final_d["official"]
-        delivered = _delivered(final)
-        if delivered is not None:  # for people, after the final commitment: the held-out plots
-            (run_dir / FINAL_PREDICTIONS).write_bytes(delivered)
-        # The baselines, and whether the team's lead over each is beyond the test set's noise: only
-        # against evaluate.py's own scores (a stand-in scorer has no held-out rows to resample).
-        compared = compare_with_baselines(
-            task, final_official, delivered, seed=seed, budget=budget, out=out, score_gaps=official is None,
-            single_agent_dir=run_dir / "single-agent" if spec.single_agent else None,
-            on_single_agent=lambda solo: tracer.emit(OfficialEvaluation(
-                which="single_agent", workflow_hash=solo["workflow_hash"], **solo["official"])),
-            executor=runner.executor, models=models, control=control, tools=tools)
-        baselines, solo, gaps = compared.baselines, compared.single_agent, compared.gaps
-        failed = "" if final_official.get("ok") else \
-            f"the final workflow has no official score: {final_official.get('error') or 'nothing delivered'}"
-        # the ends' programs were scored just now: the hindsight does not run them again
-        ends = [(initial, initial_d), (final, final_d)] + ([(searched, final_d["searched"])] if searched else [])
-        known = {e.code: d["official"] for e, d in ends if e.code is not None}
-        seen = hindsight(task, run_dir, runner.executor, official, known)
-        tracer.emit(Hindsight(**seen.to_dict()))
-        _champion_bundle(task, run_dir, outcome, final_d.get("searched", final_d)["official"], baselines, out)
-        result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),
-                              time.perf_counter() - started, start=start_info, trace=str(trace_path),
-                              baselines=baselines, single_agent=solo, hindsight=seen.to_dict(), failed=failed,
-                              gaps={name: g.to_dict() for name, g in gaps.items()},
-                              memory=memory)
-        if archive is not None:
-            why_not = not_archivable(final, budget) or failed
-            if why_not:
-                result.archived = {"skipped": why_not}
-                tracer.emit(Archive(skipped=why_not, workflow_hash=final_workflow.hash))
-            else:
-                entry = archive.add(task, final_workflow, final_d["official"], search,
-                                    note=f"evolved in {run_dir.name}")
-                result.archived = {"entry": entry.id}
-                tracer.emit(Archive(entry=entry.id, workflow_hash=final_workflow.hash))
-        (run_dir / "final_workflow.json").write_text(final_workflow.to_json())
-        (run_dir / "evolve.json").write_text(json.dumps(result.to_dict(), indent=2, default=str))
-        tracer.emit(SearchFinished(**{k: v for k, v in result.to_dict().items() if k != "run_dir"}))
-        _print_summary(task, result, out)
-        return result
+        # the final commitment is made: from here on, what every run does (engine/ending.py)
+        return end_search(ctx, outcome, search=search, official=official, archive=archive, start_info=start_info,
+                          trace_path=trace_path, started=started, memory=memory, single_agent=spec.single_agent)
     except ModelUnavailable as exc:
         tracer.emit(SearchFailed(**exc.to_dict(), usage=budget.used.to_dict(), archived=False), exc.agent)
         used = budget.used.to_dict()
@@ -293,104 +205,3 @@ def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Pa
         tracer.close()
         if choice is not None:  # the executor made here: its warm containers go with the search
             getattr(choice.executor, "close", lambda: None)()
-
-
-def _champion_bundle(task: Task, run_dir: Path, outcome, official: dict, baselines: dict, out: TextIO) -> None:
-    """A tree search's champion bundle (engine/bundle/), written now that the official evaluation
-    is done. A bundle that cannot be written is said on ``out``; the run's result stands."""
-    tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
-    if tree is None or tree.champion is None:
-        return
-    # With a baseline handed in, the bundle is still the champion's (its own predictions and
-    # official score, ``official`` here), and says the baseline beat it.
-    champion = outcome.searched or outcome.final
-    notes = "; ".join(x for x in (tree.reason, outcome.final.verdict) if x)
-    try:
-        bundle = write_champion_bundle(task, run_dir, tree.tree, tree.champion, predictions=champion.predictions,
-                                       official=official, baselines=baselines, stopped=tree.stopped, notes=notes)
-    except Exception as exc:  # noqa: BLE001 - the search and its official scores are done and kept
-        out.write(f"champion bundle not written: {type(exc).__name__}: {exc}\n")
-        return
-    missing = f"; not included: {', '.join(p for p, _ in bundle.missing)}" if bundle.missing else ""
-    out.write(f"champion bundle: {bundle.zip_path} ({len(bundle.files)} files{missing})\n")
-
-
-def not_archivable(final: Endpoint, budget: Budget) -> str:
-    """Why a search's final workflow must not enter the archive ('' when it may): a workflow
-    that never called a model, or whose last execution failed, has shown nothing worth starting
-    another task from."""
-    if budget.used.calls == 0:
-        return "the search made no model call"
-    if final.baseline is not None:
-        return f"the search handed in the {final.baseline.replace('_', ' ')} baseline: no candidate it tried beat it"
-    probe = final.probe
-    if probe is None:  # a program search: its champion was scored, the team's workflow unchanged
-        return ""
-    if not probe.result.usage.get("calls"):
-        return f"the final workflow's probe made no model call ({probe.result.reason or probe.result.status})"
-    if probe.result.status != "completed":
-        return f"the final workflow's probe {probe.result.status}: {probe.result.reason}"
-    return ""
-
-
-def _official(task: Task, end: Endpoint, executor: Executor, official: Callable[..., dict] | None) -> dict:
-    """The held-out score of one end: a probe's saved predictions, the predictions a program
-    wrote at the final commitment, or else the program run on the task's data now."""
-    if end.probe is not None:
-        return (official or official_metric)(task, end.probe.run_dir, end.probe.result.predictions_sha256)
-    if end.predictions is not None:
-        return official_evaluation.official_for_predictions(task, end.predictions)
-    return official_evaluation.official_for_code(task, end.code, executor)
-
-
-def _delivered(end: Endpoint) -> bytes | None:
-    """The predictions an end delivered, as scored officially: its probe's, or those its program
-    wrote at the final commitment."""
-    if end.probe is not None:
-        return saved_predictions(end.probe.run_dir, end.probe.result.predictions_sha256)
-    return end.predictions
-
-
-def _print_summary(task: Task, r: EvolveResult, out: TextIO) -> None:
-    def official(d: dict) -> str:
-        o = d.get("official") or {}
-        return f"{o['value']:.6g}" if o.get("ok") else f"none ({o.get('error', '')[:40]})"
-
-    def num(x) -> str:
-        return "-" if x is None else f"{x:.4g}"
-
-    name = task.metric.name
-    out.write("\n" + "=" * 72 + "\n")
-    out.write(f"search     {r.search}: {r.iterations} iteration(s), stopped: {r.stopped}\n")
-    out.write(f"{'':10} {'workflow':<14} {'J':>7} {'validation':>12} {'official ' + name:>22}\n")
-    ends = [("initial", r.initial), ("final", r.final)] + ([("searched", r.final["searched"])]
-                                                           if r.final.get("searched") else [])
-    for label, d in ends:
-        out.write(f"{label:<10} v{d['version']} {d['workflow_hash'][:10]:<11} {num(d['J']):>7} "
-                  f"{num(d['validation']):>12} {official(d):>22}\n")
-    out.write(f"({'higher' if task.metric.higher_is_better else 'lower'} is better; official = evaluate.py on "
-              f"held-out data, run once after the final commitment)\n")
-    if r.final.get("verdict"):
-        out.write(f"{'':10} the final: {r.final['verdict']}\n")
-    for line in comparison_lines(r.baselines, r.final.get("official"), [Gap(**gap) for gap in r.gaps.values()],
-                                 r.single_agent):
-        out.write(line + "\n")
-    if r.hindsight:
-        probed = r.hindsight["candidates"]
-        programs = {c.get("program") for c in probed if c.get("program")}
-        repeated = len(probed) - len(programs) - sum(1 for c in probed if not c.get("program"))
-        out.write(f"hindsight  rank correlations over {len(probed)} probed candidate(s)"
-                  + (f" ({repeated} repeating a program already probed, counted once)" if repeated else "")
-                  + ", higher = better on every scale:\n")
-        for c in r.hindsight["correlations"]:
-            out.write(f"           {c['a']:>10} ~ {c['b']:<10} "
-                      + (f"ρ {c['rho']:+.2f}  (n={c['n']}" + (f", p={c['p']:.2g})" if c.get("p") is not None else ")")
-                         if c.get("rho") is not None else f"n/a: {c['why']}") + "\n")
-    out.write(f"cost       {r.usage['calls']} model calls, {r.usage['tokens']} tokens, {r.wall_s:.1f}s\n")
-    if r.failed:
-        out.write(f"FAILED     {r.failed}\n")
-    if r.archived.get("skipped"):
-        out.write(f"archive    not archived: {r.archived['skipped']}\n")
-    elif r.archived.get("entry"):
-        out.write(f"archive    added as {r.archived['entry']}\n")
-    out.write(f"trace      {r.trace or r.run_dir / 'search.jsonl'}\n")

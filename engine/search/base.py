@@ -297,6 +297,12 @@ class Search(ABC):
     presents: ClassVar[tuple[str, ...]] = ()  # the trace event kinds ``present`` reads
 
     @classmethod
+    def champion_of(cls, outcome: SearchOutcome) -> Any:
+        """What the ending's champion bundle packages (engine/bundle/: the tree, the champion
+        node, why the search stopped, its notes), for a search that ``writes_bundle``; else None."""
+        return None
+
+    @classmethod
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """What this search did, as panels a page draws (engine/protocol/panels.py), from
         its trace events of the ``presents`` kinds in emission order."""

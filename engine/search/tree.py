@@ -729,6 +729,12 @@ class TreeSearch(base.Search):
     presents = ("tree_node",)
 
     @classmethod
+    def champion_of(cls, outcome: base.SearchOutcome) -> TreeResult | None:
+        """The tree and its champion, once there is one."""
+        tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
+        return tree if tree is not None and tree.champion is not None else None
+
+    @classmethod
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """Each node's validation score by the iteration it was built in (the tree itself is the
         page's tree view; vetoed and failed nodes have no point)."""

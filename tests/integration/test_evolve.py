@@ -55,7 +55,7 @@ def test_evolve_with_the_tree_scores_root_and_champion_officially_after_the_sear
     assert f["value"] in [c["official"] for c in nodes]
     # what the held-out plots draw (issue 26 item 7): the predictions that were scored, kept
     from engine.evaluation import evaluate_predictions
-    from engine.evolve import FINAL_PREDICTIONS
+    from engine.ending import FINAL_PREDICTIONS
     from engine.task import load_task
 
     kept = (result.run_dir / FINAL_PREDICTIONS).read_bytes()

@@ -171,7 +171,7 @@ def _final_predictions(run: Run, task_folder) -> None:
     """What engine/evolve.py writes after the final commitment: the final workflow's predictions."""
     from pathlib import Path
 
-    from engine.evolve import FINAL_PREDICTIONS
+    from engine.ending import FINAL_PREDICTIONS
 
     truth = (Path(task_folder) / "heldout" / "test_targets.csv").read_text().splitlines()[1:]
     rows = [line.split(",") for line in truth]

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.http import HttpRequest, JsonResponse
 
 from engine.bundle.parts import PartMissing, heldout_pairs
-from engine.evolve import FINAL_PREDICTIONS
+from engine.ending import FINAL_PREDICTIONS
 from engine.official import heldout_truth
 from engine.task import load_task
 
