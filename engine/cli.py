@@ -18,7 +18,7 @@ from .console import ConsoleSink, print_summary
 from .ending import compare_with_baselines
 from .errors import ModelUnavailable, TrellisError
 from .gateway import ModelGateway, endpoint_lines
-from .limits import MAX_CALLS, MAX_COST_USD, MAX_SEED, MAX_TOKENS, bounded, model_problem
+from .limits import bounded, model_problem
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
 from .official import saved_predictions
 from .preflight import PreflightError, TaskFacts, preflight
@@ -109,37 +109,25 @@ def describe_models(models: ModelSettings, workflow: Workflow) -> list[str]:
     return endpoint_lines(models, roles_of(workflow))
 
 
+# The run spec's options that ``python -m engine run`` takes too: one run of a workflow has a
+# seed, a budget, a start, the single-agent baseline beside it, a sandbox.
+RUN_OPTIONS = ("seed", "max_tokens", "max_cost_usd", "max_calls", "start", "single_agent", "executor", "external_agents")
+RUN_MAX_TOKENS = 200_000  # one run of a team, where a search's default is for many
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task folder, e.g. examples/discontinuous-1d")
     parser.add_argument("--workflow", default="team",
                         help=f"starting workflow: {', '.join(WORKFLOWS)}, or a workflow JSON file")
-    parser.add_argument("--start", default=None, metavar="team|synthesized|archive|FILE",
-                        help="the starting workflow, instead of --workflow: the fixed team, one synthesized from the "
-                             "library (skills, references and tools retrieved by type and meaning; its stages are "
-                             "traced in synthesis.jsonl), the archive's nearest (--archive; else synthesized), or a "
-                             "workflow file (Trellis JSON, an AFlow operator graph, a LangGraph graph)")
     parser.add_argument("--archive", default="var/archive", help="the workflow archive --start archive reads")
-    parser.add_argument("--external-agents", action="store_true",
-                        help="with --start synthesized: a built external agent (python -m engine.external build) may "
-                             "play a role it fits, in its own container")
-    parser.add_argument("--seed", type=bounded(0, MAX_SEED), default=0)
-    parser.add_argument("--max-tokens", type=bounded(1, MAX_TOKENS), default=200_000,
-                        help=f"token budget of the run (at most {MAX_TOKENS:,})")
-    parser.add_argument("--max-cost", type=bounded(0.0001, MAX_COST_USD, float), default=None,
-                        help="cost budget in USD")
-    parser.add_argument("--max-calls", type=bounded(1, MAX_CALLS), default=None, help="model-call budget")
+    # the options a run shares with a search: the run spec's fields, flags and bounds (engine/run_spec.py)
+    RunSpec.add_arguments(parser, names=RUN_OPTIONS)
+    parser.set_defaults(max_tokens=RUN_MAX_TOKENS)
     parser.add_argument("--runs-dir", default="var/runs", help="where traces and artifacts go")
     parser.add_argument("--cache", action="store_true", help="reuse identical model calls across runs "
                         "(var/runs/model-cache; see --cassette and --replay for one run's recording)")
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")
-    parser.add_argument("--no-single-agent", action="store_true",
-                        help="skip the single-agent baseline run beside the workflow (it costs one more run)")
-    add_executor_argument(parser)
     add_model_arguments(parser)
-
-
-def add_executor_argument(parser: argparse.ArgumentParser) -> None:
-    RunSpec.add_arguments(parser, names=("executor",))  # the run spec's option, as manage.py evolve has it
 
 
 def check_task(task: Task, out: TextIO, cache_dir: Path | None = None) -> TaskFacts:
@@ -184,7 +172,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     out.write(choice.describe() + "\n")
     out.flush()
     config = RunConfig(run_dir=run_dir, seed=args.seed, models=models, run_id=run_id,
-                       budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost, max_calls=args.max_calls),
+                       budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd, max_calls=args.max_calls),
                        cache_dir=cache_dir, replay_only=replay_only,
                        # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
                        discover_tools=True, allocate_tools=args.workflow in WORKFLOWS and not start,
@@ -199,7 +187,7 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
         raise
     print_summary(result, out)
     solo_dir = None
-    if not getattr(args, "no_single_agent", False) and workflow.name != single_agent_workflow(task).name:
+    if getattr(args, "single_agent", True) and workflow.name != single_agent_workflow(task).name:
         solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
     compared = compare_with_baselines(
         task, result.metric or {}, saved_predictions(run_dir, result.predictions_sha256), seed=args.seed,

@@ -41,24 +41,25 @@ class RunSpec:
         "--iterations", "iterations (or rounds) of the search", bounds=(1, MAX_ITERATIONS)))
     seed: int = field(default=0, metadata=_option("--seed", "the seed of every random choice", bounds=(0, MAX_SEED)))
     max_tokens: int = field(default=2_000_000, metadata=_option(
-        "--max-tokens", f"token budget of the whole search (at most {MAX_TOKENS:,})", bounds=(1, MAX_TOKENS)))
+        "--max-tokens", f"token budget of the whole run, every probe of a search included (at most {MAX_TOKENS:,})", bounds=(1, MAX_TOKENS)))
     max_cost_usd: float | None = field(default=None, metadata=_option(
-        "--max-cost", "spending cap of the whole search in USD (priced models only)", bounds=(0.0001, MAX_COST_USD)))
+        "--max-cost", "spending cap of the whole run in USD (priced models only)", bounds=(0.0001, MAX_COST_USD)))
     max_calls: int | None = field(default=None, metadata=_option(
-        "--max-calls", "model calls the whole search may make", bounds=(1, MAX_CALLS)))
+        "--max-calls", "model calls the whole run may make", bounds=(1, MAX_CALLS)))
     model: str | None = field(default=None, metadata=_option(
         None, "one model for every role (the model options' --model)"))
     models: ModelSettings | None = field(default=None, metadata=_option(
         None, "each role's endpoint (the model options: --model, --model-ROLE, --api-base, ...)"))
     start: str | None = field(default=None, metadata=_option(
-        "--start", "the starting workflow: the fixed team, one synthesized from the library, the archive's "
-        "nearest (else synthesized), or a workflow file (Trellis JSON, an AFlow operator graph, a LangGraph "
-        "graph); default: the search's own", metavar="team|synthesized|archive|FILE"))
+        "--start", "the starting workflow: the fixed team, one synthesized from the library (its stages "
+        "traced in synthesis.jsonl), the archive's nearest (else synthesized), or a workflow file (Trellis JSON, "
+        "an AFlow operator graph, a LangGraph graph); default: the search's own", metavar="team|synthesized|archive|FILE"))
     warm_start: bool | None = field(default=None, metadata=_option(
         "--warm-start", "start SciMARS from the archive's most similar workflow (other searches always do unless "
         "--no-archive)", switch="--warm-start"))
     single_agent: bool = field(default=True, metadata=_option(
-        "--no-single-agent", "skip the single-agent baseline run after the search (it costs one more workflow run)",
+        "--no-single-agent", "skip the single-agent baseline run after the final commitment (it costs one more "
+        "workflow run)",
         switch="--no-single-agent"))
     memory: bool = field(default=False, metadata=_option(
         "--memory", "SciMARS + Memory: every probe reads and writes one shared evidence graph, each on its own "

@@ -18,6 +18,8 @@ from django.db import connections
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from webapp import disk as data_disk
+
 log = logging.getLogger(__name__)
 
 WORKERS_KEY = "trellis:workers"
@@ -88,9 +90,8 @@ def report() -> dict:
             slots = live_training_slots()
         except (redis.RedisError, OSError):
             rd = False
-    from webapp.disk import state
 
-    disk = state()
+    disk = data_disk.state()
     return {"database": "ok" if db else "error", "redis": "ok" if rd else "error",
             "worker": ("ok" if workers else "none") if rd else "unknown", "workers": workers,
             "training": ("ok" if slots else "none") if rd else "unknown", "training_slots": slots,

@@ -46,6 +46,27 @@ def test_each_option_of_its_own_is_a_flag_of_manage_py_evolve(name):
     assert name in dests
 
 
+def test_python_m_engine_run_takes_the_options_a_run_shares_with_a_search_from_the_spec():
+    """`python -m engine run`'s seed, budgets, start, baseline and sandbox are the run spec's own
+    options (the same flag, bounds and help as manage.py evolve's), only its token default is one run's."""
+    import argparse
+
+    from engine.cli import RUN_MAX_TOKENS, RUN_OPTIONS, add_run_arguments
+
+    run = argparse.ArgumentParser()
+    add_run_arguments(run)
+    ours = {a.dest: a for a in run._actions}
+    theirs = {a.dest: a for a in _parser()._actions}
+    assert set(RUN_OPTIONS) <= set(FIELDS)
+    for name in RUN_OPTIONS:
+        a, b = ours[name], theirs[name]
+        assert (a.option_strings, a.help, a.choices, a.const) == (b.option_strings, b.help, b.choices, b.const), name
+    args = run.parse_args(["examples/x", "--max-cost", "0.5", "--no-single-agent", "--seed", "4"])
+    assert (args.max_cost_usd, args.single_agent, args.seed, args.max_tokens) == (0.5, False, 4, RUN_MAX_TOKENS)
+    with pytest.raises(SystemExit):
+        run.parse_args(["examples/x", "--max-calls", "0"])
+
+
 def test_the_flags_parse_into_the_spec_with_their_bounds():
     o = vars(_parser().parse_args(["examples/x", "--search", "tree", "--iterations", "3", "--seed", "7",
                                    "--max-tokens", "5000", "--max-calls", "9", "--no-single-agent", "--memory",

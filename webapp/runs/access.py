@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
@@ -54,8 +55,6 @@ def role_of(user, project: Project | int) -> Role | None:
 def roles_of(user_ids: Iterable[int], project: Project | int) -> dict[int, Role]:
     """``role_of`` for many people at once (a web process's sockets on one run): each active
     member's role; those who are not (or no longer) members are left out."""
-    from django.contrib.auth import get_user_model
-
     project_id = project.pk if isinstance(project, Project) else project
     people = list(get_user_model().objects.filter(pk__in=set(user_ids), is_active=True).values_list("pk", "is_superuser"))
     roles = {pk: Role.OWNER for pk, superuser in people if superuser}

@@ -24,8 +24,8 @@ from engine.protocol.events import PayloadError
 
 from . import agreement, live
 from .models import Event, Mutation, Project, Run, WorkflowVersion
-from .models_team import (TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind,
-                          audit)
+from .models_team import TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind, audit
+from .templatetags.studio import event_summary
 
 KINDS = tuple(k for k, _ in TARGET_KINDS)
 MAX_COMMENT = 5000
@@ -103,7 +103,6 @@ def target_exists(run: Run, kind: str, ref: str) -> bool:
 
 
 def _describe_event(e: Event) -> dict[str, Any]:
-    from .templatetags.studio import event_summary
     return {"title": f"event #{e.seq} · {e.kind}", "kind": e.kind, "agent": e.agent,
             "iteration": e.iteration, "summary": event_summary(e), "payload": e.payload}
 

@@ -9,18 +9,21 @@ from pathlib import Path
 
 import kombu.exceptions
 import redis
-
 from django.conf import settings
-from django.db import transaction
+from django.db import close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from engine.preflight import preflight
-from engine.task import Task as TaskSpec, load_task
+from engine.task import Task as TaskSpec
+from engine.task import load_task
+from webapp import disk
+from webapp.celery import declare_queues
 
 from . import interrupt, live
 from .bridge import broadcast, close_moot
 from .models import RESUMABLE_STATUSES, Project, Run, RunStatus, Task
+from .tasks import execute_run
 
 log = logging.getLogger(__name__)
 # What publishing a task raises when the broker is down or was just restarted empty.
@@ -40,9 +43,7 @@ class DiskFull(ControlError):
 
 
 def refuse_when_disk_full() -> None:
-    from webapp.disk import state
-
-    current = state()
+    current = disk.state()
     if current.full:
         raise DiskFull(current.message())
 
@@ -96,8 +97,6 @@ def _enqueue(run: Run, only: Q | None = None) -> None:
 
 
 def _publish(run: Run, lease: str) -> None:
-    from .tasks import execute_run
-
     try:
         # A short retry: the studio restarts a dead embedded Redis within a second or two.
         # the task id is the lease: a person's pause or cancel signals this attempt (interrupt.py)
@@ -141,8 +140,6 @@ def run_here(task: Task, user=None, out=None, **options) -> Run:
     studio is up), but executed in this process, not by a worker. A proposal its gate policy
     leaves to a person suspends it as any run; the person's decision in the studio then sends
     it to the studio's workers."""
-    from .tasks import execute_run
-
     refuse_when_disk_full()
     run = _new_run(task, user, **options)
     lease = uuid.uuid4().hex
@@ -175,10 +172,6 @@ def requeue_lost_messages() -> list[int]:
 def after_restart(part: str) -> list[int]:
     """What the studio's supervisor does once it restarted one of its own parts (embedded Redis
     and worker only: another broker may have other workers). Returns the runs sent again."""
-    from django.db import close_old_connections
-
-    from webapp.celery import declare_queues
-
     close_old_connections()
     if part == "redis":
         declare_queues()
@@ -198,26 +191,6 @@ def _requeue(runs) -> list[int]:
             continue
         sent.append(run.pk)
     return sent
-
-
-def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
-    """The process executing a run died under it (its worker saw it go): the run, if that lease
-    still holds it, settles as a person asked (pausing -> paused, cancelling -> cancelled) or
-    becomes interrupted, resumable at once instead of after a stale heartbeat. Returns the new
-    status, None when the run had moved on."""
-    held = Run.objects.filter(pk=run_id, lease=lease)
-    if held.filter(status=RunStatus.PAUSING).update(status=RunStatus.PAUSED, status_reason="paused"):
-        status = RunStatus.PAUSED
-    elif held.filter(status=RunStatus.CANCELLING).update(status=RunStatus.CANCELLED, finished=timezone.now()):
-        status = RunStatus.CANCELLED
-        close_moot(run_id, "the run was cancelled before a decision on it")
-    elif held.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).update(
-            status=RunStatus.INTERRUPTED, status_reason=reason):
-        status = RunStatus.INTERRUPTED
-    else:
-        return None
-    broadcast(run_id, live.status_message(status, reason))
-    return status
 
 
 def pause_run(run: Run) -> None:

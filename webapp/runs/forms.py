@@ -14,8 +14,8 @@ from engine.synthesis.start import START_CHOICES
 START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 
-from . import model_policy
-from .models import EXECUTOR_CHOICES, GatePolicy, Run
+from . import access, model_policy
+from .models import EXECUTOR_CHOICES, GatePolicy, Run, Task
 
 
 def example_choices() -> list[tuple[str, str]]:
@@ -26,9 +26,6 @@ def example_choices() -> list[tuple[str, str]]:
 def task_choices(user=None) -> list:
     """The bundled examples, then each task registered in a project ``user`` may start runs in
     (an uploaded or registered folder), grouped by project."""
-    from . import access
-    from .models import Task
-
     choices: list = [("Examples", example_choices())]
     if user is not None and user.is_authenticated:
         examples = {folder for folder, _ in choices[0][1]}

@@ -11,6 +11,8 @@ from engine.harness import ROLES, MemoryPolicy
 from engine.official_gap import Gap
 from engine.protocol.events import PayloadError, read_payload
 from engine.search import registry
+from engine.synthesis.presentation import STAGES
+from engine.synthesis.presentation import present as present_synthesis
 
 from . import access
 from .bundles import has_bundle
@@ -84,8 +86,6 @@ def mutation(row: Mutation, role: Role | None) -> str:
 def search_panels(run: Run) -> list[dict]:
     """How the run started, when it was synthesized from the library (engine/synthesis/
     presentation.py), then what its search did, as it presents itself (engine/protocol/panels.py)."""
-    from engine.synthesis.presentation import STAGES, present as present_synthesis
-
     synthesis = run.events.filter(kind="synthesis_stage", payload__stage__in=STAGES).order_by("seq") \
         .only("kind", "agent", "iteration", "payload")
     panels = [panel.to_dict() for panel in present_synthesis(list(synthesis))]

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from engine.errors import RunInterrupted
+from webapp.celery import app
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,6 @@ def signal_run(lease: str, action: str) -> None:
 
 
 def send(lease: str, signum: int) -> None:
-    from webapp.celery import app
-
     try:
         app.control.revoke(lease, terminate=True, signal=signum)
     except Exception:  # noqa: BLE001 - the broker is away: the step boundary still stops the run

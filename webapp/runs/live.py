@@ -23,10 +23,12 @@ from engine.protocol.events import (TREE_PHASES, AgentFinished, EvidenceRecorded
 from engine.replay import dag_state
 from engine.trace import Event as EngineEvent
 
+from .evidence import summary
 from .models import Event as EventRow
 from .models import Judgement as JudgementRow
 from .models import Run
 from .presenters import cytoscape_elements, incumbent_j, probe_label
+from .tree_view import tree_state
 
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
@@ -96,8 +98,6 @@ def _model_call(run_id: int, seq: int, p: ModelCall, event: EngineEvent) -> dict
 def _evidence_recorded(run_id: int, seq: int, p: EvidenceRecorded, event: EngineEvent) -> dict:
     """A new node of the evidence panel: the record with a preview of its text (the whole text
     is fetched on click), the studio event its provenance names, and its links."""
-    from .evidence import summary
-
     record = p.record.model_dump()
     prov = record["provenance"]
     origin = None
@@ -111,8 +111,6 @@ def _evidence_recorded(run_id: int, seq: int, p: EvidenceRecorded, event: Engine
 def _tree(run_id: int, seq: int, p: Payload, event: EngineEvent) -> dict:
     """A tree search's step carries the whole tree as the page draws it (webapp/runs/tree_view.py,
     the one reading of tree events): a few dozen nodes, and no rules to repeat in the browser."""
-    from .tree_view import tree_state
-
     data = _small(p)
     if _carries_tree(event.kind, p):
         data["tree"] = tree_state(Run.objects.select_related("task").get(pk=run_id))

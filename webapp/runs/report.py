@@ -14,18 +14,21 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.utils import timezone
 
 from engine.protocol.events import PayloadError
 from engine.search import registry
 
+from . import access, evidence
 from .bundles import bundle_contents
 from .compare import summary as run_summary
 from .models import Annotation, MutationStatus, Run
 from .predictions_plot import prediction_plot_data
 from .presenters import layered_positions, score_series, short
 from .report_parts import cut_at_word, markdown_html, scatter_svg, tree_svg
+from .tree_view import tree_state
 
 NODE_W, NODE_H = 150, 46
 COLORS = {"waiting": "#c9cfd8", "running": "#e0a526", "done": "#2f8f5b", "failed": "#c8423b", "skipped": "#9aa3ad"}
@@ -183,7 +186,6 @@ def final_program(run: Run) -> dict | None:
     tool_call of that probe: {"title", "code"}; None when the trace holds none."""
     calls = run.events.filter(kind="tool_call").order_by("-seq")
     if registry.search_class(run.search).evolves != "workflow":
-        from .tree_view import tree_state
 
         champ = tree_state(run).get("champion")
         for ev in calls:
@@ -206,8 +208,6 @@ def final_program(run: Run) -> dict | None:
 
 def evidence_summary(run: Run) -> dict:
     """Record counts by kind (the graph file, else the trace) and the final probe's checks."""
-    from . import evidence
-
     try:
         records = evidence.evidence_state(run, can_write=False)["records"]
     except Exception as exc:  # noqa: BLE001 - a damaged graph file must not stop the report
@@ -279,7 +279,6 @@ def report_context(run: Run) -> dict:
     annotations = list(Annotation.objects.filter(run=run).select_related("author", "label_set").order_by("created"))
     tree = ""
     if registry.search_class(run.search).evolves != "workflow":
-        from .tree_view import tree_state
 
         tree = tree_svg(tree_state(run), run.task.metric_name or "score")
     return {"run": run, "task": run.task, "summary": run_summary(run), "problem": _task_markdown(run, "Problem.md"),
@@ -322,10 +321,6 @@ def _filename(run: Run, ext: str) -> str:
 
 def report_view(request, run_id: int):
     """GET …/report.html: the file to download (?inline=1 shows it in the browser)."""
-    from django.http import HttpResponse
-
-    from . import access
-
     run, _ = access.run_for(request.user, run_id)
     response = HttpResponse(report_html(run), content_type="text/html; charset=utf-8")
     if not request.GET.get("inline"):
@@ -334,10 +329,6 @@ def report_view(request, run_id: int):
 
 
 def report_pdf_view(request, run_id: int):
-    from django.http import HttpResponse
-
-    from . import access
-
     run, _ = access.run_for(request.user, run_id)
     try:
         data = report_pdf(report_html(run))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.core import signing
 from django.db import transaction
 from django.utils import timezone
@@ -90,9 +92,6 @@ def revoke(link: ShareLink, user) -> bool:
 def _disconnect(link: ShareLink) -> None:
     """Tell the run's WebSocket group; the consumers open on this link close (webapp/runs/consumers.py).
     A channel layer that is down only delays that to their next message, where the link is checked."""
-    from asgiref.sync import async_to_sync
-    from channels.layers import get_channel_layer
-
     try:
         async_to_sync(get_channel_layer().group_send)(link.run.group, {"type": "share.revoked", "token": link.token})
     except Exception:  # noqa: BLE001 - best effort, see above

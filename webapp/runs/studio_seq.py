@@ -19,6 +19,7 @@ import logging
 import threading
 from collections import defaultdict
 
+import redis
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,6 @@ def _sync_client(layer, index: int):
     with _sync_lock:
         client = _sync_clients.get(address)
         if client is None:
-            import redis
 
             client = _sync_clients[address] = redis.Redis.from_url(address, socket_timeout=2, socket_connect_timeout=2)
         return client

@@ -10,12 +10,15 @@ from typing import TextIO
 from billiard.exceptions import WorkerLostError
 from celery import shared_task
 from celery.signals import task_failure
+from celery.worker import state as worker_state
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+import engine.evolve
 from engine.disk_space import caused_by_full_disk
 from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
+from engine.models import ModelSettings
 from webapp import disk
 
 from . import interrupt, live, model_policy, project_library
@@ -89,14 +92,12 @@ class Heartbeat:
 def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
     run_id = run.pk
     try:
-        from engine.evolve import evolve
-        from engine.models import ModelSettings
 
         # Held to the operator's policy as it stands now: settings saved before it changed, and
         # an agent's own endpoint in an edited workflow, are refused here before any request.
         models = ModelSettings.from_dict(run.model_settings).bounded(model_policy.policy_for(run.task.project))
         with interrupt.armed():  # a person's pause or cancel lands mid-step too
-            result = evolve(run.task.folder, run.spec(models), out=log_out,
+            result = engine.evolve.evolve(run.task.folder, run.spec(models), out=log_out,
                             gate=DatabaseGate(run, lease, moot_reason(run)), control=RunControl(run, lease), archive_dir=settings.TRELLIS_ARCHIVE_DIR, sinks=[sink],
                             run_dir=run.run_dir, resume=run.checkpoint, on_checkpoint=sink.save_checkpoint,
                             library=project_library.run_library(run.task.project))
@@ -160,12 +161,29 @@ def _process_lost(sender=None, exception=None, args=(), **_):
     """In the worker's main process, when the pool process executing a run died (kill -9, OOM):
     the run is marked interrupted at once, with the reason, and a person resumes it. Not resumed
     automatically: the run itself may be what kills its process."""
-    from celery.worker import state
-
-    if state.should_stop or state.should_terminate:
+    if worker_state.should_stop or worker_state.should_terminate:
         return  # the worker itself is stopping: the studio resumes its runs when it starts again
     if isinstance(exception, WorkerLostError) and len(args) == 2:
-        from .controls import mark_lost
 
         mark_lost(args[0], args[1], f"the process executing the run died ({exception}); "
                                     "resume continues after its last finished iteration")
+
+
+def mark_lost(run_id: int, lease: str, reason: str) -> str | None:
+    """The process executing a run died under it (its worker saw it go): the run, if that lease
+    still holds it, settles as a person asked (pausing -> paused, cancelling -> cancelled) or
+    becomes interrupted, resumable at once instead of after a stale heartbeat. Returns the new
+    status, None when the run had moved on."""
+    held = Run.objects.filter(pk=run_id, lease=lease)
+    if held.filter(status=RunStatus.PAUSING).update(status=RunStatus.PAUSED, status_reason="paused"):
+        status = RunStatus.PAUSED
+    elif held.filter(status=RunStatus.CANCELLING).update(status=RunStatus.CANCELLED, finished=timezone.now()):
+        status = RunStatus.CANCELLED
+        close_moot(run_id, "the run was cancelled before a decision on it")
+    elif held.filter(status__in=[RunStatus.QUEUED, RunStatus.RUNNING]).update(
+            status=RunStatus.INTERRUPTED, status_reason=reason):
+        status = RunStatus.INTERRUPTED
+    else:
+        return None
+    broadcast(run_id, live.status_message(status, reason))
+    return status

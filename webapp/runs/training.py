@@ -21,14 +21,16 @@ from pathlib import Path
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from engine.search.base import THREAD_EXIT_HOOKS
 from engine.training import folder as job_folder
 from engine.training import jobs as engine_jobs
 from engine.training import remote, worker
+from webapp import health
 
-from .bridge import RunControl
+from .bridge import RunControl, broadcast
 from .models import Run
 
 log = logging.getLogger(__name__)
@@ -54,10 +56,8 @@ class CeleryJobHost:
         self._beat = 0.0
 
     def slots(self) -> int:
-        from webapp.health import live_training_slots
-
         try:
-            return live_training_slots()
+            return health.live_training_slots()
         except Exception:  # noqa: BLE001 - Redis down: the job runs here, as without workers
             log.warning("training: could not count the training workers; the job runs in the run's worker")
             return 0
@@ -95,8 +95,6 @@ def _forget_host(task_id=None, task=None, **_):
 def _close_thread_connection() -> None:
     """A search that probes candidates in threads (several training workers) ends each thread
     here: the database connection its events and controls opened is closed with it."""
-    from django.db import connection
-
     connection.close()
 
 
@@ -120,8 +118,6 @@ def train(spec: dict) -> str:
 def _live(run_id: int):
     """A job no run waits on has no trace to go to: its events go to the run's page live (the
     job's state.json keeps its curve for a later visit)."""
-    from .bridge import broadcast
-
     def push(payload) -> None:
         broadcast(run_id, {"kind": payload.kind, "seq": None, "agent": "trainer", "iteration": None, "source": "job",
                            "ts": time.time(), "data": payload.to_payload()})

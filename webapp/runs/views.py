@@ -12,7 +12,9 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.forms import UserCreationForm
 from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db import transaction
@@ -25,18 +27,19 @@ from engine import evaluator_draft
 from engine.errors import TaskSpecError
 from engine.preflight import PreflightError
 from engine.protocol.events import Payload, PayloadError
+from webapp.health import report
 
-from . import access, controls, evidence, forking, fragments, invitations, live, members, model_policy
+from . import (access, controls, evidence, forking, fragments, invitations, live, members, model_policy, task_upload,
+               training, tree_view)
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
-from . import task_upload
 from .forms import AddTaskForm, DecisionForm, NewRunForm
-from .task_upload import TaskRejected
-from .models import Event, Membership, MutationStatus, Project, Role, Task, WorkflowVersion
-from .runs_table import runs_page
+from .models import Event, Membership, MutationStatus, Project, Role, Run, Task, WorkflowVersion
 from .models_team import audit
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
+from .runs_table import runs_page
+from .task_upload import TaskRejected
 
 
 def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResponse:
@@ -292,8 +295,6 @@ def scores_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
 
 def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    from . import tree_view
-
     run, _ = access.run_for(request.user, run_id)
     return JsonResponse(tree_view.tree_state(run))
 
@@ -301,8 +302,6 @@ def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
 def training_json(request: HttpRequest, run_id: int) -> JsonResponse:
     """The Training panel's job list: each job's status, device, progress, ETA, best validation
     and curve (webapp/runs/training.py); training_* messages keep it live."""
-    from . import training
-
     run, role = access.run_for(request.user, run_id)
     return JsonResponse({**training.jobs_state(run), "can_control": access.abilities(role)["review"]})
 
@@ -311,8 +310,6 @@ def training_json(request: HttpRequest, run_id: int) -> JsonResponse:
 def training_control(request: HttpRequest, run_id: int, job: str, action: str) -> JsonResponse:
     """Pause, cancel or resume one training job: reviewers and owners, audited; refused through
     a share link (403) like every other write."""
-    from . import training
-
     run, _ = access.run_for(request.user, run_id, access.REVIEW)
     try:
         said = training.control_job(run, job, action)
@@ -604,9 +601,6 @@ def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
 def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
     """An invitation link: a new person creates their account here; someone signed in joins as
     themselves. Either way they join the project with the invitation's role, once."""
-    from django.contrib.auth import login
-    from django.contrib.auth.forms import UserCreationForm
-
     try:
         row = invitations.find(token)
     except invitations.InvitationInvalid as exc:
@@ -635,8 +629,6 @@ def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
 @login_not_required
 def healthz(request: HttpRequest) -> JsonResponse:
     """Database, Redis and worker health for people and supervisors; 503 when a part is down."""
-    from webapp.health import report
-
     state = report()
     if not _may_see_health_details(request):
         # a stranger learns whether the studio is well, not how many workers it has nor its free disk

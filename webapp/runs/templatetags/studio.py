@@ -1,6 +1,10 @@
 import json
+from datetime import datetime, timezone
 
 from django import template
+
+from engine.protocol.events import AgentFinished, PayloadError, SearchStep
+from webapp.runs.report_parts import cut_at_word
 
 register = template.Library()
 
@@ -14,8 +18,6 @@ def kind_label(value: str) -> str:
 @register.filter
 def clock(ts: float) -> str:
     """An event's unix time as UTC wall-clock time to a tenth of a second."""
-    from datetime import datetime, timezone
-
     return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%H:%M:%S.%f")[:10]
 
 
@@ -23,8 +25,6 @@ def clock(ts: float) -> str:
 def event_summary(event) -> str:
     """One line on what an event says, for the trace table (nothing for a row from before
     payloads were typed, which its kind's model refuses)."""
-    from engine.protocol.events import AgentFinished, PayloadError, SearchStep
-
     try:
         p = event.data
     except PayloadError:
@@ -66,6 +66,4 @@ def event_summary(event) -> str:
 @register.filter
 def cut_words(value, limit: int) -> str:
     """At most ``limit`` characters, cut at a word (truncatechars cuts mid-word)."""
-    from webapp.runs.report_parts import cut_at_word
-
     return cut_at_word(str(value or ""), int(limit))

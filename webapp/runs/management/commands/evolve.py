@@ -4,14 +4,19 @@ import argparse
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
 from engine.cli import add_model_arguments, cassette, check_task, model_settings
 from engine.errors import TrellisError
 from engine.evolve import evolve
+from engine.preflight import PreflightError
 from engine.run_spec import RunSpec, studio_cannot_record
+from engine.synthesis.start import START_CHOICES
 from engine.task import load_task
-from webapp.runs.models import GatePolicy
+from webapp.runs import access, controls
+from webapp.runs.models import GatePolicy, Membership, Project, Role
 
 
 class Command(BaseCommand):
@@ -33,7 +38,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if o["project"]:
-            from engine.synthesis.start import START_CHOICES
 
             if o.get("start") and o["start"] not in START_CHOICES:
                 raise CommandError(f"--project records a studio run, which starts from {', '.join(START_CHOICES)}; "
@@ -57,13 +61,6 @@ class Command(BaseCommand):
 
     def _in_studio(self, o: dict) -> None:
         """The run recorded as a studio run of ``--project`` and executed here (controls.run_here)."""
-        from django.contrib.auth import get_user_model
-        from django.db import transaction
-
-        from engine.preflight import PreflightError
-        from webapp.runs import access, controls
-        from webapp.runs.models import Membership, Project, Role
-
         if o.get("replay") or o.get("cassette") or o.get("cache"):
             raise CommandError("--project records a live run: drop --replay, --cassette and --cache")
         unrecorded = studio_cannot_record(RunSpec.from_options(o))

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -17,11 +18,15 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from engine.sandbox.capped_folder import unmount_orphans
 from engine.search import registry
+from engine.training.jobs import visible_gpus
 from webapp import embedded_redis
+from webapp.disk import state as disk_state
+from webapp.health import report
+from webapp.process_life import DIE_WITH_STUDIO
 from webapp.runs import controls
 from webapp.runs.models import GatePolicy, Membership, Project, Role, Run, RunStatus
-from webapp.process_life import DIE_WITH_STUDIO
 from webapp.supervisor import Child, GaveUp, Supervisor, stop_children
 
 
@@ -146,8 +151,6 @@ class Command(BaseCommand):
     def _wait_for_health(self, url: str, supervisor: Supervisor, timeout_s: float = 120) -> None:
         """Print the URL only once the web server answers and Redis, the database and the
         worker are all healthy."""
-        from webapp.health import report
-
         deadline = time.monotonic() + timeout_s
         state = "no answer"
         while time.monotonic() < deadline:
@@ -164,7 +167,6 @@ class Command(BaseCommand):
             except urllib.error.HTTPError as exc:  # 503: answering, but a part is not up yet
                 state = exc.read().decode(errors="replace")[:300]
                 if disk_only:  # the studio is up; it says on every page why runs do not start
-                    from webapp.disk import state as disk_state
 
                     self.stderr.write(self.style.WARNING(disk_state().message()))
                     return
@@ -245,8 +247,6 @@ def training_worker(env: dict, processes: int | None = None) -> Child | None:
     """The Celery worker of the ``training`` queue: one process per device (each GPU pinned to one
     process through CUDA_VISIBLE_DEVICES, webapp/celery.py), one on a machine without a GPU.
     None for 0: training jobs then run in the runs' own worker."""
-    from engine.training.jobs import visible_gpus
-
     gpus = visible_gpus()
     processes = (len(gpus) or 1) if processes is None else processes
     if processes <= 0:
@@ -262,9 +262,5 @@ def _well_but_for_disk(health: dict) -> bool:
 
 
 def _unmount_left_sandboxes() -> None:
-    import tempfile
-
-    from engine.sandbox.capped_folder import unmount_orphans
-
     for root in (settings.TRELLIS_RUNS_DIR, tempfile.gettempdir()):
         unmount_orphans(Path(root), anywhere_below=True)

@@ -14,7 +14,10 @@ import sys
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.password_validation import ValidationError, validate_password
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from webapp.runs import invitations
 from webapp.runs.models import Project, Role
@@ -52,10 +55,6 @@ class Command(BaseCommand):
     def _database_ready(self) -> None:
         """A fresh var folder has no tables yet (a traceback said "no such table: auth_user"):
         they are made first, as the studio makes them when it starts."""
-        from django.core.management import call_command
-        from django.db import DEFAULT_DB_ALIAS, connections
-        from django.db.migrations.executor import MigrationExecutor
-
         executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
         if executor.migration_plan(executor.loader.graph.leaf_nodes()):
             self.stderr.write("the studio's database is not set up yet (a new var folder): setting it up first")
