@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from engine.replay import RunRecord, SearchState, fold
+from engine.trace import Event as EngineEvent
 
 from .models import Event, Run
 
@@ -18,9 +19,15 @@ PROBE_KINDS = ("run_started", "agent_started", "agent_finished", "route", "run_f
 SCORE_KINDS = ("judgement", "search_iteration")
 
 
+EVENT_FIELDS = ("source", "seq", "ts", "kind", "agent", "iteration", "payload")
+
+
 def fold_rows(rows) -> SearchState:
-    """The engine's state fold over stored Event rows, in the order given."""
-    return fold(row.as_event() for row in rows)
+    """The engine's state fold over stored Event rows (a queryset), in its order: read as the
+    engine's events straight from the columns, no row objects made."""
+    return fold(EngineEvent(run_id=source, seq=seq, ts=ts, kind=kind, agent=agent or None, iteration=iteration,
+                            payload=payload)
+                for source, seq, ts, kind, agent, iteration, payload in rows.values_list(*EVENT_FIELDS))
 
 
 def probe_record(run: Run, source: str, until: int | None = None) -> RunRecord | None:
