@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Iterable
 
 from .budget import Usage
-from .protocol.events import (AgentFinished, Check, Evaluation, Judgement, ModelCall, ModelCallFailed,
-                              PayloadError, Route, RunFailed, RunFinished, RunStarted, SearchFailed, SearchFinished, SearchStarted,
-                              SearchStep)
+from .protocol.events import (AgentFinished, Check, Evaluation, Judgement, ModelCall, ModelCallFailed, Payload,
+                              PayloadError, Route, RunFailed, RunFinished, RunStarted, SearchFailed, SearchFinished,
+                              SearchStarted, SearchStep)
 from .trace import Event, latest_trace, read_events
 from .workflow import Workflow, WorkflowValidationError
 
@@ -30,6 +30,14 @@ from .workflow import Workflow, WorkflowValidationError
 DAG_STATES = {"WAITING": "waiting", "RUNNING": "running", "SUCCESS": "done", "FAILURE": "failed",
               "STOPPED": "failed", "SKIPPED": "skipped", "RETRY": "waiting", "FALLBACK": "waiting"}
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
+
+
+def _typed(ev: Event) -> Payload | None:
+    """The event's typed payload; None for one its model refuses (a damaged or foreign line)."""
+    try:
+        return ev.data
+    except PayloadError:
+        return None
 
 
 def dag_state(status: str | None) -> str:
@@ -61,9 +69,7 @@ class RunRecord:
     def apply(self, ev: Event) -> None:
         """One event of this run; a payload its model refuses (a damaged line) is passed over."""
         self.last_seq = ev.seq
-        try:
-            p = ev.data
-        except PayloadError:
+        if (p := _typed(ev)) is None:
             return
         if isinstance(p, RunStarted):
             self.run_id, self.task, self.attempt, self.iteration = ev.run_id, p.task, p.attempt, ev.iteration
@@ -147,9 +153,7 @@ class SearchState:
 
     def apply(self, ev: Event) -> None:
         self.last_seq = ev.seq
-        try:
-            p = ev.data
-        except PayloadError:
+        if (p := _typed(ev)) is None:
             return
         if isinstance(p, RunStarted):
             self.probes[ev.run_id] = RunRecord()
