@@ -15,12 +15,11 @@ from . import evaluator_draft as ev
 from .archive import WorkflowArchive
 from .budget import Budget
 from .console import ConsoleSink, print_summary
-from .ending import compare_with_baselines
+from .ending import end_run
 from .errors import ModelUnavailable, TrellisError
 from .gateway import ModelGateway, endpoint_lines
 from .limits import bounded, model_problem
 from .models import STRUCTURED_MODES, ModelOptions, ModelSettings, parse_role_setting
-from .official import saved_predictions
 from .preflight import PreflightError, TaskFacts, preflight
 from .run_spec import RunSpec
 from .runner import RunConfig, roles_of, run_workflow
@@ -171,7 +170,9 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     choice = make_executor(kind, run_dir / "sandboxes")
     out.write(choice.describe() + "\n")
     out.flush()
-    config = RunConfig(run_dir=run_dir, seed=args.seed, models=models, run_id=run_id,
+    # validated like any probe of a search (in-loop folds, beats-trivial, claims); the held-out
+    # evaluate.py scores it once, after, in the ending (engine/ending.py end_run)
+    config = RunConfig(run_dir=run_dir, seed=args.seed, models=models, run_id=run_id, scoring="validation",
                        budget=Budget(max_tokens=args.max_tokens, max_cost_usd=args.max_cost_usd, max_calls=args.max_calls),
                        cache_dir=cache_dir, replay_only=replay_only,
                        # the configured MCP servers (mcp_servers.json); a built-in team gets their tools
@@ -189,13 +190,9 @@ def run_from_args(args: argparse.Namespace, out: TextIO = sys.stdout) -> RunResu
     solo_dir = None
     if getattr(args, "single_agent", True) and workflow.name != single_agent_workflow(task).name:
         solo_dir = run_dir.with_name(run_dir.name + "-single-agent")
-    compared = compare_with_baselines(
-        task, result.metric or {}, saved_predictions(run_dir, result.predictions_sha256), seed=args.seed,
-        budget=config.budget, out=out, single_agent_dir=solo_dir, models=models, cache_dir=cache_dir,
-        replay_only=replay_only, discover_tools=config.allocate_tools,
-        executor=make_executor(choice.kind, solo_dir / "sandboxes").executor if solo_dir else None)
-    for line in compared.lines(result.metric):
-        out.write(line + "\n")
+    end_run(task, result, seed=args.seed, budget=config.budget, out=out, single_agent_dir=solo_dir, models=models,
+            cache_dir=cache_dir, replay_only=replay_only, discover_tools=config.allocate_tools,
+            executor=make_executor(choice.kind, solo_dir / "sandboxes").executor if solo_dir else None)
     return result
 
 

@@ -125,6 +125,9 @@ def describe(e: Event, limit: int | None = MESSAGE_LIMIT) -> str | None:
     if isinstance(p, BudgetExhausted):
         return f"BUDGET EXHAUSTED: {cut(p.reason)}"
     if isinstance(p, Evaluation):
+        if p.splits is not None:  # Trellis's in-loop validation: evaluate.py --truth on folds of the training rows
+            return f"validation: {p.metric} = {p.value:.6g} over {p.splits} fold(s)" if p.ok else \
+                f"validation failed: {cut(p.error)}"
         if p.ok:
             return f"evaluate.py: {p.metric} = {p.value:.6g}"
         return f"evaluation failed: {cut(p.error)}"
@@ -161,11 +164,15 @@ def print_summary(result, out: TextIO = sys.stdout) -> None:
     out.write(f"run        {result.run_id}   status: {result.status}\n")
     if result.reason:
         out.write(f"reason     {result.reason}\n")
+    validated = "splits" in m or "split" in m  # Trellis's in-loop validation, not the held-out evaluate.py
+    label = "validation" if validated or not m else "metric    "
     if m.get("ok"):
         direction = "higher" if m["higher_is_better"] else "lower"
-        out.write(f"metric     {m['metric']} = {m['value']:.6g}  ({direction} is better; computed by evaluate.py)\n")
+        scorer = f"Trellis's in-loop validation, {m.get('splits') or 1} fold(s) of the training rows" if validated \
+            else "computed by evaluate.py"
+        out.write(f"{label} {m['metric']} = {m['value']:.6g}  ({direction} is better; {scorer})\n")
     else:
-        out.write(f"metric     none ({m.get('error', 'run did not reach evaluation')})\n")
+        out.write(f"{label} none ({m.get('error', 'run did not reach evaluation')})\n")
     out.write(cost_line(usage) + "\n")
     out.write(f"agents     {', '.join(f'{a}={s}' for a, s in result.agent_status.items())}\n")
     out.write(f"time       {result.duration_s:.1f}s (models {result.model_seconds:.1f}s, code "

@@ -26,7 +26,7 @@ from .hindsight import hindsight
 from .official import official_baselines, official_metric, saved_predictions
 from .official_gap import Gap, describe_gaps, official_gaps
 from .protocol.events import Archive, Hindsight, OfficialEvaluation, SearchFinished
-from .runner import RunConfig, run_workflow
+from .runner import RunConfig, RunResult, run_workflow
 from .sandbox import Executor
 from .search.base import Endpoint, SearchContext, SearchOutcome
 from .search.registry import search_class
@@ -164,6 +164,36 @@ def compare_with_baselines(task: Task, team: dict, delivered: bytes | None, *, s
     gaps = official_gaps(task, delivered, team, baseline_files(trivial, baselines, solo), seed=seed) \
         if score_gaps else {}
     return Comparison(baselines, solo, gaps)
+
+
+def end_run(task: Task, result: RunResult, *, seed: int, budget: Budget, out: TextIO,
+            single_agent_dir: Path | None = None, **single_agent_options) -> tuple[dict, Comparison]:
+    """``python -m engine run``'s end, after its one validated run: the held-out score of what it
+    delivered (evaluate.py, once; kept in its summary.json as ``official``), then the team beside
+    its baselines, in the same lines a search ends with. Returns (official score, comparison)."""
+    run_dir = Path(result.trace_path).parent
+    official = official_metric(task, run_dir, result.predictions_sha256) if result.predictions_sha256 else \
+        {"ok": False, "error": "the run delivered no predictions"}
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        summary.write_text(json.dumps({**json.loads(summary.read_text()), "official": official}, indent=2))
+    out.write(official_line(task, official) + "\n")
+    out.flush()
+    compared = compare_with_baselines(task, official, saved_predictions(run_dir, result.predictions_sha256),
+                                      seed=seed, budget=budget, out=out, single_agent_dir=single_agent_dir,
+                                      **single_agent_options)
+    for line in compared.lines(official):
+        out.write(line + "\n")
+    return official, compared
+
+
+def official_line(task: Task, official: dict) -> str:
+    """The held-out score, as the run's summary says it."""
+    if not official.get("ok"):
+        return f"metric     none ({official.get('error') or 'nothing delivered'})"
+    direction = "higher" if task.metric.higher_is_better else "lower"
+    return (f"metric     {official['metric']} = {official['value']:.6g}  ({direction} is better; computed by "
+            f"evaluate.py)\n{'':11}on the held-out data, once, after the run was validated on its training folds")
 
 
 def comparison_lines(baselines: dict[str, dict], team: dict | None, gaps: list[Gap],

@@ -96,7 +96,7 @@ def test_a_forecast_task_nobody_tuned_for_is_run_end_to_end_and_beats_persistenc
                           env={**__import__("os").environ, "TRELLIS_MCP_CONFIG": "none"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
-    team = summary["metric"]["value"]
+    team = summary["official"]["value"]
     from engine.official import official_baselines
     from engine.task import load_task
 
