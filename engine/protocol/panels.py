@@ -8,7 +8,7 @@ A panel is plain JSON:
   with a tone (``good``, ``bad``, ``wait``, ``plain``) and a few lines of text.
 
 The events are what the trace holds (``engine.trace.Event`` or anything with ``kind``,
-``agent``, ``iteration`` and ``payload``), in the order they were emitted.
+``agent``, ``iteration`` and ``data``, the typed payload), in the order they were emitted.
 """
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ class TraceEvent(Protocol):
     kind: str
     agent: str
     iteration: int | None
-    payload: dict
+
+    @property
+    def data(self) -> Any: ...
 
 
 @dataclass

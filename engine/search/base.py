@@ -296,6 +296,16 @@ class Search(ABC):
     writes_bundle: ClassVar[bool] = False  # its champion is packaged (engine/bundle/)
     presents: ClassVar[tuple[str, ...]] = ()  # the trace event kinds ``present`` reads
 
+    # the payload models ``state`` folds (their kinds are what a page reads for it)
+    state_payloads: ClassVar[tuple[type, ...]] = ()
+
+    @classmethod
+    def state(cls, events: list[TraceEvent], higher_is_better: bool) -> dict | None:
+        """The search's own picture beyond its panels, folded from its events (those of
+        ``state_payloads``, in order): the tree's nodes, each iteration's parents and the champion,
+        which the run page draws and every such event's live message carries. None: it has none."""
+        return None
+
     @classmethod
     def champion_of(cls, outcome: SearchOutcome) -> Any:
         """What the ending's champion bundle packages (engine/bundle/: the tree, the champion

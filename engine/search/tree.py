@@ -230,6 +230,40 @@ class TreeResult:
                 "tree_path": str(self.tree_path) if self.tree_path else None}
 
 
+# --- the tree as a page draws it (TreeSearch.state) -------------------------------------------------
+# The fields of a tree_node payload the page shows (the report is long and lives in the trace).
+NODE_FIELDS = ("parent", "iteration", "strategy", "params", "score", "status", "knowledge", "debug_attempts",
+               "verdict", "debate_turns", "vetoed", "promoted", "decided_by")
+
+
+def best_unvetoed(nodes: Iterable[dict], higher_is_better: bool) -> str | None:
+    """The best scored node a person did not veto; a tie goes to the older node (arrival order)."""
+    best: dict | None = None
+    for node in nodes:
+        if node["status"] != "scored" or node["vetoed"] or node["score"] is None:
+            continue
+        if best is None or (node["score"] > best["score"] if higher_is_better else node["score"] < best["score"]):
+            best = node
+    return best["id"] if best else None
+
+
+def _parent_reason(node_id: str, started: dict, nodes: dict[str, dict]) -> dict:
+    """Why ``node_id`` was expanded in an iteration: the search takes the best node first, then
+    every node a person promoted, then one vote winner per extra slot."""
+    if node_id == started["best"]:
+        return {"id": node_id, "reason": "best", "label": "best node"}
+    for vote in started["votes"]:
+        if vote.winner != node_id:
+            continue
+        if vote.fallback:
+            return {"id": node_id, "reason": "fallback", "label": "no valid vote: best remaining", "slot": vote.slot}
+        cast = list(vote.votes)
+        return {"id": node_id, "reason": "vote", "label": f"vote {vote.tally.get(node_id, 0)}/{len(cast)}",
+                "slot": vote.slot, "votes": cast, "tally": dict(vote.tally)}
+    who = nodes.get(node_id, {}).get("decided_by") or "a person"
+    return {"id": node_id, "reason": "promoted", "label": f"promoted by {who}"}
+
+
 # --- prompts ---------------------------------------------------------------------------------
 PROCEDURES: dict[str, str] = {
     "selector": (
@@ -727,6 +761,60 @@ class TreeSearch(base.Search):
     evolves = "program"
     writes_bundle = True
     presents = ("tree_node",)
+    state_payloads = (TreeNode, NodeRetired, TreeVote, TreeIterationStarted, TreeChildAbandoned, TreeFinished)
+
+    @classmethod
+    def state(cls, events: list[TraceEvent], higher_is_better: bool) -> dict:
+        """The tree as its events tell it: its nodes (the latest record of each, a resumed run may
+        record one again), each iteration's parents and why each was chosen, the champion (once
+        finished, the node the search committed to; until then the best so far), ``seq`` the last
+        event read (a page skips pushed events it already holds)."""
+        nodes: dict[str, dict] = {}
+        iterations: dict[int, dict] = {}
+        pending: list[TreeVote] = []   # votes come before the "started" event of their iteration
+        finished: dict | None = None
+        max_children: int | None = None
+        last_seq = 0
+        for e in events:
+            last_seq = e.seq
+            try:
+                p = e.data
+            except PayloadError:  # from before payloads were typed, refused by its kind's model: left out
+                continue
+            if isinstance(p, TreeNode):
+                old = nodes.get(p.node, {})
+                nodes[p.node] = {"id": p.node, **{k: getattr(p, k) for k in NODE_FIELDS},
+                                 "vetoed": bool(p.vetoed), "promoted": bool(p.promoted),
+                                 "decided_by": p.decided_by or "", "params": p.params or {},
+                                 "retired": old.get("retired", False), "retired_at": old.get("retired_at"), "seq": e.seq}
+            elif isinstance(p, NodeRetired):
+                max_children = p.max_children
+                if (node := nodes.get(p.node)) is not None:
+                    node["retired"], node["retired_at"] = True, p.iteration if p.iteration is not None else e.iteration
+            elif isinstance(p, TreeVote):
+                pending.append(p)
+            elif isinstance(p, TreeIterationStarted):
+                iterations[e.iteration] = {"best": p.best, "parents": p.parents, "votes": pending,
+                                           "nodes_before": p.nodes, "abandoned": []}
+                pending = []
+            elif isinstance(p, TreeChildAbandoned) and e.iteration in iterations:
+                iterations[e.iteration]["abandoned"].append({"parent": p.parent, "error": p.error or ""})
+            elif isinstance(p, TreeFinished):
+                finished = {k: getattr(p, k) for k in ("stopped", "iterations", "champion", "champion_score", "reason")}
+        for node in nodes.values():
+            node["children"] = sum(1 for c in nodes.values() if c["parent"] == node["id"])
+        rows = [{"n": n, "nodes_before": it["nodes_before"], "abandoned": it["abandoned"],
+                 "parents": [_parent_reason(pid, it, nodes) for pid in it["parents"]],
+                 "children": [c["id"] for c in nodes.values() if c["iteration"] == n]}
+                for n, it in sorted(iterations.items())]
+        return {"higher_is_better": higher_is_better, "max_children": max_children, "nodes": list(nodes.values()),
+                "iterations": rows,
+                # once finished, the node the search committed to (commitment_order: a best node whose
+                # gain over the root is noise gives way to it); until then the best so far
+                "champion": (finished or {}).get("champion") or best_unvetoed(nodes.values(), higher_is_better),
+                "finished": finished,
+                # each vote as it was stored (the fields it was written with)
+                "pending_votes": [v.model_dump(mode="json", exclude_unset=True) for v in pending], "seq": last_seq}
 
     @classmethod
     def champion_of(cls, outcome: base.SearchOutcome) -> TreeResult | None:

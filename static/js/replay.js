@@ -38,7 +38,7 @@
       return { ...m, shown: decided ? m.status : "proposed", shownLabel: decided ? m.status_label : "waiting for a person" };
     });
     // A tree search: its nodes as recorded by then (a node recorded again: the latest wins),
-    // retirements, and the champion then (tree_view.champion's rule: best scored, not vetoed).
+    // retirements, and the champion then (engine/search/tree.py best_unvetoed's rule: best scored, not vetoed).
     const nodes = new Map();
     for (const e of events) {
       if (e.kind === "tree_node") nodes.set(e.data.node, { ...(nodes.get(e.data.node) || {}), ...e.data, id: e.data.node });

@@ -1,7 +1,8 @@
 // The tree card of a tree-search run: the tree of candidate programs (cytoscape), why each
 // iteration expanded the parents it did, and every node's score by iteration (plotly).
 // It loads tree.json once, then follows the events run.js re-dispatches from its WebSocket
-// ("trellis:message"), each of which carries the tree as webapp/runs/tree_view.py reads it.
+// ("trellis:message"), each of which carries the tree as the search folds it (TreeSearch.state,
+// webapp/runs/search_state.py).
 (function () {
   "use strict";
   const card = document.getElementById("tree-card");
@@ -256,8 +257,8 @@
   }
 
   // --- loading and live updates ---------------------------------------------------------------
-  // Every tree event's message carries the whole tree as the server reads it (webapp/runs/live.py,
-  // tree_view.py): the page only draws it, so no rule for reading events lives here.
+  // Every tree event's message carries the whole tree as the search folds it (webapp/runs/live.py,
+  // search_state.py, TreeSearch.state): the page only draws it, so no rule for reading events lives here.
   function show(tree) {
     if (state && tree.seq < state.seq) return;  // an older picture than the one drawn
     state = tree;
@@ -272,7 +273,7 @@
   }
 
   document.addEventListener("trellis:message", (e) => {
-    const tree = ((e.detail || {}).data || {}).tree;
+    const tree = ((e.detail || {}).data || {}).state;
     if (tree) show(tree);
     // the champion bundle is written after the last tree event: a finished run reads the tree again
     else if ((e.detail || {}).kind === "status" && e.detail.status === "completed") load();

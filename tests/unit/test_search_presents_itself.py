@@ -26,6 +26,19 @@ def test_no_code_outside_a_searchs_home_branches_on_its_name():
     assert found == []
 
 
+def test_no_code_outside_the_searches_reads_one_searchs_own_events():
+    """Issue 38: what a search's own events mean (the tree's nodes, votes and phases) is read in
+    its module alone; the studio asks the search (``Search.state``, ``champion_of``, ``present``)."""
+    own = re.compile(r"\b(TreeNode|NodeRetired|TreeVote|TreeIterationStarted|TreeChildAbandoned|TreeFinished|"
+                     r"TREE_PHASES|TreeResult|EditorProbe)\b|engine\.search\.(tree|mimosa|scimars|repair)\b")
+    places = [p for folder in ("webapp", "engine") for p in (ROOT / folder).rglob("*.py")
+              if "search" not in p.relative_to(ROOT).parts[1:2] and "protocol" not in p.relative_to(ROOT).parts[1:2]
+              and "migrations" not in p.parts]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in places
+             for i, line in enumerate(p.read_text().splitlines(), 1) if own.search(line)]
+    assert found == []
+
+
 LEFT = {"tokens": None}  # the budget left, as a step reports it
 
 

@@ -1,4 +1,4 @@
-"""The run page's tree card reads a tree run's stored events (webapp/runs/tree_view.py): its
+"""The run page's tree card reads a tree run's stored events (TreeSearch.state, read by webapp/runs/search_state.py): its
 nodes and their marks, the champion in the metric's direction (never a vetoed node), why each
 iteration expanded the parents it did; on hand-made events and on the events of a real tree
 search (fake executor, offline models) whose children a person promoted and vetoed."""
@@ -22,7 +22,7 @@ from engine.trace import ListSink
 from tests.fakes import FakeExecutor
 from tests.studio_harness import add_member
 from webapp.runs.models import Event, Project, Run, Task
-from webapp.runs.tree_view import tree_state
+from webapp.runs.search_state import search_state as tree_state
 
 DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
 

@@ -182,6 +182,8 @@ class RunEventSink:
     # --- rows derived from events ---------------------------------------------------------
     def _side_effects(self, event: EngineEvent) -> None:
         p = event.data
+        if isinstance(getattr(p, "budget_left", None), events.BudgetLeft):  # a search's step says what is left
+            Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump())
         if isinstance(p, events.SearchStarted):
             run = Run.objects.get(pk=self.run_id)
             if not run.versions.exists():
@@ -193,7 +195,7 @@ class RunEventSink:
                 checks=[c.model_dump(mode="json") for c in p.checks],
                 validation=p.validation.model_dump(mode="json") if p.validation else None,
                 budget_used=dict(self.usage))
-        elif isinstance(p, (events.SearchStep, events.EditorProbe)):  # a workflow search's step, not a tree phase
+        elif isinstance(p, events.SearchStep):  # a workflow search settled a step
             self._iteration_settled(p)
         elif isinstance(p, events.Composition) and p.gate is not None:
             close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)  # the round's decision is made
@@ -201,17 +203,14 @@ class RunEventSink:
                 _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.gate,
                                f"round {p.n}: {p.decision}", p.n)
 
-    def _iteration_settled(self, p: events.SearchStep | events.EditorProbe) -> None:
-        """A workflow search finished an iteration (or one SciMARS editor's probe)."""
-        step = isinstance(p, events.SearchStep)
-        if step:
-            # a step's own decision (not one SciMARS editor's probe): what waited before it is moot
-            close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)
-        Run.objects.filter(pk=self.run_id).update(budget_left=p.budget_left.model_dump())
+    def _iteration_settled(self, p: events.SearchStep) -> None:
+        """A workflow search settled a step: what waited before it is moot; an adopted change is
+        the next version."""
+        close_moot(self.run_id, self.moot_reason, up_to_iteration=p.n)
         mutation = p.mutation
         if mutation is None or mutation.kind == "human_edit":  # a person's edit is a version already
             return
-        if step and p.accepted and p.workflow:
+        if p.accepted and p.workflow:
             _record_if_new(Run.objects.get(pk=self.run_id), p.workflow, p.workflow_hash, p.decided_by or "mutator",
                            f"{mutation.kind} on {mutation.target}: {mutation.rationale}", p.n or 0)
 

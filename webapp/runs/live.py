@@ -18,8 +18,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from engine.protocol.events import (TREE_PHASES, AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload,
-                                    PayloadError, RunStarted)
+from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
+                                    RunStarted)
 from engine.replay import dag_state
 from engine.trace import Event as EngineEvent
 
@@ -28,7 +28,7 @@ from .models import Event as EventRow
 from .models import Judgement as JudgementRow
 from .models import Run
 from .presenters import cytoscape_elements, incumbent_j, probe_label
-from .tree_view import tree_state
+from .search_state import carries_state, search_state
 
 CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
@@ -108,23 +108,7 @@ def _evidence_recorded(run_id: int, seq: int, p: EvidenceRecorded, event: Engine
             "links": [{"source": p.record.id, "target": link.target, "type": link.type} for link in p.links]}
 
 
-def _tree(run_id: int, seq: int, p: Payload, event: EngineEvent) -> dict:
-    """A tree search's step carries the whole tree as the page draws it (webapp/runs/tree_view.py,
-    the one reading of tree events): a few dozen nodes, and no rules to repeat in the browser."""
-    data = _small(p)
-    if _carries_tree(event.kind, p):
-        data["tree"] = tree_state(Run.objects.select_related("task").get(pk=run_id))
-    return data
-
-
-def _carries_tree(kind: str, p: Payload) -> bool:
-    return kind in ("tree_node", "node_retired") or isinstance(p, TREE_PHASES)
-
-
 SHAPERS: dict[str, Callable[[int, int, Any, EngineEvent], dict]] = {
-    "tree_node": _tree,
-    "node_retired": _tree,
-    "search_iteration": _tree,
     "agent_started": lambda run_id, seq, p, event: {"state": dag_state("RUNNING")},
     "agent_finished": _agent_finished,
     "run_started": _run_started,
@@ -134,25 +118,28 @@ SHAPERS: dict[str, Callable[[int, int, Any, EngineEvent], dict]] = {
 }
 
 
-def event_message(run_id: int, seq: int, event: EngineEvent, tree: bool = True) -> dict:
+def event_message(run_id: int, seq: int, event: EngineEvent, state: bool = True) -> dict:
     """The browser's message for one stored engine event (of run ``run_id``, studio seq ``seq``).
-    ``tree=False`` leaves out the whole tree a tree event carries (a page catching up draws
-    only the newest)."""
+    An event that changes its search's own state (``Search.state``: the tree) carries that state
+    as the page draws it, a few dozen nodes and no rules to repeat in the browser; ``state=False``
+    leaves it out (a page catching up draws only the newest)."""
     payload = event.data
     shaper = SHAPERS.get(event.kind)
-    if shaper is _tree and not tree:
-        shaper = None
     data = shaper(run_id, seq, payload, event) if shaper else _small(payload)
+    if state and carries_state(payload):
+        current = search_state(Run.objects.select_related("task").get(pk=run_id))
+        if current is not None:
+            data["state"] = current
     return {"kind": event.kind, "seq": seq, "agent": event.agent, "iteration": event.iteration,
             "source": event.run_id, "ts": event.ts, "data": data}
 
 
-def stored_message(row, tree: bool = True) -> dict:
+def stored_message(row, state: bool = True) -> dict:
     """The message a stored Event row was sent as (for a page's first view of recent events, and
     for a page catching up on the ones it missed). A row from before payloads were typed, which
     its model refuses, is listed without data."""
     try:
-        return event_message(row.run_id, row.seq, row.as_event(), tree=tree)
+        return event_message(row.run_id, row.seq, row.as_event(), state=state)
     except PayloadError:
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
                 "source": row.source, "ts": row.ts, "data": {}}
@@ -164,22 +151,21 @@ CATCH_UP_LIMIT = 500  # messages in one answer to a page catching up; it asks ag
 def missed_messages(run: Run, after: int, limit: int = CATCH_UP_LIMIT,
                     until: int | None = None) -> tuple[list[dict], bool]:
     """The run's event messages after ``after`` (up to ``until``), oldest first, as they were sent
-    live, and whether more follow. Only the last tree event carries the tree: the page keeps the
-    newest anyway."""
+    live, and whether more follow. Only the last event that changes the search's state carries
+    it: the page keeps the newest anyway."""
     rows = run.events.filter(seq__gt=after)
     if until is not None:
         rows = rows.filter(seq__lte=until)
     rows = list(rows.order_by("seq")[:limit + 1])
     more = len(rows) > limit
     rows = rows[:limit]
-    last_tree = max((i for i, r in enumerate(rows) if r.kind in SHAPERS and SHAPERS[r.kind] is _tree
-                     and _stored_carries_tree(r)), default=None)
-    return [stored_message(r, tree=(i == last_tree)) for i, r in enumerate(rows)], more
+    last = max((i for i, r in enumerate(rows) if _stored_carries_state(r)), default=None)
+    return [stored_message(r, state=(i == last)) for i, r in enumerate(rows)], more
 
 
-def _stored_carries_tree(row) -> bool:
+def _stored_carries_state(row) -> bool:
     try:
-        return _carries_tree(row.kind, row.data)
+        return carries_state(row.data)
     except PayloadError:
         return False
 

@@ -17,7 +17,7 @@ from engine.search import registry
 
 from . import access, live, presenters
 from .models import Run
-from .tree_view import TREE_KINDS
+from .search_state import carries_state
 
 # Fields live.py computes from the database as it is now, not as it was at the event.
 # (A judgement's incumbent_J is the incumbent's as it was when it was judged: it stays.)
@@ -30,13 +30,14 @@ def _ts(dt) -> float | None:
 
 def replay_message(row) -> dict:
     """One stored event as a replay message: live.stored_message without what it reads from now."""
-    if row.kind in TREE_KINDS:
-        # live.py attaches the whole tree as it is *now* to these (a query per event): replay
-        # keeps the event's own fields, from which the tree at any moment follows
-        try:
-            data = live._small(row.data)
-        except PayloadError:
-            data = {}
+    try:
+        carries = carries_state(row.data)
+    except PayloadError:
+        carries = False
+    if carries:
+        # live.py attaches the search's state as it is *now* to these (a query per event): replay
+        # keeps the event's own fields, from which the state at any moment follows
+        data = live._small(row.data)
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
                 "source": row.source, "ts": row.ts, "data": data}
     msg = live.stored_message(row)

@@ -28,7 +28,7 @@ from .models import Annotation, MutationStatus, Run
 from .predictions_plot import prediction_plot_data
 from .presenters import layered_positions, score_series, short
 from .report_parts import cut_at_word, markdown_html, scatter_svg, tree_svg
-from .tree_view import tree_state
+from .search_state import search_state
 
 NODE_W, NODE_H = 150, 46
 COLORS = {"waiting": "#c9cfd8", "running": "#e0a526", "done": "#2f8f5b", "failed": "#c8423b", "skipped": "#9aa3ad"}
@@ -186,8 +186,7 @@ def final_program(run: Run) -> dict | None:
     tool_call of that probe: {"title", "code"}; None when the trace holds none."""
     calls = run.events.filter(kind="tool_call").order_by("-seq")
     if registry.search_class(run.search).evolves != "workflow":
-
-        champ = tree_state(run).get("champion")
+        champ = (search_state(run) or {}).get("champion")
         for ev in calls:
             call = _typed(ev)
             if champ and call is not None and call.node == champ and call.code:
@@ -279,8 +278,7 @@ def report_context(run: Run) -> dict:
     annotations = list(Annotation.objects.filter(run=run).select_related("author", "label_set").order_by("created"))
     tree = ""
     if registry.search_class(run.search).evolves != "workflow":
-
-        tree = tree_svg(tree_state(run), run.task.metric_name or "score")
+        tree = tree_svg(search_state(run) or {}, run.task.metric_name or "score")
     return {"run": run, "task": run.task, "summary": run_summary(run), "problem": _task_markdown(run, "Problem.md"),
             "evaluation": _task_markdown(run, "Evaluation.md"), "tree_svg": tree,
             "predictions": _prediction_figures(run),

@@ -91,6 +91,5 @@ def _sync_client(layer, index: int):
     with _sync_lock:
         client = _sync_clients.get(address)
         if client is None:
-
             client = _sync_clients[address] = redis.Redis.from_url(address, socket_timeout=2, socket_connect_timeout=2)
         return client

@@ -92,7 +92,6 @@ class Heartbeat:
 def _execute(run: Run, lease: str, sink: RunEventSink, log_out: TextIO) -> str:
     run_id = run.pk
     try:
-
         # Held to the operator's policy as it stands now: settings saved before it changed, and
         # an agent's own endpoint in an edited workflow, are refused here before any request.
         models = ModelSettings.from_dict(run.model_settings).bounded(model_policy.policy_for(run.task.project))
@@ -164,7 +163,6 @@ def _process_lost(sender=None, exception=None, args=(), **_):
     if worker_state.should_stop or worker_state.should_terminate:
         return  # the worker itself is stopping: the studio resumes its runs when it starts again
     if isinstance(exception, WorkerLostError) and len(args) == 2:
-
         mark_lost(args[0], args[1], f"the process executing the run died ({exception}); "
                                     "resume continues after its last finished iteration")
 

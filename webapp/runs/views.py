@@ -30,7 +30,7 @@ from engine.protocol.events import Payload, PayloadError
 from webapp.health import report
 
 from . import (access, controls, evidence, forking, fragments, invitations, live, members, model_policy, task_upload,
-               training, tree_view)
+               search_state, training)
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
@@ -296,7 +296,10 @@ def scores_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
 def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
     run, _ = access.run_for(request.user, run_id)
-    return JsonResponse(tree_view.tree_state(run))
+    state = search_state.search_state(run)
+    if state is None:
+        raise Http404("this run's search draws no tree")
+    return JsonResponse(state)
 
 
 def training_json(request: HttpRequest, run_id: int) -> JsonResponse:

@@ -38,7 +38,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if o["project"]:
-
             if o.get("start") and o["start"] not in START_CHOICES:
                 raise CommandError(f"--project records a studio run, which starts from {', '.join(START_CHOICES)}; "
                                    "a workflow file is for a run outside the studio (drop --project), or fork a "
