@@ -246,7 +246,8 @@ def end_search(ctx: SearchContext, outcome: SearchOutcome, *, search: str, offic
     # the ends' programs were scored just now: the hindsight does not run them again
     ends = [(initial, initial_d), (final, final_d)] + ([(searched, final_d["searched"])] if searched else [])
     known = {e.code: d["official"] for e, d in ends if e.code is not None}
-    seen = hindsight(task, run_dir, runner.executor, official, known)
+    seen = hindsight(task, run_dir, runner.executor, official, known,
+                     programs=search_class(search).programs_probed(run_dir))
     tracer.emit(Hindsight(**seen.to_dict()))
     _champion_bundle(task, run_dir, search, outcome, final_d.get("searched", final_d)["official"], baselines, out)
     result = EvolveResult(task.name, search, run_dir, n, stopped, initial_d, final_d, budget.used.to_dict(),

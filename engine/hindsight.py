@@ -18,7 +18,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from . import official as official_evaluation
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
 from .search.probe import JUDGEMENT_FILE
-from .search.tree import Tree
+from .search.base import ProgramProbed
 from .task import Task
 
 MIN_CANDIDATES = 3  # below this a rank correlation says nothing
@@ -82,10 +82,10 @@ class Hindsight:
         return " · ".join(c.describe() for c in self.correlations)
 
 
-def probed_candidates(run_dir: Path) -> list[Candidate]:
-    """Every candidate a search probed, read from its folder: the workflow probes under
-    probes/ (their summary and the judge's verdict) and the tree's nodes (tree/tree.json). Read from
-    disk, so a search resumed after a crash sees the candidates of every attempt."""
+def probed_candidates(run_dir: Path, programs: Iterable[ProgramProbed] = ()) -> list[Candidate]:
+    """Every candidate a search probed: the workflow probes under probes/ (their summary and the
+    judge's verdict), read from disk, so a search resumed after a crash sees the candidates of
+    every attempt; then the ``programs`` it validated itself (``Search.programs_probed``)."""
     found: list[Candidate] = []
     for folder in sorted(Path(run_dir, "probes").glob("*/")):
         try:
@@ -103,12 +103,7 @@ def probed_candidates(run_dir: Path) -> list[Candidate]:
         sha = summary.get("predictions_sha256")
         found.append(Candidate(folder.name, j, metric.get("value") if metric.get("ok") else None,
                                predictions=(folder, sha) if sha else None, program=program_sha(summary.get("final_code"))))
-    tree_file = Path(run_dir, "tree", "tree.json")  # where the tree search keeps its tree
-    if tree_file.exists():
-        for node in Tree.load(tree_file).nodes.values():
-            if node.status == "scored" and node.score is not None:
-                found.append(Candidate(f"node {node.id}", None, node.score, code=node.code,
-                                       program=program_sha(node.code)))
+    found += [Candidate(p.label, None, p.validation, code=p.code, program=program_sha(p.code)) for p in programs]
     return found
 
 
@@ -217,11 +212,12 @@ def _p_value(xs, ys, asymptotic: float) -> float:
 
 
 def hindsight(task: Task, run_dir: Path, executor=None, official: Callable[..., dict] | None = None,
-              known: dict[str, dict] | None = None) -> Hindsight:
+              known: dict[str, dict] | None = None, programs: Iterable[ProgramProbed] = ()) -> Hindsight:
     """After the final commitment (never inside a search): score every probed candidate
     officially and correlate the search's proxies with the official metric. ``known``: official
-    scores already computed for programs, by their code (the search's ends)."""
-    candidates = probed_candidates(run_dir)
+    scores already computed for programs, by their code (the search's ends); ``programs``: those
+    the search validated itself (``Search.programs_probed``)."""
+    candidates = probed_candidates(run_dir, programs)
     score_officially(task, candidates, executor, official, known)
     hib = task.metric.higher_is_better
     return Hindsight(candidates, rank_correlations(candidates, hib), hib)

@@ -183,6 +183,16 @@ class Endpoint:
 
 
 @dataclass
+class ProgramProbed:
+    """A program a search validated itself, beside its workflow probes (a tree node): what the
+    hindsight scores officially after the final commitment."""
+
+    label: str
+    validation: float
+    code: str | None
+
+
+@dataclass
 class SearchOutcome:
     initial: Endpoint
     final: Endpoint
@@ -305,6 +315,12 @@ class Search(ABC):
         ``state_payloads``, in order): the tree's nodes, each iteration's parents and the champion,
         which the run page draws and every such event's live message carries. None: it has none."""
         return None
+
+    @classmethod
+    def programs_probed(cls, run_dir: Path) -> list[ProgramProbed]:
+        """The programs this search validated itself, read from its run folder (every attempt's,
+        after a resume); its workflow probes are under probes/, where the hindsight reads them."""
+        return []
 
     @classmethod
     def champion_of(cls, outcome: SearchOutcome) -> Any:

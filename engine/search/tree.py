@@ -817,6 +817,15 @@ class TreeSearch(base.Search):
                 "pending_votes": [v.model_dump(mode="json", exclude_unset=True) for v in pending], "seq": last_seq}
 
     @classmethod
+    def programs_probed(cls, run_dir: Path) -> list[base.ProgramProbed]:
+        """Every scored node of the tree (tree/tree.json)."""
+        tree_file = Path(run_dir, "tree", "tree.json")
+        if not tree_file.exists():
+            return []
+        return [base.ProgramProbed(f"node {node.id}", node.score, node.code) for node in Tree.load(tree_file).nodes.values()
+                if node.status == "scored" and node.score is not None]
+
+    @classmethod
     def champion_of(cls, outcome: base.SearchOutcome) -> TreeResult | None:
         """The tree and its champion, once there is one."""
         tree = next((r for r in outcome.records if isinstance(r, TreeResult)), None)
