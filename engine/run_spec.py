@@ -143,6 +143,29 @@ SURFACES: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Option:
+    """One field of RunSpec as any surface shows it: the command line's flag, the studio's form
+    field (webapp/runs/forms.py ``spec_field``), each built from these and nothing else."""
+
+    name: str
+    kind: type                      # bool, int, float or str
+    default: object                 # what a run that does not set it gets (a command line's own default aside)
+    help: str
+    bounds: tuple[float, float] | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def option(name: str) -> Option:
+    """The option of RunSpec's field ``name``."""
+    f = next((f for f in fields(RunSpec) if f.name == name), None)
+    if f is None:
+        raise KeyError(f"RunSpec has no field {name!r}")
+    o = f.metadata
+    default = f.default if o.get("flag_default", _SAME) is _SAME else o["flag_default"]
+    return Option(name, _kind(f), default, o.get("help", ""), o.get("bounds"), o.get("choices"))
+
+
 def _kind(f) -> type:
     default = f.default if f.default is not MISSING else None
     if isinstance(default, bool):

@@ -40,6 +40,19 @@ def test_each_field_is_where_its_surfaces_say(name):
         assert name not in form and name not in {f.name for f in Run._meta.get_fields()}
 
 
+@pytest.mark.parametrize("name", [n for n in FIELDS if n in NewRunForm.base_fields])
+def test_the_studio_form_field_is_derived_from_the_spec_and_never_looser(name):
+    from engine.run_spec import option
+
+    o, field = option(name), NewRunForm.base_fields[name]
+    if o.bounds:  # the studio may tighten a bound (a watched run: 50 iterations), never widen one
+        assert o.bounds[0] <= field.min_value <= field.max_value <= o.bounds[1]
+    if o.choices:
+        assert {value for value, _ in field.choices} <= set(o.choices)
+    if name not in ("iterations", "start"):  # the two the studio starts elsewhere (4 iterations, the search's start)
+        assert field.initial == o.default
+
+
 @pytest.mark.parametrize("name", [f.name for f in fields(RunSpec) if f.metadata.get("flag")])
 def test_each_option_of_its_own_is_a_flag_of_manage_py_evolve(name):
     dests = {a.dest for a in _parser()._actions}

@@ -6,16 +6,39 @@ from django import forms
 from django.conf import settings
 from django.core.validators import RegexValidator
 
-from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MAX_SEED, MAX_TOKENS, MODEL_NAME_RE
+from engine.limits import MAX_MODEL_CHARS, MAX_NOTE_CHARS, MODEL_NAME_RE
 from engine.models import STRUCTURED_MODES, ModelOptions, ModelSettings, ModelSettingsError, parse_role_setting
-from engine.search import registry
-from engine.synthesis.start import START_CHOICES
-
-START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
+from engine.run_spec import option
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
+from engine.synthesis.start import START_CHOICES
 
 from . import access, model_policy
 from .models import EXECUTOR_CHOICES, GatePolicy, Run, Task
+
+START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
+
+
+def spec_field(name: str, **studio) -> forms.Field:
+    """The form field of a run option, derived from its RunSpec field (engine/run_spec.py): its
+    type, bounds, choices, default and help are the spec's; ``studio`` holds what the studio says
+    or allows differently (a label, its own words, a tighter bound: never a looser one)."""
+    o = option(name)
+    kwargs: dict = {"initial": o.default, "help_text": o.help, "required": o.default is not None}
+    if o.kind is bool:
+        cls, kwargs["required"] = forms.BooleanField, False
+    elif o.choices is not None:
+        cls, kwargs["choices"] = forms.ChoiceField, [(c, c) for c in o.choices]
+    else:
+        cls = {int: forms.IntegerField, float: forms.FloatField}.get(o.kind, forms.CharField)
+        if o.bounds:
+            kwargs.update(min_value=o.bounds[0], max_value=o.bounds[1])
+    if "choices" in studio and cls is not forms.ChoiceField:  # a free name the studio offers as a list
+        cls = forms.ChoiceField
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("min_value", "max_value")}
+    for bound, tighter in (("min_value", max), ("max_value", min)):
+        if bound in studio and bound in kwargs:
+            studio[bound] = tighter(studio[bound], kwargs[bound])
+    return cls(**{**kwargs, **studio})
 
 
 def example_choices() -> list[tuple[str, str]]:
@@ -67,19 +90,19 @@ class NewRunForm(forms.Form):
         self.fields["api_key_env"].help_text += (f"; allowed here: {', '.join(policy.key_envs)}" if policy.key_envs
                                                  else "; the operator allows no key variable here "
                                                       "(TRELLIS_MODEL_KEY_VARIABLES)")
-    search = forms.ChoiceField(choices=Run.SEARCHES, initial=registry.DEFAULT)
-    iterations = forms.IntegerField(min_value=1, max_value=50, initial=4)
-    start = forms.ChoiceField(label="Start from", required=False, initial="", choices=START_FORM_CHOICES,
-                              help_text="the fixed team, a workflow synthesized from the library (skills, references "
-                                        "and tools retrieved by type and meaning), or the archive's nearest workflow "
-                                        "(else a synthesized one); default: the search's own")
-    node_token_cap = forms.IntegerField(required=False, min_value=100, max_value=MAX_TOKENS,
-                                        label="Node token cap (review)",
-                                        help_text="the review search repairs a node that spends more tokens than "
-                                                  "this in one run; blank: cost is not reviewed")
+    # The run options are the run spec's fields (engine/run_spec.py): type, bounds, choices and
+    # default from there; what is written here is only what the studio says or allows differently.
+    search = spec_field("search", choices=Run.SEARCHES)
+    iterations = spec_field("iterations", max_value=50, initial=4)   # a studio run is watched: 50 at most
+    start = spec_field("start", label="Start from", required=False, initial="", choices=START_FORM_CHOICES,
+                       help_text="the fixed team, a workflow synthesized from the library (skills, references "
+                                 "and tools retrieved by type and meaning), or the archive's nearest workflow "
+                                 "(else a synthesized one); default: the search's own")
+    node_token_cap = spec_field("node_token_cap", label="Node token cap (review)",
+                                help_text="the review search repairs a node that spends more tokens than "
+                                          "this in one run; blank: cost is not reviewed")
     gate_policy = forms.ChoiceField(label="Gate", choices=GatePolicy.choices, initial=GatePolicy.MANUAL)
-    # Ranges come from the engine (engine/limits.py), so the form refuses what a run would.
-    seed = forms.IntegerField(initial=0, min_value=0, max_value=MAX_SEED)
+    seed = spec_field("seed")
     model = forms.CharField(required=False, max_length=MAX_MODEL_CHARS,
                             validators=[RegexValidator(MODEL_NAME_RE, "write a litellm model as provider/model, "
                                                        "e.g. openai/gpt-4o-mini")],
@@ -113,18 +136,18 @@ class NewRunForm(forms.Form):
                                     widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
                                     help_text="one role per line, ROLE:key=value,key=value, e.g. "
                                               "coder:model=ollama/qwen2.5-coder:7b,max_answer_tokens=2048")
-    max_tokens = forms.IntegerField(min_value=1000, max_value=MAX_TOKENS, initial=2_000_000, label="Token budget")
-    single_agent = forms.BooleanField(required=False, initial=True, label="Single-agent baseline",
-                                      help_text="After the search, run one agent playing every role on the same "
-                                                "budget, and score it officially beside the team")
-    memory = forms.BooleanField(required=False, initial=False, label="Shared memory (SciMARS + Memory)",
-                                help_text="SciMARS only: the probes share one evidence graph, each writing on its "
-                                          "own branch; later probes read the selected branches. "
-                                          "memory-fixed always shares.")
-    executor = forms.ChoiceField(label="Sandbox", choices=EXECUTOR_CHOICES, initial="auto", required=False,
-                                 help_text="Where generated programs run: a Docker container each (no network, "
-                                           "read-only root; needs the daemon and `python -m engine.sandbox.image "
-                                           "build`), the subprocess sandbox, or auto")
+    max_tokens = spec_field("max_tokens", min_value=1000, label="Token budget")
+    single_agent = spec_field("single_agent", label="Single-agent baseline",
+                              help_text="After the search, run one agent playing every role on the same "
+                                        "budget, and score it officially beside the team")
+    memory = spec_field("memory", label="Shared memory (SciMARS + Memory)",
+                        help_text="SciMARS only: the probes share one evidence graph, each writing on its "
+                                  "own branch; later probes read the selected branches. "
+                                  "memory-fixed always shares.")
+    executor = spec_field("executor", label="Sandbox", choices=EXECUTOR_CHOICES, required=False,
+                          help_text="Where generated programs run: a Docker container each (no network, "
+                                    "read-only root; needs the daemon and `python -m engine.sandbox.image "
+                                    "build`), the subprocess sandbox, or auto")
 
     MODEL_FIELDS = ("api_base", "api_key_env", "max_answer_tokens", "context_tokens", "model_timeout_s",
                     "structured_output", "price_in", "price_out", "role_settings")
