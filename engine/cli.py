@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import evaluator_draft as ev
+from . import places
 from .archive import WorkflowArchive
 from .budget import Budget
 from .console import ConsoleSink, print_summary
@@ -118,11 +119,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("task", help="task folder, e.g. examples/discontinuous-1d")
     parser.add_argument("--workflow", default="team",
                         help=f"starting workflow: {', '.join(WORKFLOWS)}, or a workflow JSON file")
-    parser.add_argument("--archive", default="var/archive", help="the workflow archive --start archive reads")
+    parser.add_argument("--archive", default=str(places.archive_dir()),
+                        help="the workflow archive --start archive reads (default $TRELLIS_VAR_DIR/archive)")
     # the options a run shares with a search: the run spec's fields, flags and bounds (engine/run_spec.py)
     RunSpec.add_arguments(parser, names=RUN_OPTIONS)
     parser.set_defaults(max_tokens=RUN_MAX_TOKENS)
-    parser.add_argument("--runs-dir", default="var/runs", help="where traces and artifacts go")
+    parser.add_argument("--runs-dir", default=str(places.runs_dir()),
+                        help="where traces and artifacts go (default $TRELLIS_VAR_DIR/runs, var/runs)")
     parser.add_argument("--cache", action="store_true", help="reuse identical model calls across runs "
                         "(var/runs/model-cache; see --cassette and --replay for one run's recording)")
     parser.add_argument("--verbose", action="store_true", help="print every event, handoffs included")

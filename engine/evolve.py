@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
+from . import places
 from .archive import WorkflowArchive
 from .console import cost_line
 from .control import Control, NoControl
@@ -19,7 +20,7 @@ from .evidence.memory import EVIDENCE_FILE, SharedMemory
 from .gateway import endpoint_lines
 from .models import describe_endpoints, settings
 from .preflight import preflight
-from .protocol.events import (SearchFailed, SearchStarted, ValidationPlanned)
+from .protocol.events import SearchFailed, SearchStarted, ValidationPlanned
 from .run_spec import RunSpec
 from .runner import roles_of
 from .sandbox import Executor
@@ -39,7 +40,8 @@ from .trace import EventSink, JsonlTraceSink, Tracer, claim_attempt
 from .training.jobs import tracing_to
 from .workflow import Workflow
 
-def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Path = Path("var/runs"),
+
+def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Path | None = None,
            out: TextIO = sys.stdout, gate: Gate | None = None, cache_dir: Path | None = None,
            replay_only: bool = False, official: Callable[..., dict] | None = None, archive_dir: Path | None = None,
            sinks: Iterable[EventSink] = (), run_dir: Path | None = None, resume: dict | None = None,
@@ -95,7 +97,8 @@ def evolve(task_folder: str | Path, spec: RunSpec | None = None, *, runs_dir: Pa
             # a task new to the archive is embedded by a process of its own while this one goes on
             archive.prepare_lookup(task)
     # Bad data is a clear error here, before anything is written or any token spent.
-    preflight(task, cache_dir=Path(runs_dir) / "preflight-cache")
+    runs_dir = Path(runs_dir) if runs_dir is not None else places.runs_dir()
+    preflight(task, cache_dir=runs_dir / "preflight-cache")
     load_config()  # and an unusable MCP server configuration (engine/tools/config.py)
     budget = spec.budget()
     models = settings(spec.models, spec.model)

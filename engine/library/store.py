@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable
 
+from .. import places
 from ..artifacts import write_text_atomically
 from ..contracts import parse_type
 from ..errors import ContractSyntaxError
@@ -21,11 +22,11 @@ from .artifact import LibraryArtifact, LibraryError, parse_artifact, read_artifa
 
 STARTER_DIR = Path(__file__).resolve().parent / "starter"
 USER_DIR_ENV = "TRELLIS_LIBRARY"
-DEFAULT_USER_DIR = Path("var/library")
+
 
 
 def user_dir() -> Path:
-    return Path(os.environ.get(USER_DIR_ENV) or DEFAULT_USER_DIR)
+    return Path(os.environ.get(USER_DIR_ENV) or places.library_dir())
 
 
 @dataclass
