@@ -88,6 +88,7 @@ INSTALLED_APPS = [
     "channels",
     "axes",  # sign-in throttling: the failed attempts it counts live in the database
     "webapp.runs",
+    "webapp.library",
 ]
 
 MIDDLEWARE = [

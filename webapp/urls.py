@@ -15,4 +15,5 @@ urlpatterns = [
          name="password_reset_confirm"),
     path("password-reset/done/", auth_views.PasswordResetCompleteView.as_view(), name="password_reset_complete"),
     path("", include("webapp.runs.urls")),
+    path("", include("webapp.library.urls")),
 ]

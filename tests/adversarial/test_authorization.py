@@ -290,7 +290,8 @@ def test_a_project_owner_cannot_rewrite_the_shared_library(tmp_path, monkeypatch
     """Issue 37, item 4: any account became a project's owner by uploading a task, and a reviewer of
     any project could rewrite a skill every project's agents read (told to copy the held-out
     answers), with no project's audit log showing it. Shared edits are staff's, audited everywhere."""
-    from webapp.runs.models import AuditEntry, LibraryEdit
+    from webapp.library.models import LibraryEdit
+    from webapp.runs.models import AuditEntry
 
     monkeypatch.setenv("TRELLIS_LIBRARY", str(tmp_path / "library"))
     mine = Project.objects.create(name="Mine")
@@ -316,8 +317,9 @@ def test_a_project_owner_cannot_rewrite_the_shared_library(tmp_path, monkeypatch
 def test_a_projects_reviewers_keep_their_own_library_which_no_other_project_reads(tmp_path, monkeypatch, settings):
     """Issue 37, item 4: a project may keep its own skills over the shared library; its reviewers
     write them, its runs alone read them, and its audit log alone says so."""
-    from webapp.runs.models import AuditEntry, LibraryEdit
-    from webapp.runs.project_library import library_for, run_library
+    from webapp.library.models import LibraryEdit
+    from webapp.runs.models import AuditEntry
+    from webapp.library.project import library_for, run_library
 
     monkeypatch.setenv("TRELLIS_LIBRARY", str(tmp_path / "shared"))
     settings.TRELLIS_PROJECT_LIBRARIES_DIR = tmp_path / "projects"

@@ -19,7 +19,8 @@ from tests.fakes import OffTarget
 from tests.studio_harness import add_member, running_run
 from tests.unit.test_library import SKILL, WordsEmbedder
 from webapp.runs.bridge import DatabaseGate, RunEventSink, moot_reason
-from webapp.runs.models import GatePolicy, LibraryEdit, Mutation, MutationStatus, Run
+from webapp.library.models import LibraryEdit
+from webapp.runs.models import GatePolicy, Mutation, MutationStatus, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

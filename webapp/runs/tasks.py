@@ -21,7 +21,9 @@ from engine.errors import AwaitingDecision, RunInterrupted, TrellisError
 from engine.models import ModelSettings
 from webapp import disk
 
-from . import interrupt, live, model_policy, project_library
+from webapp.library import project as project_library
+
+from . import interrupt, live, model_policy
 from .bridge import DatabaseGate, RunControl, RunEventSink, broadcast, close_moot, moot_reason
 from .models import Run, RunStatus
 

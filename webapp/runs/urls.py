@@ -2,7 +2,7 @@ from django.urls import path
 
 from . import compare, replay_views, report  # noqa: I001 - issue 13 part C: replay, compare, report
 
-from . import agent_detail, annotation_views, library_views, live_views, predictions_plot, share_views, views
+from . import agent_detail, annotation_views, live_views, predictions_plot, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -54,8 +54,6 @@ urlpatterns = [
     path("queues/<int:queue_id>/work", annotation_views.queue_work, name="queue_work"),
     path("queues/<int:queue_id>/items/<int:position>", annotation_views.queue_save, name="queue_save"),
     path("healthz", views.healthz, name="healthz"),
-    path("library/", library_views.library_page, name="library"),
-    path("library/<str:kind>/<str:name>", library_views.library_artifact, name="library_artifact"),
     path("runs/<int:run_id>/share-links", share_views.share_links, name="share_links"),
     path("runs/<int:run_id>/share-links/<int:link_id>/revoke", share_views.share_revoke, name="share_revoke"),
     path("share/<str:signed>/", share_views.share_root, name="share_run"),

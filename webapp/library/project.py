@@ -8,7 +8,7 @@ from django.conf import settings
 
 from engine.library.store import Library, load_library
 
-from .models import Project
+from webapp.runs.models import Project
 
 
 def project_overlay(project: Project) -> Path:

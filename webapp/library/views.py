@@ -18,9 +18,11 @@ from django.views.decorators.http import require_http_methods
 from engine.library.artifact import KINDS, LibraryError, parse_artifact
 from engine.library.artifact import NAME
 
-from . import access
-from .models import AuditEntry, LibraryEdit, Project
-from .project_library import library_for
+from webapp.runs import access
+from webapp.runs.models import AuditEntry, Project
+
+from .models import LibraryEdit
+from .project import library_for
 
 EDITABLE = ("skill", "resource")
 TEMPLATE = """# A short title saying what the skill does
@@ -85,7 +87,7 @@ def library_page(request: HttpRequest) -> HttpResponse:
     shown = [a for a in library.artifacts.values() if (not kind or a.kind == kind) and _matches(a, words)]
     shown.sort(key=lambda a: (KINDS.index(a.kind) if a.kind in KINDS else 9, a.name))
     counts = {k: sum(1 for a in library.artifacts.values() if a.kind == k) for k in KINDS}
-    return render(request, "runs/library.html", {
+    return render(request, "library/library.html", {
         "artifacts": shown, "counts": counts, "kind": kind, "q": words, "problems": library.problems,
         "can_edit": may_edit(request.user, project), "folder": library.folder, "project": project,
         "projects": access.visible_projects(request.user).order_by("name")[:100],
@@ -132,6 +134,6 @@ def library_artifact(request: HttpRequest, kind: str, name: str) -> HttpResponse
             error, status = str(exc), 400
     history = LibraryEdit.objects.filter(kind=kind, name=name, project=project).select_related("author")[:20] \
         if not new else []
-    return render(request, "runs/library_artifact.html", {
+    return render(request, "library/library_artifact.html", {
         "artifact": artifact, "kind": kind, "new": new, "editable": editable, "error": error, "text": text,
         "name": save_as, "history": history, "project": project}, status=status)
