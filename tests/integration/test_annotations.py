@@ -37,11 +37,13 @@ def studio(light_task, monkeypatch):
     set scored pass/fail, and a client per role; broadcasts are collected instead of sent."""
     run = running_run(light_task, "Annotated")
     project = run.task.project
-    _event(run, 1, "agent_finished", "planner", 1, status="SUCCESS")
+    # payloads as the engine writes them (a row its kind's model refuses is read as nothing)
+    _event(run, 1, "agent_finished", "planner", 1, status="SUCCESS", message="", outputs={})
     _event(run, 2, "check", "coder", 1, name="shape", passed=False, detail="3 columns, expected 2")
-    _event(run, 3, "agent_finished", "coder", 1, status="SUCCESS")
+    _event(run, 3, "agent_finished", "coder", 1, status="SUCCESS", message="", outputs={})
     _event(run, 4, "check", "coder", 2, name="shape", passed=True)
-    _event(run, 5, "judgement", "judge", 2, checks=[{"name": "finite", "passed": False}], ok=False)
+    _event(run, 5, "judgement", "judge", 2, iteration_n=2, workflow_hash="h" * 64,
+           checks=[{"name": "finite", "passed": False}], ok=False)
     _event(run, 6, "check", "coder", 2, name="range", passed=False, detail="negative age")
     sent = []
     monkeypatch.setattr(annotation_views, "broadcast", lambda r, m: sent.append((getattr(r, "pk", r), m)))
