@@ -44,9 +44,12 @@ def slow_scoring(light_task, tmp_path):
 
 
 def _scoring_folds() -> bool:
-    for process in psutil.process_iter(["cmdline"]):
-        if any("evaluate.py" in part for part in process.info["cmdline"] or ()) and \
-                any("_bootstrap" in part for part in process.info["cmdline"] or ()):
+    """A sandboxed evaluate.py that has been running for seconds: this test's slow fold. Another
+    test worker's evaluate.py (a real search beside this one) takes well under a second."""
+    for process in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = process.info["cmdline"] or ()
+        if any("evaluate.py" in part for part in cmdline) and any("_bootstrap" in part for part in cmdline) \
+                and time.time() - (process.info["create_time"] or time.time()) > 3:
             return True
     return False
 
@@ -60,7 +63,8 @@ def test_a_person_stops_a_run_in_the_middle_of_a_long_step(studio, slow_scoring,
     task = controls.task_for_folder(project, slow_scoring)
     run = controls.start_run(task, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC,
                              single_agent=False, executor="subprocess")
-    wait_for(_scoring_folds, 240, what="a validation fold's slow evaluate.py to be running")
+    wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.RUNNING and _scoring_folds(), 240,
+             what="the run running, and a validation fold's slow evaluate.py with it")
     asked = time.monotonic()
     (controls.cancel_run if action == "cancel" else controls.pause_run)(Run.objects.get(pk=run.pk))
     stopped = wait_for(lambda: (r := Run.objects.get(pk=run.pk)).status == settles and r, 30,
