@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .budget import Usage
+from .judge_rubric import CRITERIA
 from .protocol.events import (AgentFinished, Check, Evaluation, Judgement, ModelCall, ModelCallFailed, Payload,
                               PayloadError, Route, RunFailed, RunFinished, RunStarted, SearchFailed, SearchFinished,
                               SearchStarted, SearchStep)
@@ -29,7 +30,6 @@ from .workflow import Workflow, WorkflowValidationError
 # pages and messages read it from here, never map statuses themselves).
 DAG_STATES = {"WAITING": "waiting", "RUNNING": "running", "SUCCESS": "done", "FAILURE": "failed",
               "STOPPED": "failed", "SKIPPED": "skipped", "RETRY": "waiting", "FALLBACK": "waiting"}
-CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 
 
 def _typed(ev: Event) -> Payload | None:

@@ -576,11 +576,9 @@ class TreeFinished(Payload):
     tree_path: str | None = None
 
 
-def _step_shape(data: Any) -> str:
+def _step_shape(data: dict) -> str:
     """Which of search_iteration's shapes a stored payload is: a tree phase names itself, an
     editor's probe names its editor, any other is a settled step."""
-    if isinstance(data, BaseModel):
-        data = data.__dict__
     if data.get("phase") is not None:
         return str(data["phase"])
     return "editor" if data.get("editor") is not None else "step"

@@ -9,10 +9,8 @@ from dataclasses import dataclass, field
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from engine.protocol.events import Payload, PayloadError
-
 from . import access
-from .models import Event, Run
+from .models import Event, Run, typed
 from .report_parts import cut_at_word
 
 PREVIEW_CHARS = 4000
@@ -36,17 +34,6 @@ def _latest(run: Run, agent: str, kind: str, **payload) -> Event | None:
     return qs.order_by("-seq").first()
 
 
-def _typed(row: Event | None) -> Payload | None:
-    """The row's typed payload; None for no row, or one from before payloads were typed that its
-    kind's model refuses (its part is left out)."""
-    if row is None:
-        return None
-    try:
-        return row.data
-    except PayloadError:
-        return None
-
-
 def _prompt(messages: list) -> str:
     parts = []
     for message in messages or []:
@@ -68,7 +55,7 @@ def attachment_parts(run: Run, agent: str) -> list[Part]:
         return []
     stage = run.events.filter(kind="synthesis_stage", payload__stage="synthesize").order_by("-seq").first()
     why = {}
-    synthesized = _typed(stage)
+    synthesized = typed(stage)
     if synthesized is not None:
         for chosen in (synthesized.outputs.get("attachments") or {}).values():
             for c in chosen:
@@ -91,14 +78,14 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
     parts: list[Part] = attachment_parts(run, agent)
     started = _latest(run, agent, "agent_started")
     if started is not None:
-        p = _typed(started)
+        p = typed(started)
         if p is not None:
             parts.append(Part("Inputs", started.seq, started.iteration,
                               facts=[("roles", ", ".join(p.roles)),
                                      ("inputs", ", ".join(p.inputs) or "the task only")]
                               + ([("sent back by", p.retry_of)] if p.retry_of else [])))
         handoff = _latest(run, agent, "handoff", target=agent)
-        h = _typed(handoff)
+        h = typed(handoff)
         if h is not None:
             preview = h.value_preview
             text = preview if isinstance(preview, str) else ("" if preview is None else str(preview))
@@ -107,7 +94,7 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
                               facts=[("contract", h.contract),
                                      ("met", "yes" if h.ok else "no: " + "; ".join(h.errors))]))
     call = _latest(run, agent, "model_call")
-    p = _typed(call)
+    p = typed(call)
     if p is not None:
         prompt = _prompt(p.messages)
         parts.append(Part("Prompt", call.seq, call.iteration, cut_at_word(prompt, PREVIEW_CHARS), len(prompt),
@@ -117,13 +104,13 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
         parts.append(Part("Answer", call.seq, call.iteration, cut_at_word(answer, PREVIEW_CHARS), len(answer),
                           facts=[("finish", str(p.finish_reason or "stop"))]))
     tool = _latest(run, agent, "tool_call")
-    t = _typed(tool)
+    t = typed(tool)
     if t is not None:
         code = t.code
         parts.append(Part("Code", tool.seq, tool.iteration, cut_at_word(code, PREVIEW_CHARS), len(code), code=True,
                           facts=[("purpose", t.purpose), ("sandbox", t.executor)]))
     execution = _latest(run, agent, "code_execution")
-    p = _typed(execution)
+    p = typed(execution)
     if p is not None:
         output = (p.stdout_tail or "") + (("\n--- stderr ---\n" + p.stderr_tail) if p.stderr_tail else "")
         parts.append(Part("Output", execution.seq, execution.iteration, cut_at_word(output, PREVIEW_CHARS), len(output), code=True,

@@ -18,6 +18,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from engine.judge_rubric import CRITERIA
 from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
                                     RunStarted)
 from engine.replay import dag_state
@@ -30,7 +31,6 @@ from .models import Run
 from .presenters import cytoscape_elements, incumbent_j, probe_label
 from .search_state import carries_state, search_state
 
-CRITERIA = ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")
 SHORT = 300          # characters of a string field that go live
 SMALL = 2000         # serialized characters of a list or object field that go live
 # Fields that hold prompts, answers, programs, outputs or whole workflows: read in the trace

@@ -11,7 +11,7 @@ from django.db import models
 from django.utils import timezone
 
 from engine.models import ModelSettings, redact_url
-from engine.protocol.events import Payload, read_payload
+from engine.protocol.events import Payload, PayloadError, read_payload
 from engine.protocol.gate import Proposal
 from engine.run_spec import RunSpec
 from engine.search import registry
@@ -282,6 +282,14 @@ class Event(models.Model):
         PayloadError for a stored payload its kind's model refuses."""
         return read_payload(self.kind, self.payload)
 
+    @property
+    def typed(self) -> Payload | None:
+        """``data``, or None for a row its kind's model refuses (from before payloads were typed)."""
+        try:
+            return self.data
+        except PayloadError:
+            return None
+
     def as_event(self) -> EngineEvent:
         """The row as the engine's event (its run id is the source, its number the studio's),
         for the engine's readers: the state fold (engine/replay.py), the console's lines."""
@@ -295,6 +303,11 @@ class Event(models.Model):
         indexes = [models.Index(fields=["run", "kind", "seq"], name="event_run_kind"),
                    models.Index(fields=["run", "agent", "seq"], name="event_run_agent"),
                    models.Index(fields=["run", "iteration", "seq"], name="event_run_iteration")]
+
+
+def typed(row: Event | None) -> Payload | None:
+    """A row's typed payload (``Event.typed``); None for no row."""
+    return row.typed if row is not None else None
 
 
 class MutationStatus(models.TextChoices):
@@ -390,5 +403,5 @@ class Membership(models.Model):
 
 
 # Teams: annotations, queues, share links, the audit log (a module of their own, registered here).
-from .models_team import (Annotation, AnnotationQueue, AuditEntry, Invitation, LabelSet, QueueItem, ShareLink,  # noqa: E402,F401
-                          audit)
+from .models_team import (Annotation, AnnotationQueue, AuditEntry, Invitation, LabelSet, QueueItem,  # noqa: E402,F401
+                          ShareLink, audit)

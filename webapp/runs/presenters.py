@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from engine.judge_rubric import CRITERIA
 from engine.replay import RunRecord, SearchState, fold
 from engine.trace import Event as EngineEvent
 
@@ -154,8 +155,7 @@ def score_series(run: Run) -> dict:
     return {
         "iteration": [j.iteration for j in rows],
         "J": [j.J for j in rows],
-        "criteria": {c: [j.scores.get(c) for j in rows] for c in
-                     ("goal_alignment", "collaboration_efficiency", "output_quality", "answer_plausibility")},
+        "criteria": {c: [j.scores.get(c) for j in rows] for c in CRITERIA},
         "checks_passed": [sum(1 for c in j.checks if c.get("passed")) for j in rows],
         "checks_total": [len(j.checks) for j in rows],
         "validation": [(j.validation or {}).get("value") for j in rows],

@@ -18,13 +18,12 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from engine.protocol.events import PayloadError
 from engine.search import registry
 
 from . import access, evidence
 from .bundles import bundle_contents
 from .compare import summary as run_summary
-from .models import Annotation, MutationStatus, Run
+from .models import Annotation, MutationStatus, Run, typed
 from .predictions_plot import prediction_plot_data
 from .presenters import layered_positions, score_series, short
 from .report_parts import cut_at_word, markdown_html, scatter_svg, tree_svg
@@ -170,17 +169,6 @@ def line_chart_svg(lines: list[dict], title: str, y_label: str, y_range: tuple[f
     return "".join(out)
 
 
-def _typed(ev):
-    """An Event row's typed payload; None for no row, or one its kind's model refuses (from
-    before payloads were typed)."""
-    if ev is None:
-        return None
-    try:
-        return ev.data
-    except PayloadError:
-        return None
-
-
 def final_program(run: Run) -> dict | None:
     """The program the final workflow ran (for a tree run: the champion node's), from the last
     tool_call of that probe: {"title", "code"}; None when the trace holds none."""
@@ -188,18 +176,18 @@ def final_program(run: Run) -> dict | None:
     if registry.search_class(run.search).evolves != "workflow":
         champ = (search_state(run) or {}).get("champion")
         for ev in calls:
-            call = _typed(ev)
+            call = typed(ev)
             if champ and call is not None and call.node == champ and call.code:
                 return {"title": f"champion {champ}", "code": call.code[:MAX_CODE_CHARS]}
     final_hash = ((run.result or {}).get("final") or {}).get("workflow_hash")
     sources = [e.source for e in run.events.filter(kind="run_started").order_by("-seq")
-               if final_hash and (started := _typed(e)) is not None and started.workflow_hash == final_hash]
+               if final_hash and (started := typed(e)) is not None and started.workflow_hash == final_hash]
     for source in sources:
-        call = _typed(calls.filter(source=source).first())
+        call = typed(calls.filter(source=source).first())
         if call is not None and call.code:
             return {"title": f"final workflow's program ({source})", "code": call.code[:MAX_CODE_CHARS]}
     ev = calls.first()
-    call = _typed(ev)
+    call = typed(ev)
     if call is not None and call.code:
         return {"title": f"last program run ({ev.source})", "code": call.code[:MAX_CODE_CHARS]}
     return None
