@@ -84,8 +84,10 @@ def setup(max_n: int) -> dict:
     call_command("migrate", verbosity=0)
     from django.contrib.auth import get_user_model
 
-    from webapp.runs.models import Event, Membership, Project, Role, Run, RunStatus, Task
-    from webapp.runs.models_team import LabelSet
+    from webapp.annotations.models import LabelSet
+    from webapp.runs.models import Event, Run, RunStatus
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Membership, Project, Role
 
     user = get_user_model().objects.create_user("bench", password="bench")
     project = Project.objects.create(name="Annotation benchmark")
@@ -130,7 +132,7 @@ def step_import(n: int, ctx: dict) -> dict:
     from django.db import connection
     from django.test import override_settings
 
-    from webapp.runs.models_team import Annotation
+    from webapp.annotations.models import Annotation
 
     body = jsonl_file(n, ctx)
     client = _client(ctx)
@@ -227,7 +229,7 @@ def main() -> None:
     print(f"# {RUNS} runs, {ctx['per_run'] * RUNS:,} trace events, set up in {time.perf_counter() - t0:.1f} s; "
           f"database {tmp / 'bench.sqlite3'}", flush=True)
 
-    from webapp.runs.models_team import Annotation
+    from webapp.annotations.models import Annotation
 
     header = f"{'step':<14} {'rows':>8} {'MB file':>8} {'seconds':>9} {'1st byte s':>10} {'queries':>9} {'peak MB':>8}  note"
     print(header)

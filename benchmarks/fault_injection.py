@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from tests.studio_harness import use_studio_environment, wait_for  # noqa: E402
+
 EXAMPLE = ROOT / "examples" / "diabetes-progression"
 NOBODY = 65534
 
@@ -49,7 +50,7 @@ class Bench:
         from django.contrib.auth import get_user_model
         from django.test import Client
 
-        from webapp.runs.models import Membership, Project, Role
+        from webapp.teams.models import Membership, Project, Role
 
         self.studio = studio
         self.iterations = iterations
@@ -62,8 +63,9 @@ class Bench:
     # --- helpers ------------------------------------------------------------------------------
     def start(self, gate: str = "automatic", iterations: int | None = None):
         from webapp.runs import controls
+        from webapp.tasks import registration
 
-        task = controls.task_for_folder(self.project, EXAMPLE)
+        task = registration.task_for_folder(self.project, EXAMPLE)
         return controls.start_run(task, self.user, search="mimosa", iterations=iterations or self.iterations,
                                   gate_policy=gate)
 

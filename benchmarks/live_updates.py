@@ -28,7 +28,7 @@ sockets the server closed while they were being measured.
 Then an annotation phase: --viewers (default 10) more clients, signed in as a viewer, watch the
 run while an annotator, signed in as another person, annotates its events through the studio's own
 view (POST /runs/<pk>/annotations with her session cookie and CSRF token, as the page's htmx form
-does: annotations.annotate writes the row and its audit entry, then bridge.broadcast). One
+does: annotating.annotate writes the row and its audit entry, then bridge.broadcast). One
 annotation at a time, --annotations of them (after 3 unmeasured); latency = arrival of the
 ``kind == "annotation"`` message at a viewer - time.time() just before the POST.
 
@@ -57,9 +57,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
+
 from tests.studio_harness import use_studio_environment  # noqa: E402
 
-from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 PROMPT = "You are the coder of a scientific workflow. " * 40   # ~1.8 kB, like a real prompt
@@ -439,13 +440,14 @@ def setup_database() -> tuple[int, str, str]:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    from webapp.runs import controls
-    from webapp.runs.models import Membership, Project, Role, Run, RunStatus
+    from webapp.runs.models import Run, RunStatus
+    from webapp.tasks import registration
+    from webapp.teams.models import Membership, Project, Role
 
     user = get_user_model().objects.create_user("bench", password="bench")
     project = Project.objects.create(name="Live updates benchmark")
     Membership.objects.create(project=project, user=user, role=Role.VIEWER)  # watching needs membership
-    task = controls.task_for_folder(project, ROOT / "examples" / "diabetes-progression")
+    task = registration.task_for_folder(project, ROOT / "examples" / "diabetes-progression")
     lease = uuid.uuid4().hex
     run = Run.objects.create(task=task, created_by=user, status=RunStatus.RUNNING, lease=lease)
     client = Client()
@@ -463,9 +465,9 @@ def setup_annotator(run_pk: int) -> dict:
     from django.db import connections
     from django.test import Client
 
-    from webapp.runs import annotations
-    from webapp.runs.models import Event, Membership, Role, Run
-    from webapp.runs.models_team import ScoreKind
+    from webapp.annotations.models import ScoreKind
+    from webapp.runs.models import Event, Run
+    from webapp.teams.models import Membership, Role
 
     run = Run.objects.select_related("task__project").get(pk=run_pk)
     project = run.task.project

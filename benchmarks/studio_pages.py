@@ -28,10 +28,13 @@ django.setup()
 
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
-from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 from django.test import Client  # noqa: E402
+from figures import record  # noqa: E402 - benchmarks/figures.py, beside this script
 
-from webapp.runs.models import Event, Membership, Project, Role, Run, RunStatus, Task  # noqa: E402
+from webapp.runs.models import Event, Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Membership, Project, Role
+
 
 def real_events() -> list:
     """The events of one real run of the team (the offline scientist, programs in the subprocess

@@ -20,9 +20,8 @@ from typing import Iterable
 
 from .budget import Usage
 from .judge_rubric import CRITERIA
-from .protocol.events import (AgentFinished, Check, Evaluation, Judgement, ModelCall, ModelCallFailed, Payload,
-                              PayloadError, Route, RunFailed, RunFinished, RunStarted, SearchFailed, SearchFinished,
-                              SearchStarted, SearchStep)
+from .protocol.events import (AgentFinished, Check, Evaluation, Judgement, ModelCall, ModelCallFailed, Route, RunFailed,
+                              RunFinished, RunStarted, SearchFailed, SearchFinished, SearchStarted, SearchStep)
 from .trace import Event, latest_trace, read_events
 from .workflow import Workflow, WorkflowValidationError
 
@@ -30,14 +29,6 @@ from .workflow import Workflow, WorkflowValidationError
 # pages and messages read it from here, never map statuses themselves).
 DAG_STATES = {"WAITING": "waiting", "RUNNING": "running", "SUCCESS": "done", "FAILURE": "failed",
               "STOPPED": "failed", "SKIPPED": "skipped", "RETRY": "waiting", "FALLBACK": "waiting"}
-
-
-def _typed(ev: Event) -> Payload | None:
-    """The event's typed payload; None for one its model refuses (a damaged or foreign line)."""
-    try:
-        return ev.data
-    except PayloadError:
-        return None
 
 
 def dag_state(status: str | None) -> str:
@@ -69,7 +60,7 @@ class RunRecord:
     def apply(self, ev: Event) -> None:
         """One event of this run; a payload its model refuses (a damaged line) is passed over."""
         self.last_seq = ev.seq
-        if (p := _typed(ev)) is None:
+        if (p := ev.typed) is None:
             return
         if isinstance(p, RunStarted):
             self.run_id, self.task, self.attempt, self.iteration = ev.run_id, p.task, p.attempt, ev.iteration
@@ -153,7 +144,7 @@ class SearchState:
 
     def apply(self, ev: Event) -> None:
         self.last_seq = ev.seq
-        if (p := _typed(ev)) is None:
+        if (p := ev.typed) is None:
             return
         if isinstance(p, RunStarted):
             self.probes[ev.run_id] = RunRecord()
@@ -219,10 +210,8 @@ def latest_attempt(events: Iterable[Event]) -> list[Event]:
 
 
 def _attempt(start: Event) -> int:
-    try:
-        return start.data.attempt
-    except PayloadError:
-        return 1
+    p = start.typed
+    return p.attempt if p is not None else 1
 
 
 def rebuild(events: Iterable[Event]) -> RunRecord:

@@ -17,17 +17,18 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Iterator, Protocol, TypeVar
 
 import pydantic_core
 
-log = logging.getLogger(__name__)
+from .protocol.events import EVENT_KINDS, Payload, PayloadError, parse_payload, read_payload
 
-from .protocol.events import EVENT_KINDS, Payload, parse_payload, read_payload
+log = logging.getLogger(__name__)
+E = TypeVar("E")  # an event: the engine's, or the studio's row
 
 # One payload model per kind (engine/protocol/events.py); kept importable from here.
 __all__ = ["EVENT_KINDS", "Event", "EventSink", "JsonlTraceSink", "ListSink", "Tracer", "attempt_path",
-           "claim_attempt", "latest_trace", "read_events", "trace_attempts"]
+           "claim_attempt", "latest_trace", "read_events", "trace_attempts", "typed_events"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,15 @@ class Event:
             object.__setattr__(self, "_data", read_payload(self.kind, self.payload))
         return self._data
 
+    @property
+    def typed(self) -> Payload | None:
+        """``data``, or None for a payload its kind's model refuses (an older or damaged trace's
+        line): for readers that pass such an event over."""
+        try:
+            return self.data
+        except PayloadError:
+            return None
+
     def to_json(self) -> str:
         # the fields as asdict() lists them, without its deep copy of the payload (a workflow, a
         # prompt): the encoder reads the nested values as they are
@@ -70,6 +80,17 @@ def encode_json(value: object) -> str:
         return pydantic_core.to_json(value, inf_nan_mode="constants", fallback=str).decode()
     except (ValueError, TypeError, pydantic_core.PydanticSerializationError):
         return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def typed_events(events: Iterable[E], *kinds: str) -> Iterator[tuple[E, Payload]]:
+    """Each event (of ``kinds``, when named) with its typed payload, passing over the ones their
+    kind's model refuses: the engine's events and the studio's rows alike (both have ``typed``)."""
+    for e in events:
+        if kinds and e.kind not in kinds:
+            continue
+        p = e.typed
+        if p is not None:
+            yield e, p
 
 
 class EventSink(Protocol):

@@ -199,9 +199,9 @@ class Studio:
         from webapp.supervisor import stop_children
 
         stop_children([c for c in (*self.webs, self.worker, self.training) if c], 15, say=lambda text: None)
-        from engine.sandbox.capped_folder import unmount_orphans
-
         import tempfile
+
+        from engine.sandbox.capped_folder import unmount_orphans
 
         for root in (self.var_dir, Path(tempfile.gettempdir())):  # the killed worker's programs' folders
             unmount_orphans(root, anywhere_below=True)
@@ -227,7 +227,9 @@ def running_run(task_folder: Path, project_name: str):
     from engine.synthesis import team_workflow
     from engine.task import load_task
     from webapp.runs.bridge import record_version
-    from webapp.runs.models import Project, Run, RunStatus, Task
+    from webapp.runs.models import Run, RunStatus
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Project
 
     spec = load_task(task_folder)
     task = Task.objects.create(project=Project.objects.create(name=project_name), name=spec.name,
@@ -242,7 +244,7 @@ def add_member(project, user, role: str = "owner"):
     a person sees and acts on a project's runs only as one of its members."""
     from django.contrib.auth import get_user_model
 
-    from webapp.runs.models import Membership, Role
+    from webapp.teams.models import Membership, Role
 
     if isinstance(user, str):
         user = get_user_model().objects.get(username=user)

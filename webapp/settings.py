@@ -15,8 +15,8 @@ sets X-Forwarded-Proto), so that `manage.py check --deploy` is clean. The embedd
 var/secret_key (mode 0600) and keeps cookies usable over HTTP.
 """
 import os
-from datetime import timedelta
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -87,7 +87,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",  # sign-in throttling: the failed attempts it counts live in the database
+    "webapp.accounts",
+    "webapp.teams",
+    "webapp.tasks",
     "webapp.runs",
+    "webapp.annotations",
     "webapp.library",
 ]
 
@@ -104,7 +108,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "axes.middleware.AxesMiddleware",  # last: answers a locked-out sign-in with the lockout page
 ]
-AUTHENTICATION_BACKENDS = ["webapp.auth_backends.ThrottledBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["webapp.accounts.backends.ThrottledBackend", "django.contrib.auth.backends.ModelBackend"]
 # Sign-in throttling (django-axes): after TRELLIS_LOGIN_FAILURES wrong passwords from one address,
 # or for one account, sign-ins from there (or to it) are refused for TRELLIS_LOGIN_LOCKOUT_MINUTES.
 # `manage.py axes_reset` lifts every lockout at once.
@@ -112,7 +116,7 @@ AXES_FAILURE_LIMIT = int(os.environ.get("TRELLIS_LOGIN_FAILURES", "10"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("TRELLIS_LOGIN_LOCKOUT_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
 AXES_RESET_ON_SUCCESS = True
-AXES_LOCKOUT_TEMPLATE = "locked_out.html"
+AXES_LOCKOUT_TEMPLATE = "accounts/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_IPWARE_PROXY_COUNT = int(os.environ.get("TRELLIS_PROXY_COUNT", "0")) or None
 AXES_VERBOSE = False
@@ -256,7 +260,7 @@ TRELLIS_DISK_RESERVE_MB = int(os.environ.get("TRELLIS_DISK_RESERVE_MB", "64"))
 TRELLIS_MODEL_ENDPOINTS = [u.strip() for u in os.environ.get("TRELLIS_MODEL_ENDPOINTS", "").split(",") if u.strip()]
 TRELLIS_MODEL_KEY_VARIABLES = [v.strip() for v in os.environ.get("TRELLIS_MODEL_KEY_VARIABLES", "").split(",")
                                if v.strip()]
-# Password-reset mails an hour, per address and per requesting IP (webapp/password_reset.py).
+# Password-reset mails an hour, per address and per requesting IP (webapp/accounts/password_reset.py).
 TRELLIS_PASSWORD_RESETS_PER_ADDRESS = int(os.environ.get("TRELLIS_PASSWORD_RESETS_PER_ADDRESS", "3"))
 TRELLIS_PASSWORD_RESETS_PER_IP = int(os.environ.get("TRELLIS_PASSWORD_RESETS_PER_IP", "20"))
 # A run whose worker has not reported for this long is shown as interrupted (worker lost).

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from ..protocol.events import CodeExecution, PayloadError, ToolCall, TrainingStarted
+from ..protocol.events import CodeExecution, ToolCall, TrainingStarted
 from ..sandbox import ExecutionRequest, UnsafeOutput, open_output
 from ..task import Task
 from ..trace import Event, trace_attempts
@@ -210,9 +210,8 @@ def _job_from_trace(run_dir: Path, node_id: str) -> str | None:
                 continue
             if event.kind not in ("tool_call", "code_execution", "training_started"):
                 continue
-            try:
-                p = event.data
-            except PayloadError:  # a call that does not read as one is no call of the champion
+            p = event.typed
+            if p is None:  # a call that does not read as one is no call of the champion
                 inside = inside and event.kind != "tool_call"
                 continue
             if isinstance(p, ToolCall):

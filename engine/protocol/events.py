@@ -967,8 +967,19 @@ def read_payload(kind: str, data: dict) -> Payload:
     return parse_payload(kind, data)
 
 
+def read_payload_or_none(kind: str, data: dict) -> Payload | None:
+    """``read_payload``, or None for a payload its kind's model refuses: a line of an older or
+    damaged trace, or a row from before payloads were typed. Every reader that passes such an
+    event over reads through this (or an event's ``typed``) rather than catching the error itself."""
+    try:
+        return read_payload(kind, data)
+    except PayloadError:
+        return None
+
+
 __all__ = [
     "EVENT_KINDS", "PAYLOADS", "Payload", "PayloadError", "model_of", "parse_payload", "read_payload",
+    "read_payload_or_none",
     # shared parts
     "BudgetLeft", "BudgetLimits", "CheckResult", "KnowledgeHit", "Metric", "ModelFailure", "MutationRecord",
     "Committed", "SearchEnd", "StartInfo", "Strict", "Usage", "ValidationPlan", "SingleAgentBaseline", "RankCorrelation",

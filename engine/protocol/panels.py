@@ -26,6 +26,9 @@ class TraceEvent(Protocol):
     @property
     def data(self) -> Any: ...
 
+    @property
+    def typed(self) -> Any: ...
+
 
 @dataclass
 class Line:

@@ -9,9 +9,10 @@ It answers "how much of SciMARS + Memory is the memory alone?".
 from __future__ import annotations
 
 from ..protocol.checkpoints import MemoryFixedState
-from ..protocol.events import PayloadError, SearchStep
+from ..protocol.events import SearchStep
 from ..protocol.gate import Decision, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, chart
+from ..trace import typed_events
 from ..workflow import Workflow
 from .base import Endpoint, Search, SearchOutcome, fmt
 from .probe import Probe
@@ -29,11 +30,7 @@ class MemoryFixedSearch(Search):
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """Each run of the unchanged team with what it remembered: its validation and the best so far."""
         xs, ys, best, groups = [], [], [], []
-        for e in events:
-            try:
-                p = e.data
-            except PayloadError:  # not a step of a search (an older trace's)
-                continue
+        for e, p in typed_events(events):
             if not (isinstance(p, SearchStep) and p.search == cls.name):
                 continue
             better = p.accepted

@@ -14,11 +14,12 @@ from ..errors import ModelCallError
 from ..mutations import Mutation, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import MimosaState
-from ..protocol.events import Judgement, McpToolResult, MutationProposed, PayloadError, SearchStep
+from ..protocol.events import Judgement, McpToolResult, MutationProposed, SearchStep
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided
 from ..selection import Gain, paired_gain
 from ..tools.registry import MCP_PREFIX
+from ..trace import typed_events
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change, fmt
 from .probe import Probe, ProbeRunner
@@ -96,12 +97,7 @@ class MimosaSearch(Search):
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         """J per iteration: each candidate's and the incumbent's after the iteration's decision;
         and each iteration's change, its J against the incumbent's, and who decided."""
-        read = []
-        for e in events:
-            try:
-                read.append((e, e.data))
-            except PayloadError:  # an older trace's event that does not read as its kind
-                continue
+        read = list(typed_events(events))
         initial = next((p.J for _, p in read if isinstance(p, Judgement) and p.iteration_n == 0), None)
         xs, candidate, incumbent, level = [0], [initial], [initial], initial
         groups: list[Group] = []
@@ -333,13 +329,8 @@ def tool_use(probe: Probe, registry) -> str:
     """How each agent's MCP tools served it in the probe (calls, failures, the last error, or
     never called), then the discovered tools no agent has, one line each."""
     calls: dict[tuple[str, str], list[McpToolResult]] = {}
-    for e in probe.events:
-        if e.kind == "mcp_tool_result":
-            try:
-                result = e.data
-            except PayloadError:  # an older trace's result that does not read as one
-                continue
-            calls.setdefault((e.agent or "", result.tool), []).append(result)
+    for e, result in typed_events(probe.events, "mcp_tool_result"):
+        calls.setdefault((e.agent or "", result.tool), []).append(result)
     lines, held = [], set()
     for agent in probe.workflow.agents:
         for tool in agent.tools:

@@ -10,20 +10,18 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..budget import Budget
-from ..gateway import ModelGateway
-from ..models import ModelSettings, settings
-from ..protocol.events import PayloadError
-from ..judge import Judgement, judge_execution, public_checks
 from ..control import Control, NoControl
 from ..evidence.memory import SharedMemory
+from ..gateway import ModelGateway
+from ..judge import Judgement, judge_execution, public_checks
+from ..models import ModelSettings, settings
 from ..runner import RunConfig, RunResult, default_executor, run_workflow
-from ..training.jobs import training_executor
 from ..sandbox import Executor
 from ..task import Task
 from ..tools.host import ToolHost
-from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events
+from ..trace import Event, EventSink, ListSink, Tracer, latest_trace, read_events, typed_events
+from ..training.jobs import training_executor
 from ..workflow import Workflow
-
 
 JUDGEMENT_FILE = "judgement.json"
 
@@ -53,12 +51,8 @@ class Probe:
     def _outputs(self) -> Iterator[dict]:
         """What each agent handed on (its ``agent_finished`` outputs), in run order; an event of
         an older trace that does not read as one is passed over."""
-        for e in self.events:
-            if e.kind == "agent_finished":
-                try:
-                    yield e.data.outputs
-                except PayloadError:
-                    continue
+        for _, p in typed_events(self.events, "agent_finished"):
+            yield p.outputs
 
     def report(self) -> str:
         """The analyzer's data report from this execution, for editors and mutators."""

@@ -24,11 +24,12 @@ from ..library.store import load_library
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import RepairState
-from ..protocol.events import AgentFinished, MutationProposed, PayloadError, SearchStep, SynthesisStage
+from ..protocol.events import AgentFinished, MutationProposed, SearchStep, SynthesisStage
 from ..protocol.gate import Change, Check, Decision, Evidence, Proposal
 from ..protocol.panels import Card, Group, Panel, TraceEvent, cards, change_line, decided
 from ..selection import paired_gain
 from ..synthesis.stages import plan
+from ..trace import typed_events
 from ..workflow import MAX_ROUTE_LOOPS, Workflow, WorkflowValidationError
 from .base import Endpoint, Search, SearchOutcome, ask_mutation
 from .mimosa import check_fields
@@ -76,12 +77,8 @@ def failures(probe: Probe, token_cap: int | None = None) -> list[Failure]:
     ids = {a.id for a in wf.agents}
     out: list[Failure] = []
     finished: dict[str, AgentFinished] = {}
-    for e in probe.events:
-        if e.kind == "agent_finished":
-            try:
-                finished[e.agent or ""] = e.data
-            except PayloadError:  # an older trace's step that does not read as one
-                continue
+    for e, p in typed_events(probe.events, "agent_finished"):
+        finished[e.agent or ""] = p
     for agent_id in wf.order():
         p = finished.get(agent_id)
         if p is not None and p.status == "FAILURE":
@@ -196,11 +193,7 @@ class RepairSearch(Search):
     @classmethod
     def present(cls, events: list[TraceEvent]) -> list[Panel]:
         groups: list[Group] = []
-        for e in events:
-            try:
-                p = e.data
-            except PayloadError:  # an older trace's event that does not read as its kind
-                continue
+        for e, p in typed_events(events):
             if isinstance(p, SynthesisStage) and p.stage == "review":
                 found = p.inputs.get("failures") or []
                 if not found:

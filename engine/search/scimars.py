@@ -25,13 +25,12 @@ from ..gateway import ModelGateway
 from ..mutations import Mutation, MutationError, diff
 from ..prompt_format import build_messages, fenced_json
 from ..protocol.checkpoints import ScimarsState
-from ..protocol.events import (Composition, EditorProbe, MutationProposed, PayloadError, Reflection, ReuseReceipt,
-                               SearchStep)
+from ..protocol.events import Composition, EditorProbe, MutationProposed, Reflection, ReuseReceipt, SearchStep
 from ..protocol.gate import Change, Check, Decision, Evidence
 from ..protocol.gate import Proposal as GateProposal
 from ..protocol.panels import Card, Group, Line, Panel, TraceEvent, cards, change_line, chart, decided, fmt
 from ..selection import paired_gain
-from ..trace import Tracer
+from ..trace import Tracer, typed_events
 from ..workflow import Workflow
 from .base import Endpoint, HumanEdit, Search, SearchOutcome, ask_mutation, edit_change
 from .mimosa import check_fields
@@ -337,11 +336,7 @@ class ScimarsSearch(Search):
             n = n or 0
             return rounds.setdefault(n, Group(f"Round {n}"))
 
-        for e in events:
-            try:
-                p = e.data
-            except PayloadError:  # an older trace's event that does not read as its kind
-                continue
+        for e, p in typed_events(events):
             if isinstance(p, ReuseReceipt):
                 if p.verified:
                     card = Card(f"reused: {p.label}", "receipt", "plain",

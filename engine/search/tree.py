@@ -48,8 +48,8 @@ from ..prompts import answer_format as with_program_output
 from ..protocol.checkpoints import TreeState
 from ..protocol.events import BudgetExhausted as BudgetExhaustedEvent
 from ..protocol.events import Check as CheckEvent
-from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, PayloadError, SelectorVote,
-                               ToolCall, TreeChildAbandoned, TreeFinished, TreeIterationStarted, TreeNode, TreeVote)
+from ..protocol.events import (CodeExecution, DebateTurn, KnowledgeRetrieval, NodeRetired, SelectorVote, ToolCall,
+                               TreeChildAbandoned, TreeFinished, TreeIterationStarted, TreeNode, TreeVote)
 from ..protocol.gate import Change
 from ..protocol.gate import Check as GateCheck
 from ..protocol.gate import Decision, Evidence, Proposal
@@ -57,7 +57,7 @@ from ..protocol.panels import Line, Panel, TraceEvent, chart
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..selection import paired_gain
 from ..task import Task
-from ..trace import Tracer
+from ..trace import Tracer, typed_events
 from ..training.jobs import labelled
 from . import base
 
@@ -777,9 +777,7 @@ class TreeSearch(base.Search):
         last_seq = 0
         for e in events:
             last_seq = e.seq
-            try:
-                p = e.data
-            except PayloadError:  # from before payloads were typed, refused by its kind's model: left out
+            if (p := e.typed) is None:  # refused by its kind's model (an older trace's): left out
                 continue
             if isinstance(p, TreeNode):
                 old = nodes.get(p.node, {})
@@ -836,11 +834,7 @@ class TreeSearch(base.Search):
         """Each node's validation score by the iteration it was built in (the tree itself is the
         page's tree view; vetoed and failed nodes have no point)."""
         scored = []
-        for e in events:
-            try:
-                p = e.data
-            except PayloadError:  # an older trace's node that does not read as one
-                continue
+        for _, p in typed_events(events):
             if isinstance(p, TreeNode) and p.status == "scored" and not p.vetoed:
                 scored.append(p)
         if not scored:

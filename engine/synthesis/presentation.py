@@ -3,21 +3,16 @@ attachments each role was given from the library and why, the artifacts refused 
 by type, and what grounding decided for an imported graph (from the ``synthesis_stage`` events)."""
 from __future__ import annotations
 
-from ..protocol.events import PayloadError, SynthesisStage
+from ..protocol.events import SynthesisStage
 from ..protocol.panels import Card, Group, Panel, TraceEvent, cards
+from ..trace import typed_events
 
 STAGES = ("plan", "retrieve", "synthesize")
 
 
 def present(events: list[TraceEvent]) -> list[Panel]:
     stages: dict[str, SynthesisStage] = {}
-    for e in events:
-        if e.kind != "synthesis_stage":
-            continue
-        try:
-            p = e.data
-        except PayloadError:  # an older trace's stage that does not read as one
-            continue
+    for _, p in typed_events(events, "synthesis_stage"):
         if p.stage in STAGES:
             stages[p.stage] = p
     if "synthesize" not in stages:

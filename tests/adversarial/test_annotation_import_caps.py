@@ -23,8 +23,9 @@ from django.test import AsyncClient, Client
 from django.test.utils import CaptureQueriesContext
 
 from tests.studio_harness import add_member, proposed_mutation, running_run
+from webapp.annotations.models import Annotation, AnnotationQueue, LabelSet, QueueItem
 from webapp.runs.models import Event, Mutation
-from webapp.runs.models_team import Annotation, AnnotationQueue, AuditEntry, LabelSet, QueueItem
+from webapp.teams.models import AuditEntry
 
 pytestmark = pytest.mark.django_db
 

@@ -26,8 +26,10 @@ from engine.task import load_task
 from tests.studio_harness import add_member, proposed_mutation
 from webapp.runs.bridge import record_version
 from webapp.runs.forms import example_choices
-from webapp.runs.models import Event, Membership, Mutation, Project, Role, Run, RunStatus, Task, WorkflowVersion
+from webapp.runs.models import Event, Mutation, Run, RunStatus, WorkflowVersion
 from webapp.runs.routing import websocket_urlpatterns
+from webapp.tasks.models import Task
+from webapp.teams.models import Membership, Project, Role
 
 ROLES = ["outsider", "viewer", "annotator", "reviewer", "owner"]
 RANK = {"outsider": 0, "viewer": Role.VIEWER, "annotator": Role.ANNOTATOR, "reviewer": Role.REVIEWER,
@@ -291,7 +293,7 @@ def test_a_project_owner_cannot_rewrite_the_shared_library(tmp_path, monkeypatch
     any project could rewrite a skill every project's agents read (told to copy the held-out
     answers), with no project's audit log showing it. Shared edits are staff's, audited everywhere."""
     from webapp.library.models import LibraryEdit
-    from webapp.runs.models import AuditEntry
+    from webapp.teams.models import AuditEntry
 
     monkeypatch.setenv("TRELLIS_LIBRARY", str(tmp_path / "library"))
     mine = Project.objects.create(name="Mine")
@@ -318,8 +320,8 @@ def test_a_projects_reviewers_keep_their_own_library_which_no_other_project_read
     """Issue 37, item 4: a project may keep its own skills over the shared library; its reviewers
     write them, its runs alone read them, and its audit log alone says so."""
     from webapp.library.models import LibraryEdit
-    from webapp.runs.models import AuditEntry
     from webapp.library.project import library_for, run_library
+    from webapp.teams.models import AuditEntry
 
     monkeypatch.setenv("TRELLIS_LIBRARY", str(tmp_path / "shared"))
     settings.TRELLIS_PROJECT_LIBRARIES_DIR = tmp_path / "projects"

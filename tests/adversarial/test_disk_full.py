@@ -76,8 +76,10 @@ def test_healthz_and_every_page_say_the_disk_is_full_and_no_run_starts(studio_on
 
 @pytest.mark.django_db(transaction=True)
 def test_a_run_queued_on_a_full_disk_is_paused_with_the_reason(studio_on, demo_user, examples):
-    from webapp.runs.models import Project, Run, RunStatus, Task
+    from webapp.runs.models import Run, RunStatus
     from webapp.runs.tasks import execute_run
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Project
 
     _fill(studio_on, leave_mb=2)
     task = Task.objects.create(project=Project.objects.create(name="p"), name="d",
@@ -95,8 +97,10 @@ def test_a_disk_that_fills_during_a_run_pauses_it_says_why_and_gives_back_the_re
         studio_on, demo_user, examples, monkeypatch):
     import engine.evolve
     from webapp.disk import reserve
-    from webapp.runs.models import Project, Run, RunStatus, Task
+    from webapp.runs.models import Run, RunStatus
     from webapp.runs.tasks import execute_run
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Project
 
     assert reserve().ensure()
     task = Task.objects.create(project=Project.objects.create(name="p"), name="d",

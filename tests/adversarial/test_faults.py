@@ -26,7 +26,9 @@ from tests.studio_harness import add_member, wait_for
 from webapp import embedded_redis
 from webapp.runs import controls
 from webapp.runs.editing import apply_edit
-from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, MutationStatus, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow]
 db = pytest.mark.django_db(transaction=True)
@@ -55,7 +57,7 @@ def _start(light_task, user=None, **options) -> Run:
     project = Project.objects.create(name="Fault tests")
     if user:
         add_member(project, user, "reviewer")
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     # the single-agent baseline is the browser test's to show; here it would only add a run
     return controls.start_run(task, **{"single_agent": False, **options})
 

@@ -19,7 +19,9 @@ from engine.task import load_task
 from webapp.runs import controls
 from webapp.runs.bridge import record_version
 from webapp.runs.forms import example_choices
-from webapp.runs.models import Project, Run, RunStatus, Task
+from webapp.runs.models import Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,10 +16,10 @@ import engine.gateway
 from engine.budget import Budget
 from engine.errors import ModelCallError, ModelUnavailable, RunInterrupted
 from engine.evolve import evolve
-from engine.run_spec import RunSpec
 from engine.gateway import ModelGateway
 from engine.llm import get_litellm
 from engine.replay import rebuild, rebuild_from_file, rebuild_run_dir
+from engine.run_spec import RunSpec
 from engine.runner import RunConfig, run_workflow
 from engine.synthesis import team_workflow
 from engine.task import load_task
@@ -244,8 +244,10 @@ def test_studio_run_with_an_unknown_model_is_failed_with_the_providers_message(e
     from django.test import Client
 
     from tests.studio_harness import add_member
-    from webapp.runs.models import Project, Run, RunStatus, Task
+    from webapp.runs.models import Run, RunStatus
     from webapp.runs.tasks import execute_run
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Project
 
     settings.TRELLIS_ARCHIVE_DIR = tmp_path / "archive"
     folder = examples / "discontinuous-1d"

@@ -25,9 +25,10 @@ from engine.task import load_task
 from tests.studio_harness import add_member, proposed_mutation
 from webapp.runs import consumers, sharing
 from webapp.runs.bridge import record_version
-from webapp.runs.models import Event, Mutation, Project, Run, RunStatus, Task
-from webapp.runs.models_team import AuditEntry, ShareLink
+from webapp.runs.models import Event, Mutation, Run, RunStatus, ShareLink
 from webapp.runs.routing import websocket_urlpatterns
+from webapp.tasks.models import Task
+from webapp.teams.models import AuditEntry, Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,7 +15,9 @@ from django.test import Client
 from engine.trace import Event as EngineEvent
 from tests.conftest import EXAMPLES
 from webapp.runs.bridge import RunEventSink
-from webapp.runs.models import Event, Project, Run, RunStatus, Task
+from webapp.runs.models import Event, Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 SLOW_S = 6.0

@@ -13,9 +13,10 @@ from django.test import Client
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from tests.studio_harness import add_member, running_run
-from webapp.runs import invitations
 from webapp.runs.bridge import record_version
-from webapp.runs.models import Role, Run, RunStatus
+from webapp.runs.models import Run, RunStatus
+from webapp.teams import invitations
+from webapp.teams.models import Role
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DEEP = "[" * 100_000 + "]" * 100_000

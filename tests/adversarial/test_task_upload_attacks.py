@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from webapp.runs import task_upload
-from webapp.runs.task_upload import TaskRejected
+from webapp.tasks import upload
+from webapp.tasks.upload import TaskRejected
 
 
 def _zip(members: list[tuple[zipfile.ZipInfo | str, bytes]]) -> io.BytesIO:
@@ -45,7 +45,7 @@ def uploads(tmp_path, settings):
 ])
 def test_a_hostile_zip_is_refused_by_name_and_nothing_is_left(uploads, members, says):
     with pytest.raises(TaskRejected) as refused:
-        task_upload.unpack_zip(_zip(members), "hostile.zip")
+        upload.unpack_zip(_zip(members), "hostile.zip")
     assert any(says in p for p in refused.value.problems), refused.value.problems
     assert not (uploads / "outside.txt").exists()
     assert not any((uploads / "tasks").rglob("*")) if (uploads / "tasks").exists() else True
@@ -54,7 +54,7 @@ def test_a_hostile_zip_is_refused_by_name_and_nothing_is_left(uploads, members, 
 def test_a_zip_bomb_is_stopped_while_it_inflates_even_when_it_lies_about_its_size(uploads):
     bomb = _zip([("task/data.csv", b"0" * 5_000_000)])  # compresses to a few kB
     with pytest.raises(TaskRejected, match="inflates to more than|add up to"):
-        task_upload.unpack_zip(bomb, "bomb.zip")
+        upload.unpack_zip(bomb, "bomb.zip")
     # the declared size lies: the central directory says 10 bytes
     raw = bytearray(bomb.getvalue())
     with zipfile.ZipFile(io.BytesIO(bytes(raw))) as z:
@@ -62,7 +62,7 @@ def test_a_zip_bomb_is_stopped_while_it_inflates_even_when_it_lies_about_its_siz
     central = raw.rfind(b"PK\x01\x02")
     raw[central + 24:central + 28] = (10).to_bytes(4, "little")  # uncompressed size in the central record
     with pytest.raises(TaskRejected):
-        task_upload.unpack_zip(io.BytesIO(bytes(raw)), "liar.zip")
+        upload.unpack_zip(io.BytesIO(bytes(raw)), "liar.zip")
     assert info.file_size == 5_000_000
     assert not any(p.is_file() for p in (uploads / "tasks").rglob("*"))
 
@@ -70,8 +70,8 @@ def test_a_zip_bomb_is_stopped_while_it_inflates_even_when_it_lies_about_its_siz
 def test_an_unpacked_folder_holds_plain_files_that_are_not_executable(uploads):
     info = zipfile.ZipInfo("task/run.sh")
     info.external_attr = (stat.S_IFREG | 0o4755) << 16  # setuid, executable
-    folder = task_upload.unpack_zip(_zip([(info, b"#!/bin/sh\n"), ("task/Problem.md", b"# t\n")]), "t.zip")
+    folder = upload.unpack_zip(_zip([(info, b"#!/bin/sh\n"), ("task/Problem.md", b"# t\n")]), "t.zip")
     assert folder.name == "task" and (folder / "Problem.md").exists()
     assert stat.S_IMODE((folder / "run.sh").stat().st_mode) == 0o644
-    task_upload.discard(folder)
-    assert not folder.exists() and not folder.parent.exists() and Path(task_upload.uploads_dir()).exists()
+    upload.discard(folder)
+    assert not folder.exists() and not folder.parent.exists() and Path(upload.uploads_dir()).exists()

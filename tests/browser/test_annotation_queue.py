@@ -13,9 +13,9 @@ from playwright.sync_api import expect, sync_playwright
 
 from tests.browser.conftest import CHROMIUM_ARGS, SHOTS
 from tests.studio_harness import add_member, running_run
-from webapp.runs.agreement import cohen_kappa
+from webapp.annotations.agreement import cohen_kappa
+from webapp.annotations.models import Annotation, AnnotationQueue, LabelSet
 from webapp.runs.models import Event, Run, RunStatus
-from webapp.runs.models_team import Annotation, AnnotationQueue, LabelSet
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

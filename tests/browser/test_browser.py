@@ -11,8 +11,10 @@ from playwright.sync_api import Page, expect
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Project, Run
+from webapp.runs.models import GatePolicy, Run
 from webapp.runs.presenters import PAGE_CHARS, paged_payload
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +26,7 @@ PROBE_MS = 240_000  # a probe takes 10-20 s on a small machine; leave room for a
 def _start(light_task, **options) -> Run:
     project = Project.objects.create(name="Browser tests")
     add_member(project, "ada", "owner")  # the signed-in person (demo_user)
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     return controls.start_run(task, search="mimosa", gate_policy=GatePolicy.MANUAL, **options)
 
 
@@ -68,7 +70,7 @@ def test_start_a_run_from_the_home_page_and_watch_agents_run_live(page):
 def test_a_scimars_run_page_shows_each_editors_proposal_and_the_composition(page, light_task):
     project = Project.objects.create(name="Browser tests")
     add_member(project, "ada", "owner")
-    run = controls.start_run(controls.task_for_folder(project, light_task), search="scimars", iterations=1,
+    run = controls.start_run(registration.task_for_folder(project, light_task), search="scimars", iterations=1,
                              gate_policy=GatePolicy.AUTOMATIC, single_agent=False)
     _open_run(page, run)
     search = page.locator("#search-panels")

@@ -12,7 +12,9 @@ from playwright.sync_api import Page, expect
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import Event, Project, Run
+from webapp.runs.models import Event, Run
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -59,7 +61,7 @@ def test_the_evidence_graph_grows_live_and_a_reviewers_note_reaches_the_planner(
     # A short SciMARS + Memory run on the light task (two folds): one round, no single agent.
     project = Project.objects.create(name="Evidence browser")
     add_member(project, "ada", "reviewer")
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     run = controls.start_run(task, search="scimars", memory=True, iterations=1, gate_policy="automatic",
                              single_agent=False)
     page.goto(f"/runs/{run.pk}/")

@@ -9,8 +9,8 @@ from playwright.sync_api import expect
 
 from tests.browser.conftest import SHOTS
 from tests.studio_harness import add_member, running_run
+from webapp.annotations.models import Annotation
 from webapp.runs.models import Event, Run, RunStatus
-from webapp.runs.models_team import Annotation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,9 @@ from playwright.sync_api import expect, sync_playwright
 from tests.browser.conftest import CHROMIUM_ARGS, SHOTS
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import ACTIVE_STATUSES, GatePolicy, Mutation, Project, Run
+from webapp.runs.models import ACTIVE_STATUSES, GatePolicy, Mutation, Run
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +25,7 @@ def test_a_share_link_shows_the_live_run_read_only_to_someone_without_an_account
     SHOTS.mkdir(parents=True, exist_ok=True)
     project = Project.objects.create(name="Shared in the browser")
     add_member(project, "ada", "owner")
-    run = controls.start_run(controls.task_for_folder(project, light_task), search="mimosa",
+    run = controls.start_run(registration.task_for_folder(project, light_task), search="mimosa",
                              gate_policy=GatePolicy.MANUAL, iterations=2, single_agent=False)
     js_errors = []
     try:

@@ -15,7 +15,9 @@ from playwright.sync_api import expect
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 PROBE_MS = 240_000
@@ -24,7 +26,7 @@ PROBE_MS = 240_000
 def test_a_finished_run_shows_each_agent_its_predictions_and_forks_from_a_version(page, light_task):
     project = Project.objects.create(name="Show and fork")
     add_member(project, "ada", "owner")
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     run = controls.start_run(task, search="mimosa", gate_policy=GatePolicy.AUTOMATIC, iterations=1, single_agent=False)
     wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED, PROBE_MS / 1000,
              what="the run to complete")

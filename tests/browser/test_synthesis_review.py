@@ -11,7 +11,9 @@ from playwright.sync_api import expect
 from tests.browser.test_browser import PROBE_MS, _open_run, _pending_mutation
 from tests.studio_harness import add_member
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Project
+from webapp.runs.models import GatePolicy
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -22,7 +24,7 @@ def test_a_synthesized_runs_repair_waits_for_a_person_and_the_library_is_browsab
     # discontinuous-1d: the shipped library's closest planner skill is about extrapolation, which this
     # task does not need; the plan it steers to is worse than the nearest neighbour, so the review
     # implicates the planner
-    run = controls.start_run(controls.task_for_folder(project, light_task), search="repair", start="synthesized",
+    run = controls.start_run(registration.task_for_folder(project, light_task), search="repair", start="synthesized",
                              iterations=1, gate_policy=GatePolicy.MANUAL, single_agent=False)
     _open_run(page, run)
     waiting = _pending_mutation(page)

@@ -17,7 +17,9 @@ from engine.training.remote import open_tickets
 from tests.conftest import EXAMPLES
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 pytest.importorskip("torch")
@@ -51,7 +53,7 @@ def test_a_training_job_grows_its_curve_live_and_resumes_from_its_checkpoint_aft
         page: Page, training_worker, neural_task):
     project = Project.objects.create(name="Training in the browser")
     add_member(project, "ada", "owner")
-    task = controls.task_for_folder(project, neural_task)
+    task = registration.task_for_folder(project, neural_task)
     # From the team: the archive is not what this test is about (a task new to it is embedded first)
     run = controls.start_run(task, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC,
                              single_agent=False, start="team")
@@ -125,7 +127,8 @@ def test_a_tree_node_whose_validation_trained_shows_its_curve(page: Page, studio
     import time as _time
 
     from engine.training.folder import JobState
-    from webapp.runs.models import Event, Task
+    from webapp.runs.models import Event
+    from webapp.tasks.models import Task
 
     project = Project.objects.create(name="Tree training curves")
     add_member(project, "ada", "owner")

@@ -8,7 +8,9 @@ from playwright.sync_api import Page, expect
 from tests.browser.conftest import SHOTS
 from tests.conftest import EXAMPLES
 from tests.studio_harness import add_member
-from webapp.runs.models import Event, Project, Run, RunStatus, Task
+from webapp.runs.models import Event, Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 

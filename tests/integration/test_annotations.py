@@ -16,10 +16,11 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from tests.studio_harness import add_member, proposed_mutation, running_run
-from webapp.runs import annotation_views
-from webapp.runs.agreement import cohen_kappa
+from webapp.annotations import views as annotation_views
+from webapp.annotations.agreement import cohen_kappa
+from webapp.annotations.models import Annotation, AnnotationQueue, LabelSet
 from webapp.runs.models import Event
-from webapp.runs.models_team import Annotation, AnnotationQueue, AuditEntry, LabelSet
+from webapp.teams.models import AuditEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -264,7 +265,7 @@ def test_the_audit_log_page(studio):
 
 
 def test_three_annotators_get_fleiss_kappa(studio):
-    from webapp.runs.agreement import fleiss_kappa
+    from webapp.annotations.agreement import fleiss_kappa
 
     run, c, ls, project = studio["run"], studio["c"], studio["ls"], studio["project"]
     c["rita"].post(f"/projects/{project.pk}/queues", {"name": "All checks", "label_set": ls.pk, "kinds": "check"})

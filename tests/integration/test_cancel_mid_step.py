@@ -8,7 +8,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import shutil
-import signal
 import time
 
 import psutil
@@ -16,7 +15,9 @@ import pytest
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls, interrupt
-from webapp.runs.models import GatePolicy, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 SLOW_FOLD = '''
 _load_truth = load_truth
@@ -60,7 +61,7 @@ def _scoring_folds() -> bool:
 def test_a_person_stops_a_run_in_the_middle_of_a_long_step(studio, slow_scoring, demo_user, action, settles):
     project = Project.objects.get_or_create(name=f"Stop mid-step {action}")[0]
     add_member(project, demo_user, "reviewer")
-    task = controls.task_for_folder(project, slow_scoring)
+    task = registration.task_for_folder(project, slow_scoring)
     run = controls.start_run(task, search="mimosa", iterations=1, gate_policy=GatePolicy.AUTOMATIC,
                              single_agent=False, executor="subprocess")
     wait_for(lambda: Run.objects.get(pk=run.pk).status == RunStatus.RUNNING and _scoring_folds(), 240,

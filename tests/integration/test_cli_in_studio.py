@@ -9,7 +9,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from webapp.runs.models import Membership, Run, RunStatus
+from webapp.runs.models import Run, RunStatus
+from webapp.teams.models import Membership
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

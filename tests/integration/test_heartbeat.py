@@ -12,7 +12,9 @@ import pytest
 from engine.errors import TrellisError
 from tests.conftest import EXAMPLES
 from webapp.runs import controls
-from webapp.runs.models import Project, Run, RunStatus, Task
+from webapp.runs.models import Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,9 @@ from engine.protocol.events import (AgentFinished, AgentStarted, BudgetLimits, C
                                     ToolCall, TreeNode)
 from engine.trace import Tracer
 from tests.studio_harness import add_member, proposed_mutation, running_run
+from webapp.annotations.models import Annotation
 from webapp.runs.bridge import RunEventSink, decide, record_version
-from webapp.runs.models import Annotation, MutationStatus, Run, RunStatus
+from webapp.runs.models import MutationStatus, Run, RunStatus
 from webapp.runs.replay_views import state_at
 
 pytestmark = pytest.mark.django_db(transaction=True)

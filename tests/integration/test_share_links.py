@@ -21,11 +21,11 @@ from django.utils import timezone
 from engine.synthesis import team_workflow
 from engine.task import load_task
 from tests.studio_harness import add_member, proposed_mutation
-from webapp.runs import sharing
 from webapp.runs.bridge import record_version
 from webapp.runs.forms import example_choices
-from webapp.runs.models import Event, Membership, Mutation, Project, Run, RunStatus, Task, WorkflowVersion
-from webapp.runs.models_team import AuditEntry, ShareLink
+from webapp.runs.models import Event, Mutation, Run, RunStatus, ShareLink, WorkflowVersion
+from webapp.tasks.models import Task
+from webapp.teams.models import AuditEntry, Membership, Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,9 @@ from engine.mutations import Mutation as EngineMutation
 from engine.workflow import Workflow
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, MutationStatus, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -18,7 +20,7 @@ def _start(light_task, reviewer=None, **options) -> Run:
     project = Project.objects.create(name="Live tests")
     if reviewer:  # the person who decides and controls the run must be one of its project's reviewers
         add_member(project, reviewer, "reviewer")
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     # the single-agent baseline is the browser test's to show; here it would only add a run
     return controls.start_run(task, **{"single_agent": False, **options})
 

@@ -7,7 +7,9 @@ from django.test import Client
 
 from tests.studio_harness import add_member, wait_for
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, MutationStatus, Project, Run, RunStatus
+from webapp.runs.models import GatePolicy, MutationStatus, Run, RunStatus
+from webapp.tasks import registration
+from webapp.teams.models import Project
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -41,7 +43,7 @@ def _active_tasks() -> list[dict]:
 
 def test_a_run_waiting_for_a_person_holds_no_worker(studio, light_task, demo_user):
     project = _project(demo_user)
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     waiting = start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: waiting.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
                        what="a mutation to wait for a person")
@@ -49,7 +51,7 @@ def test_a_run_waiting_for_a_person_holds_no_worker(studio, light_task, demo_use
              what="the waiting run to leave the worker")
 
     # While it waits, the worker is free: another run starts, and finishes, meanwhile.
-    other = start_run(controls.task_for_folder(project, light_task), search="mimosa",
+    other = start_run(registration.task_for_folder(project, light_task), search="mimosa",
                                iterations=1, gate_policy=GatePolicy.AUTOMATIC)
     other = wait_for(lambda: _finished(other.pk), 300, what="the other run to finish")
     assert other.status == RunStatus.COMPLETED, other.status_reason
@@ -78,7 +80,7 @@ def test_a_run_waiting_for_a_person_holds_no_worker(studio, light_task, demo_use
 
 def test_pausing_and_cancelling_a_waiting_run_take_effect_at_once(studio, light_task, demo_user):
     project = _project(demo_user)
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     # Four iterations: a proposal that breaks the workflow's rules never reaches the gate.
     run = start_run(task, search="mimosa", iterations=4, gate_policy=GatePolicy.MANUAL)
     pending = wait_for(lambda: run.mutations.filter(status=MutationStatus.PROPOSED).first(), 300,
@@ -105,7 +107,7 @@ def test_pausing_and_cancelling_a_waiting_run_take_effect_at_once(studio, light_
 
 def test_tree_children_pass_the_gate_and_a_promoted_child_is_expanded_next(studio, light_task, demo_user):
     project = _project(demo_user)
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     run = start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.MANUAL)
     client = Client()
     client.force_login(demo_user)
@@ -136,7 +138,7 @@ def test_tree_children_pass_the_gate_and_a_promoted_child_is_expanded_next(studi
 def test_a_tree_search_killed_mid_iteration_resumes_from_its_checkpoint(studio, light_task, demo_user, settings):
     settings.TRELLIS_HEARTBEAT_STALE_S = 3
     project = _project(demo_user)
-    task = controls.task_for_folder(project, light_task)
+    task = registration.task_for_folder(project, light_task)
     run = start_run(task, search="tree", iterations=2, gate_policy=GatePolicy.AUTOMATIC)
     wait_for(lambda: (_run(run.pk).checkpoint or {}).get("n", -1) >= 1, 400, what="iteration 1 to be persisted")
     wait_for(lambda: run.events.filter(kind="debate_turn", iteration=2).exists(), 200, what="iteration 2 to start")

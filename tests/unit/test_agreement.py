@@ -1,9 +1,9 @@
-"""Cohen's and Fleiss' kappa (webapp/runs/agreement.py) on textbook examples."""
+"""Cohen's and Fleiss' kappa (webapp/annotations/agreement.py) on textbook examples."""
 from __future__ import annotations
 
 import pytest
 
-from webapp.runs.agreement import cohen_kappa, fleiss_from_counts, fleiss_kappa, interpret, kappa
+from webapp.annotations.agreement import cohen_kappa, fleiss_from_counts, fleiss_kappa, interpret, kappa
 
 
 def test_cohen_kappa_of_the_textbook_yes_no_table():

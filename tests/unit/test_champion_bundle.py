@@ -21,14 +21,16 @@ from engine.bundle import build as bundle_build
 from engine.bundle import write_champion_bundle
 from engine.evolve import evolve
 from engine.run_spec import RunSpec
+from engine.sandbox import ExecutionRequest
 from engine.search.tree import Node, Tree
 from engine.task import load_task
 from engine.training.folder import JobFolder, JobState, job_key
-from engine.sandbox import ExecutionRequest
 from tests.fakes import FakeExecutor
 from tests.studio_harness import add_member
 from webapp.runs import sharing
-from webapp.runs.models import Project, Run, RunStatus, Task
+from webapp.runs.models import Run, RunStatus
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 
 from tests.unit.test_task_upload import zipped
-from webapp.runs.models import AuditEntry, Task
+from webapp.tasks.models import Task
+from webapp.teams.models import AuditEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

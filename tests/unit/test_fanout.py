@@ -18,7 +18,8 @@ from engine.protocol.events import AgentFinished, AgentStarted, Judgement, Model
 from engine.trace import Event as EngineEvent
 from tests.studio_harness import add_member, proposed_mutation, running_run
 from webapp.runs import bridge, fanout, fragments, live
-from webapp.runs.models import Role, Run
+from webapp.runs.models import Run
+from webapp.teams.models import Role
 
 pytestmark = pytest.mark.django_db(transaction=True)
 USAGE = {"calls": 1, "prompt_tokens": 90, "completion_tokens": 10, "tokens": 100, "cost_usd": 0.0}

@@ -3,19 +3,21 @@
 (webapp/runs/consumers.py) on an in-memory channel layer (no Redis, no Daphne)."""
 from __future__ import annotations
 
-
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from engine.protocol.events import (AgentFinished, AgentStarted, CodeExecution, Handoff, Judgement, ModelCall, SearchStep,
-                                    RunStarted, ToolCall)
+from engine.protocol.events import (AgentFinished, AgentStarted, CodeExecution, Handoff, Judgement, ModelCall,
+                                    RunStarted, SearchStep, ToolCall)
+from engine.replay import dag_state
 from engine.trace import Event as EngineEvent
 from tests.studio_harness import add_member, proposed_mutation, running_run
 from webapp.runs import bridge, live
-from webapp.runs.models import Event, Judgement as JudgementRow, Membership, Run
-from engine.replay import dag_state
+from webapp.runs.models import Event
+from webapp.runs.models import Judgement as JudgementRow
+from webapp.runs.models import Run
+from webapp.teams.models import Membership
 
 USAGE = {"calls": 3, "prompt_tokens": 2700, "completion_tokens": 300, "tokens": 3000, "cost_usd": 0.01, "failed_calls": 0}
 

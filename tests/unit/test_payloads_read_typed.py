@@ -18,10 +18,11 @@ STORED_FORM = {
     ("engine/trace.py", "data"): "types the payload",
     ("engine/trace.py", "emit"): "numbers the event",
     ("webapp/runs/models.py", "data"): "types the row's payload",
+    ("webapp/runs/models.py", "typed"): "types the row's payload, or None for one its model refuses",
     ("webapp/runs/models.py", "as_event"): "the row as the engine's event",
     ("webapp/runs/bridge.py", "emit"): "stores the event as a row",
     ("webapp/runs/presenters.py", "paged_payload"): "the trace viewer shows the stored JSON, a page at a time",
-    ("webapp/runs/annotations.py", "_describe_event"): "an annotation queue shows the item's stored JSON as it is",
+    ("webapp/annotations/annotating.py", "_describe_event"): "an annotation queue shows the item's stored JSON as it is",
 }
 
 
@@ -74,3 +75,34 @@ def test_the_check_sees_a_dict_read():
     found = list(_reads(ast.parse("def g(q):\n    for kind, payload in q.values_list('kind', 'payload'):\n"
                                   "        yield payload['J'], payload.get('n')\n")))
     assert {what for _, _, what in found} == {"payload[...]", "payload.get(...)"}
+
+
+# where a refused payload is caught: every other reader asks ``event.typed`` (None for a payload
+# its kind's model refuses) or walks ``engine.trace.typed_events``
+CATCHES_REFUSAL = {
+    "engine/trace.py": "Event.typed",
+    "engine/training/remote.py": "a remote worker's message, parsed as it arrives",
+}
+
+
+def _catches_payload_error(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            names = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+            if any(isinstance(n, ast.Name) and n.id == "PayloadError" for n in names):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_a_refused_payload_is_passed_over_in_one_way():
+    offenders = []
+    for folder in ("engine", "webapp"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("engine/protocol/") or rel in CATCHES_REFUSAL:
+                continue
+            offenders += [f"{rel}:{n}" for n in _catches_payload_error(ast.parse(path.read_text(), rel))]
+    assert not offenders, ("read event.typed (or walk engine.trace.typed_events) instead of catching "
+                           "PayloadError:\n  " + "\n  ".join(offenders))
+    assert _catches_payload_error(ast.parse("try:\n    x\nexcept (ValueError, PayloadError):\n    pass\n")) == [3]

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 
 from tests.studio_harness import add_member
-from webapp.runs.models import Invitation, Membership, Project, Role
+from webapp.teams.models import Invitation, Membership, Project, Role
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -97,7 +97,8 @@ def test_the_flags_parse_into_the_spec_with_their_bounds():
 
 @pytest.mark.django_db
 def test_a_run_row_reads_back_into_the_spec_it_was_made_from():
-    from webapp.runs.models import Project, Task
+    from webapp.tasks.models import Task
+    from webapp.teams.models import Project
 
     task = Task.objects.create(project=Project.objects.create(name="p"), name="t", folder="examples/discontinuous-1d")
     models = ModelSettings.of("openai/m", api_base="http://127.0.0.1:8080/v1")

@@ -8,8 +8,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.studio_harness import add_member
-from webapp.runs.models import Project, Run, RunStatus, Task
+from webapp.runs.models import Run, RunStatus
 from webapp.runs.runs_table import PAGE_SIZE, runs_page
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 
 from tests.studio_harness import add_member
-from webapp.runs.models import AuditEntry, Project, Task
+from webapp.tasks.models import Task
+from webapp.teams.models import AuditEntry, Project
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

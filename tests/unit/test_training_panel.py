@@ -14,7 +14,7 @@ from engine.training.remote import Ticket
 from tests.studio_harness import add_member, running_run
 from webapp.runs import sharing
 from webapp.runs.models import Run
-from webapp.runs.models_team import AuditEntry
+from webapp.teams.models import AuditEntry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,15 +14,17 @@ from django.test import Client
 import engine.evolve
 import engine.official
 from engine.evolve import evolve
-from engine.run_spec import RunSpec
 from engine.protocol.events import TreeFinished
 from engine.protocol.gate import Decision
+from engine.run_spec import RunSpec
 from engine.search.tree import Tree, TreeConfig, TreeSearch
 from engine.trace import ListSink
 from tests.fakes import FakeExecutor
 from tests.studio_harness import add_member
-from webapp.runs.models import Event, Project, Run, Task
+from webapp.runs.models import Event, Run
 from webapp.runs.search_state import search_state as tree_state
+from webapp.tasks.models import Task
+from webapp.teams.models import Project
 
 DISC = Path(__file__).resolve().parents[2] / "examples" / "discontinuous-1d"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from webapp.runs.models import Project
+from webapp.teams.models import Project
 
 
 class LibraryEdit(models.Model):

@@ -7,8 +7,7 @@ from pathlib import Path
 from django.conf import settings
 
 from engine.library.store import Library, load_library
-
-from webapp.runs.models import Project
+from webapp.teams.models import Project
 
 
 def project_overlay(project: Project) -> Path:

@@ -15,11 +15,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from engine.library.artifact import KINDS, LibraryError, parse_artifact
-from engine.library.artifact import NAME
-
-from webapp.runs import access
-from webapp.runs.models import AuditEntry, Project
+from engine.library.artifact import KINDS, NAME, LibraryError, parse_artifact
+from webapp.teams import access
+from webapp.teams.models import AuditEntry, Project
 
 from .models import LibraryEdit
 from .project import library_for

@@ -1,16 +1,8 @@
 from django.contrib import admin
 
-from .models import Event, Judgement, Membership, Mutation, Project, Run, Task, WorkflowVersion
+from .models import Event, Judgement, Mutation, Run, WorkflowVersion
 
-admin.site.register([Task, WorkflowVersion, Judgement])
-
-
-@admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
-    """Staff alone set which model endpoints and key variables a project's runs may name."""
-
-    list_display = ("name", "created")
-    fields = ("name", "description", "model_endpoints", "model_key_variables")
+admin.site.register([WorkflowVersion, Judgement])
 
 
 @admin.register(Run)
@@ -28,9 +20,3 @@ class MutationAdmin(admin.ModelAdmin):
 class EventAdmin(admin.ModelAdmin):
     list_display = ("run", "seq", "kind", "agent", "iteration")
     list_filter = ("kind",)
-
-
-@admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
-    list_display = ("project", "user", "role")
-    list_filter = ("role", "project")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from . import access
+from . import visibility
 from .models import Event, Run, typed
 from .report_parts import cut_at_word
 
@@ -121,7 +121,7 @@ def agent_parts(run: Run, agent: str) -> list[Part]:
 
 
 def agent_detail(request: HttpRequest, run_id: int, agent: str) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     if len(agent) > 120:
         raise Http404("no such agent")
     parts = agent_parts(run, agent)

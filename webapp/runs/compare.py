@@ -1,13 +1,13 @@
 """Two or more runs side by side (the same task or not, any search or model): the official
 metric of their initial and final workflows, the baselines, cost and wall time, their J curves
 overlaid (static/js/compare.js) and the diff of their final workflows against the first run's.
-Every run must be visible to the person (access.run_for: 404 otherwise, as for any run)."""
+Every run must be visible to the person (visibility.run_for: 404 otherwise, as for any run)."""
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from . import access
+from . import visibility
 from .models import Run
 from .presenters import score_series, side_by_side
 
@@ -107,5 +107,5 @@ def compare_page(request: HttpRequest) -> HttpResponse:
         ids = run_ids(request.GET.getlist("runs"))
     except CompareError as exc:
         return render(request, "runs/compare.html", {"error": str(exc)}, status=400)
-    runs = [access.run_for(request.user, pk)[0] for pk in ids]
+    runs = [visibility.run_for(request.user, pk)[0] for pk in ids]
     return render(request, "runs/compare.html", comparison(runs))

@@ -22,7 +22,9 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from . import access, fanout, sharing
+from webapp.teams import access
+
+from . import fanout, sharing
 from .models import Run
 
 SHARE_RECHECK_S = 5.0  # how often a share connection re-reads its link (revocation) on messages

@@ -14,15 +14,13 @@ from django.db import close_old_connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from engine.preflight import preflight
-from engine.task import Task as TaskSpec
-from engine.task import load_task
 from webapp import disk
 from webapp.celery import declare_queues
+from webapp.tasks.models import Task
 
 from . import interrupt, live
 from .bridge import broadcast, close_moot
-from .models import RESUMABLE_STATUSES, Project, Run, RunStatus, Task
+from .models import RESUMABLE_STATUSES, Run, RunStatus
 from .tasks import execute_run
 
 log = logging.getLogger(__name__)
@@ -56,28 +54,6 @@ class QueueUnavailable(ControlError):
     def __init__(self, run: Run, message: str):
         self.run = run
         super().__init__(message)
-
-
-def checked_task(folder: str | Path) -> TaskSpec:
-    """A task folder validated by the engine's task loader and its data checked by preflight (a
-    PreflightError lists every problem). Preflight runs the task's own evaluate.py (up to 30 s):
-    never call this inside a transaction, where it would hold the database's write lock."""
-    spec = load_task(folder)
-    preflight(spec, cache_dir=Path(settings.TRELLIS_RUNS_DIR) / "preflight-cache")
-    return spec
-
-
-def register_task(project: Project, spec: TaskSpec) -> Task:
-    """The checked task's row in ``project`` (quick: fit for a transaction)."""
-    task, _ = Task.objects.update_or_create(project=project, name=spec.name, defaults=dict(
-        title=spec.title, folder=str(Path(spec.folder).resolve()), metric_name=spec.metric.name,
-        higher_is_better=spec.metric.higher_is_better))
-    return task
-
-
-def task_for_folder(project: Project, folder: str | Path) -> Task:
-    """Check a task folder, then register it (outside any transaction: see checked_task)."""
-    return register_task(project, checked_task(folder))
 
 
 def _enqueue(run: Run, only: Q | None = None) -> None:

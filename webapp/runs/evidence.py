@@ -19,9 +19,9 @@ from engine.evidence.graph import LINK_TYPES, RECORD_KINDS, EvidenceError
 from engine.evidence.memory import EVIDENCE_FILE, PEOPLE_TRACE, PERSON_KINDS, add_person_record
 from engine.evidence.sqlite_store import SqliteEvidenceStore
 from engine.limits import MAX_NOTE_CHARS
-from engine.protocol.events import EvidenceBranch, PayloadError, read_payload
+from engine.protocol.events import EvidenceBranch, read_payload_or_none
 
-from .models import Event, Run
+from .models import Run
 
 PREVIEW = 300        # characters of a record's text in the graph's data; the whole text on click
 MAX_PERSON_LINKS = 20
@@ -94,9 +94,7 @@ def _from_events(run: Run) -> dict:
     records, links, branches = {}, [], {}
     for kind, payload in run.events.filter(kind__in=("evidence_recorded", "evidence_branch")).order_by(
             "seq").values_list("kind", "payload"):
-        try:
-            p = read_payload(kind, payload)
-        except PayloadError:
+        if (p := read_payload_or_none(kind, payload)) is None:
             continue
         if isinstance(p, EvidenceBranch):
             branches.setdefault(p.branch, p.status)
@@ -132,9 +130,7 @@ def given(run: Run) -> dict[int, list[dict]]:
     out: dict[int, list[dict]] = defaultdict(list)
     for agent, iteration, payload, seq in run.events.filter(kind="memory_retrieval").values_list(
             "agent", "iteration", "payload", "seq"):
-        try:
-            p = read_payload("memory_retrieval", payload)
-        except PayloadError:  # from before payloads were typed, refused by its model
+        if (p := read_payload_or_none("memory_retrieval", payload)) is None:  # from before payloads were typed
             continue
         for how, rids in (("records", p.records), ("pushed", p.pushed)):
             for rid in rids:

@@ -36,8 +36,11 @@ from typing import Protocol
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
-from . import access, fragments, studio_seq
-from .models import Role, Run
+from webapp.teams import access
+from webapp.teams.models import Role
+
+from . import fragments, studio_seq
+from .models import Run
 
 log = logging.getLogger(__name__)
 

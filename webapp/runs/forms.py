@@ -11,9 +11,11 @@ from engine.models import STRUCTURED_MODES, ModelOptions, ModelSettings, ModelSe
 from engine.run_spec import option
 from engine.search.registry import NEEDS_MEMORY, TAKES_MEMORY
 from engine.synthesis.start import START_CHOICES
+from webapp.tasks.models import Task
+from webapp.teams import access
 
-from . import access, model_policy
-from .models import EXECUTOR_CHOICES, GatePolicy, Run, Task
+from . import model_policy
+from .models import EXECUTOR_CHOICES, GatePolicy, Run
 
 START_FORM_CHOICES = [("", "the search's default")] + [(c, c) for c in START_CHOICES]
 
@@ -58,21 +60,6 @@ def task_choices(user=None) -> list:
         for project in dict.fromkeys(t.project.name for t in mine):
             choices.append((project, [(t.folder, t.name) for t in mine if t.project.name == project]))
     return choices
-
-
-class AddTaskForm(forms.Form):
-    project = forms.CharField(max_length=120, help_text="a project where you are a reviewer or owner, or a new name")
-    archive = forms.FileField(required=False, label="Task folder as a zip",
-                              help_text="Problem.md, the data files and evaluate.py, zipped (a zip of the folder "
-                                        "itself is fine)")
-    path = forms.CharField(required=False, max_length=1000, label="or a folder on the server",
-                           help_text="only under the folders the studio allows (TRELLIS_TASK_ROOTS)")
-
-    def clean(self):
-        data = super().clean()
-        if bool(data.get("archive")) == bool((data.get("path") or "").strip()):
-            raise forms.ValidationError("Upload a zip or name a folder on the server (one of the two).")
-        return data
 
 
 class NewRunForm(forms.Form):

@@ -9,14 +9,15 @@ from engine.contracts import SYNTAX
 from engine.evidence.graph import RECORD_KINDS
 from engine.harness import ROLES, MemoryPolicy
 from engine.official_gap import Gap
-from engine.protocol.events import PayloadError, read_payload
+from engine.protocol.events import read_payload_or_none
 from engine.search import registry
 from engine.synthesis.presentation import STAGES
 from engine.synthesis.presentation import present as present_synthesis
+from webapp.teams import access
+from webapp.teams.models import Role
 
-from . import access
 from .bundles import has_bundle
-from .models import Mutation, MutationStatus, Role, Run
+from .models import Mutation, MutationStatus, Run
 from .presenters import side_by_side
 
 # What a pushed message may name; "mutation:<pk>" is one entry of the queue.
@@ -62,10 +63,8 @@ def run_context(run: Run, role: Role | None) -> dict:
 def sandbox(run: Run) -> dict:
     """The sandbox the run asked for and, once its search started, the one it runs in and why."""
     stored = run.events.filter(kind="search_started").order_by("-seq").values_list("payload", flat=True).first()
-    try:
-        started = read_payload("search_started", stored) if stored is not None else None
-    except PayloadError:  # from before payloads were typed, refused by its model: said as not started
-        started = None
+    # a row from before payloads were typed, refused by its model, is said as not started
+    started = read_payload_or_none("search_started", stored) if stored is not None else None
     return {"asked": run.executor, "kind": started.executor if started else None,
             "reason": (started.executor_reason if started else None) or ""}
 

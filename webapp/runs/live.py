@@ -19,8 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from engine.judge_rubric import CRITERIA
-from engine.protocol.events import (AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, PayloadError,
-                                    RunStarted)
+from engine.protocol.events import AgentFinished, EvidenceRecorded, Judgement, ModelCall, Payload, RunStarted
 from engine.replay import dag_state
 from engine.trace import Event as EngineEvent
 
@@ -138,11 +137,10 @@ def stored_message(row, state: bool = True) -> dict:
     """The message a stored Event row was sent as (for a page's first view of recent events, and
     for a page catching up on the ones it missed). A row from before payloads were typed, which
     its model refuses, is listed without data."""
-    try:
-        return event_message(row.run_id, row.seq, row.as_event(), state=state)
-    except PayloadError:
+    if row.typed is None:
         return {"kind": row.kind, "seq": row.seq, "agent": row.agent or None, "iteration": row.iteration,
                 "source": row.source, "ts": row.ts, "data": {}}
+    return event_message(row.run_id, row.seq, row.as_event(), state=state)
 
 
 CATCH_UP_LIMIT = 500  # messages in one answer to a page catching up; it asks again for more
@@ -164,10 +162,7 @@ def missed_messages(run: Run, after: int, limit: int = CATCH_UP_LIMIT,
 
 
 def _stored_carries_state(row) -> bool:
-    try:
-        return carries_state(row.data)
-    except PayloadError:
-        return False
+    return (p := row.typed) is not None and carries_state(p)
 
 
 def studio_message(kind: str, fragments: list[str] = (), **fields: Any) -> dict:

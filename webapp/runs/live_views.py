@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 
-from . import access, live, studio_seq
+from . import live, studio_seq, visibility
 
 
 def missed_events(request: HttpRequest, run_id: int) -> JsonResponse:
@@ -13,7 +13,7 @@ def missed_events(request: HttpRequest, run_id: int) -> JsonResponse:
     first, at most M, 500 by default), ``more`` (whether more follow), ``last`` (the run's last
     seq) and ``sseq``. A page that sees a gap asks for the gap alone (``until``): what came after
     it holds already. Any viewer of the run, share links included."""
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     try:
         after = int(request.GET.get("after", "0"))
         until = int(request.GET["until"]) if request.GET.get("until") else None

@@ -13,8 +13,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from engine.models import EndpointPolicy
-
-from .models import Project
+from webapp.teams.models import Project
 
 
 def _lines(text: str) -> tuple[str, ...]:

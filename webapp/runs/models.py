@@ -1,8 +1,11 @@
-"""What the studio stores: projects, tasks, runs, workflow versions, events, mutations,
-judgements. A run is persisted after every step (its events as they happen, its checkpoint
-after every search iteration), so a killed worker loses at most the step in flight."""
+"""What the studio stores of a run: the run, its workflow versions, events, mutations,
+judgements and share links (projects and members are webapp/teams', tasks webapp/tasks',
+annotations webapp/annotations'). A run is persisted after every step (its events as they
+happen, its checkpoint after every search iteration), so a killed worker loses at most the
+step in flight."""
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 from functools import cached_property
 
@@ -11,47 +14,16 @@ from django.db import models
 from django.utils import timezone
 
 from engine.models import ModelSettings, redact_url
-from engine.protocol.events import Payload, PayloadError, read_payload
+from engine.protocol.events import Payload, read_payload, read_payload_or_none
 from engine.protocol.gate import Proposal
 from engine.run_spec import RunSpec
 from engine.search import registry
 from engine.trace import Event as EngineEvent
+from webapp.tasks.models import Task
 
 # engine/sandbox/select.py's kinds, spelled out for the form and the run page
 EXECUTOR_CHOICES = [("auto", "auto (Docker when it answers and its image is built)"),
                     ("docker", "Docker container"), ("subprocess", "subprocess sandbox")]
-
-
-class Project(models.Model):
-    name = models.CharField(max_length=120, unique=True)
-    description = models.TextField(blank=True)
-    created = models.DateTimeField(auto_now_add=True)
-    # The operator's (staff, through the admin) additions to TRELLIS_MODEL_ENDPOINTS and
-    # TRELLIS_MODEL_KEY_VARIABLES for this project: one per line. No view of the studio writes them.
-    model_endpoints = models.TextField(blank=True, help_text="API bases this project's runs may use, one per line "
-                                                             "(a URL; its sub-paths are allowed too)")
-    model_key_variables = models.TextField(blank=True, help_text="environment variables holding API keys that this "
-                                                                 "project's runs may name, one per line")
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class Task(models.Model):
-    """A task folder (Problem.md, Requirements.md, Evaluation.md, data, evaluate.py)."""
-
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="tasks")
-    name = models.CharField(max_length=120)
-    title = models.CharField(max_length=300, blank=True)
-    folder = models.CharField(max_length=500)
-    metric_name = models.CharField(max_length=80, blank=True)
-    higher_is_better = models.BooleanField(default=True)
-
-    class Meta:
-        unique_together = [("project", "name")]
-
-    def __str__(self) -> str:
-        return self.title or self.name
 
 
 class GatePolicy(models.TextChoices):
@@ -285,10 +257,9 @@ class Event(models.Model):
     @property
     def typed(self) -> Payload | None:
         """``data``, or None for a row its kind's model refuses (from before payloads were typed)."""
-        try:
-            return self.data
-        except PayloadError:
-            return None
+        if "data" not in self.__dict__ and (p := read_payload_or_none(self.kind, self.payload)) is not None:
+            self.__dict__["data"] = p  # read once, as ``data`` keeps it
+        return self.__dict__.get("data")
 
     def as_event(self) -> EngineEvent:
         """The row as the engine's event (its run id is the source, its number the studio's),
@@ -379,29 +350,27 @@ class Judgement(models.Model):
         ordering = ["iteration", "created"]
 
 
-class Role(models.IntegerChoices):
-    """A member's role in a project; each role can do everything the roles below it can."""
-
-    VIEWER = 10, "viewer"            # reads the project's runs, traces, artifacts
-    ANNOTATOR = 20, "annotator"      # a viewer who may annotate, work annotation queues and record notes
-    REVIEWER = 30, "reviewer"        # decides mutations, edits workflows, controls and starts runs
-    OWNER = 40, "owner"              # a reviewer who manages the project's members
+def new_share_token() -> str:
+    return secrets.token_urlsafe(24)
 
 
-class Membership(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    role = models.PositiveSmallIntegerField(choices=Role.choices, default=Role.VIEWER)
+class ShareLink(models.Model):
+    """A read-only, expiring, revocable link to one run (live while it runs) or to its replay.
+    The URL carries ``token`` signed by the project's secret (django.core.signing); the row is
+    what makes it revocable and expiring."""
+
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="share_links")
+    token = models.CharField(max_length=64, unique=True, default=new_share_token)
+    mode = models.CharField(max_length=10, choices=(("live", "live run"), ("replay", "replay")), default="live")
+    expires = models.DateTimeField()
+    revoked = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL)
     created = models.DateTimeField(auto_now_add=True)
+    note = models.CharField(max_length=200, blank=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["project", "user"], name="one_membership_per_user")]
-        ordering = ["-role", "user__username"]
+        ordering = ["-created"]
 
-    def __str__(self) -> str:
-        return f"{self.user} · {self.project} · {self.get_role_display()}"
-
-
-# Teams: annotations, queues, share links, the audit log (a module of their own, registered here).
-from .models_team import (Annotation, AnnotationQueue, AuditEntry, Invitation, LabelSet, QueueItem,  # noqa: E402,F401
-                          ShareLink, audit)
+    @property
+    def usable(self) -> bool:
+        return self.revoked is None and self.expires > timezone.now()

@@ -14,7 +14,7 @@ from engine.ending import FINAL_PREDICTIONS
 from engine.official import heldout_truth
 from engine.task import load_task
 
-from . import access
+from . import visibility
 from .models import Run, RunStatus
 
 MAX_POINTS = 5000  # a plot of more points says nothing more; the rest are sampled evenly
@@ -53,5 +53,5 @@ def prediction_plot_data(run: Run) -> dict:
 
 
 def prediction_plot_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     return JsonResponse(prediction_plot_data(run))

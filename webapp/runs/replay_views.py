@@ -12,10 +12,9 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from engine.protocol.events import PayloadError
 from engine.search import registry
 
-from . import access, live, presenters
+from . import live, presenters, visibility
 from .models import Run
 from .search_state import carries_state
 
@@ -30,11 +29,7 @@ def _ts(dt) -> float | None:
 
 def replay_message(row) -> dict:
     """One stored event as a replay message: live.stored_message without what it reads from now."""
-    try:
-        carries = carries_state(row.data)
-    except PayloadError:
-        carries = False
-    if carries:
+    if (p := row.typed) is not None and carries_state(p):
         # live.py attaches the search's state as it is *now* to these (a query per event): replay
         # keeps the event's own fields, from which the state at any moment follows
         data = live._small(row.data)
@@ -47,10 +42,8 @@ def replay_message(row) -> dict:
     if row.kind == "run_started" and "graph" in data:
         data["graph"] = {k: v for k, v in data["graph"].items() if k not in NOW_FIELDS["run_started"]}
     if row.kind == "model_call":
-        try:
-            data["cost_usd"] = row.data.budget_used.cost_usd
-        except PayloadError:
-            data["cost_usd"] = None
+        p = row.typed
+        data["cost_usd"] = p.budget_used.cost_usd if p is not None else None
     return {**msg, "seq": row.seq, "ts": row.ts, "data": data}
 
 
@@ -90,18 +83,18 @@ def state_at(run: Run, seq: int) -> dict:
 
 
 def replay_page(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     return render(request, "runs/replay.html", {"run": run, "role": role})
 
 
 def replay_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     return JsonResponse(replay_data(run))
 
 
 def replay_state(request: HttpRequest, run_id: int) -> JsonResponse:
     """The DAG at one position (?seq=N), rebuilt on the server."""
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     try:
         seq = int(request.GET.get("seq", run.last_seq))
     except ValueError:

@@ -20,10 +20,10 @@ from django.utils import timezone
 
 from engine.search import registry
 
-from . import access, evidence
+from . import evidence, visibility
 from .bundles import bundle_contents
 from .compare import summary as run_summary
-from .models import Annotation, MutationStatus, Run, typed
+from .models import MutationStatus, Run, typed
 from .predictions_plot import prediction_plot_data
 from .presenters import layered_positions, score_series, short
 from .report_parts import cut_at_word, markdown_html, scatter_svg, tree_svg
@@ -263,7 +263,7 @@ def report_context(run: Run) -> dict:
     val_chart = line_chart_svg([{"name": f"validation {run.task.metric_name}", "x": s["iteration"], "y": s["validation"],
                                  "color": "#1d5fa8"}], f"Validation {run.task.metric_name} per probe",
                                run.task.metric_name or "validation")
-    annotations = list(Annotation.objects.filter(run=run).select_related("author", "label_set").order_by("created"))
+    annotations = list(run.annotations.select_related("author", "label_set").order_by("created"))
     tree = ""
     if registry.search_class(run.search).evolves != "workflow":
         tree = tree_svg(search_state(run) or {}, run.task.metric_name or "score")
@@ -307,7 +307,7 @@ def _filename(run: Run, ext: str) -> str:
 
 def report_view(request, run_id: int):
     """GET …/report.html: the file to download (?inline=1 shows it in the browser)."""
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     response = HttpResponse(report_html(run), content_type="text/html; charset=utf-8")
     if not request.GET.get("inline"):
         response["Content-Disposition"] = f'attachment; filename="{_filename(run, "html")}"'
@@ -315,7 +315,7 @@ def report_view(request, run_id: int):
 
 
 def report_pdf_view(request, run_id: int):
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     try:
         data = report_pdf(report_html(run))
     except ReportError as exc:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.core.paginator import Page, Paginator
 from django.db.models.fields.json import KT
 
-from .models import Run, Task
+from webapp.tasks.models import Task
 
 PAGE_SIZE = 25
 _HEAVY = ("result", "checkpoint", "usage", "model_settings", "budget_left", "status_reason")

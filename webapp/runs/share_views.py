@@ -17,9 +17,11 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import Resolver404, resolve, reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import access, evidence, fragments, live, sharing
-from .models import Role
-from .models_team import ShareLink
+from webapp.teams import access
+from webapp.teams.models import Role
+
+from . import evidence, fragments, live, sharing, visibility
+from .models import ShareLink
 
 READ_METHODS = ("GET", "HEAD")
 # Responses whose text names the run's URLs (pages, fragments, JSON); artifacts are left as stored.
@@ -39,7 +41,7 @@ def _open(request: HttpRequest, signed: str) -> ShareLink | HttpResponse:
     except sharing.ShareRefused as exc:
         return _refused(request, exc.status, str(exc))
     # This request only: whoever holds the link sees what it shares, signed in or not.
-    request.user = access.ShareViewer(link)
+    request.user = visibility.ShareViewer(link)
     return link
 
 
@@ -115,7 +117,7 @@ def _links_fragment(request: HttpRequest, run, error: str | None = None, new: Sh
 @require_http_methods(["GET", "POST"])
 def share_links(request: HttpRequest, run_id: int) -> HttpResponse:
     """The run's share links, for its project's owners; POST creates one."""
-    run, _ = access.run_for(request.user, run_id, access.MANAGE)
+    run, _ = visibility.run_for(request.user, run_id, access.MANAGE)
     if request.method == "POST":
         try:
             link = sharing.create(run, request.user, request.POST.get("expiry", ""), request.POST.get("mode", "live"),
@@ -128,7 +130,7 @@ def share_links(request: HttpRequest, run_id: int) -> HttpResponse:
 
 @require_POST
 def share_revoke(request: HttpRequest, run_id: int, link_id: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id, access.MANAGE)
+    run, _ = visibility.run_for(request.user, run_id, access.MANAGE)
     link = get_object_or_404(ShareLink.objects.select_related("run__task__project"), pk=link_id, run=run)
     if not sharing.revoke(link, request.user):
         return _links_fragment(request, run, error=f"link {link.pk} was revoked already", status=409)

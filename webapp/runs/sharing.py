@@ -15,8 +15,9 @@ from django.core import signing
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Run
-from .models_team import ShareLink, audit
+from webapp.teams.models import audit
+
+from .models import Run, ShareLink
 
 SALT = "trellis.share-link"
 EXPIRY = {"1h": ("1 hour", timedelta(hours=1)), "1d": ("1 day", timedelta(days=1)),

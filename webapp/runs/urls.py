@@ -1,8 +1,6 @@
 from django.urls import path
 
-from . import compare, replay_views, report  # noqa: I001 - issue 13 part C: replay, compare, report
-
-from . import agent_detail, annotation_views, live_views, predictions_plot, share_views, views
+from . import agent_detail, compare, live_views, predictions_plot, replay_views, report, share_views, views
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -24,9 +22,6 @@ urlpatterns = [
     path("runs/<int:run_id>/evidence/<int:record_id>.json", views.evidence_record, name="evidence_record"),
     path("runs/<int:run_id>/evidence/records", views.evidence_add, name="evidence_add"),
     path("runs/<int:run_id>/queue", views.mutation_queue, name="queue"),
-    path("tasks/new", views.add_task, name="add_task"),
-    path("tasks/approve-evaluator", views.approve_evaluator, name="approve_evaluator"),
-    path("invite/<str:token>", views.accept_invitation, name="accept_invitation"),
     path("runs/<int:run_id>/timeline", views.timeline, name="timeline"),
     path("runs/<int:run_id>/search", views.search_panels, name="search_panels"),
     path("runs/<int:run_id>/diff", views.version_diff, name="diff"),
@@ -41,18 +36,7 @@ urlpatterns = [
     path("runs/<int:run_id>/report.html", report.report_view, name="report_html"),
     path("runs/<int:run_id>/report.pdf", report.report_pdf_view, name="report_pdf"),
     path("compare", compare.compare_page, name="compare"),
-    path("projects/<int:project_id>/members", views.project_members, name="members"),
     path("mutations/<int:mutation_id>/<str:action>", views.mutation_decide, name="mutation_decide"),
-    # Team annotation (issue 13): annotations, label sets, queues, export/import, audit log.
-    path("runs/<int:run_id>/annotations", annotation_views.target_annotations, name="annotations"),
-    path("projects/<int:project_id>/label-sets", annotation_views.label_sets, name="label_sets"),
-    path("projects/<int:project_id>/queues", annotation_views.queues, name="annotation_queues"),
-    path("projects/<int:project_id>/annotations/export", annotation_views.export, name="annotations_export"),
-    path("projects/<int:project_id>/annotations/import", annotation_views.import_labels, name="annotations_import"),
-    path("projects/<int:project_id>/audit", annotation_views.audit_log, name="audit"),
-    path("queues/<int:queue_id>/", annotation_views.queue_page, name="annotation_queue"),
-    path("queues/<int:queue_id>/work", annotation_views.queue_work, name="queue_work"),
-    path("queues/<int:queue_id>/items/<int:position>", annotation_views.queue_save, name="queue_save"),
     path("healthz", views.healthz, name="healthz"),
     path("runs/<int:run_id>/share-links", share_views.share_links, name="share_links"),
     path("runs/<int:run_id>/share-links/<int:link_id>/revoke", share_views.share_revoke, name="share_revoke"),

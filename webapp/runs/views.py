@@ -8,38 +8,33 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
-from django.contrib.auth import login
 from django.contrib.auth.decorators import login_not_required
-from django.contrib.auth.forms import UserCreationForm
 from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseNotFound, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from engine import evaluator_draft
 from engine.errors import TaskSpecError
-from engine.preflight import PreflightError
-from engine.protocol.events import Payload, PayloadError
+from engine.protocol.events import Payload
 from webapp.health import report
+from webapp.tasks import registration
+from webapp.tasks.models import Task
+from webapp.teams import access, members
+from webapp.teams.models import Membership, Project, Role, audit
 
-from . import (access, controls, evidence, forking, fragments, invitations, live, members, model_policy, task_upload,
-               search_state, training)
+from . import controls, evidence, forking, fragments, live, model_policy, search_state, training, visibility
 from .bridge import broadcast, decide
 from .bundles import bundle_absent, open_bundle
 from .editing import EditRejected, apply_edit
-from .forms import AddTaskForm, DecisionForm, NewRunForm
-from .models import Event, Membership, MutationStatus, Project, Role, Run, Task, WorkflowVersion
-from .models_team import audit
+from .forms import DecisionForm, NewRunForm
+from .models import Event, MutationStatus, Run, WorkflowVersion
 from .presenters import cytoscape_elements, graph_state, paged_payload, score_series
 from .runs_table import runs_page
-from .task_upload import TaskRejected
 
 
 def _home(request: HttpRequest, form: NewRunForm, status: int = 200) -> HttpResponse:
@@ -64,7 +59,7 @@ def task_runs(request: HttpRequest, task_id: int) -> HttpResponse:
 
 def fork(request: HttpRequest, run_id: int, number: int) -> HttpResponse:
     """GET: the fork form for version ``number`` (its workflow, ready to edit); POST: start the fork."""
-    run, _ = access.run_for(request.user, run_id, access.REVIEW)
+    run, _ = visibility.run_for(request.user, run_id, access.REVIEW)
     version = get_object_or_404(WorkflowVersion, run=run, number=number)
     context = {"run": run, "version": version, "problems": [],
                "workflow_text": forking.editable_text(version), "iterations": forking.iterations_left(run, version)}
@@ -100,10 +95,6 @@ def home(request: HttpRequest) -> HttpResponse:
     return _home(request, NewRunForm(initial=initial, user=request.user))
 
 
-class _ProjectTaken(Exception):
-    pass
-
-
 @require_POST
 def new_run(request: HttpRequest) -> HttpResponse:
     """A run in an existing project needs its reviewer role; a new project name creates the
@@ -120,18 +111,18 @@ def new_run(request: HttpRequest) -> HttpResponse:
         return _home(request, form, status=403)
     try:
         # the task's checks run its evaluate.py: outside the transaction (no write lock held meanwhile)
-        spec = controls.checked_task(form.cleaned_data["task_folder"])
+        spec = registration.checked_task(form.cleaned_data["task_folder"])
         with transaction.atomic():
-            # raises _ProjectTaken when someone else created it since the check above
-            project, created = _project_to_write(request, name)
-            task = controls.register_task(project, spec)
+            # raises ProjectTaken when someone else created it since the check above
+            project, created = members.project_to_write(request.user, name)
+            task = registration.register_task(project, spec)
             run = controls.start_run(task, request.user, **form.run_options())
             audit(project, request.user, "start", run=run, task=task.name, search=run.search,
                   new_project=created)
     except TaskSpecError as exc:
         form.add_error("task_folder", str(exc))
         return _home(request, form, status=400)
-    except _ProjectTaken:
+    except members.ProjectTaken:
         form.add_error("project", f"{name!r} was just created by someone else; choose another name.")
         return _home(request, form, status=403)
     except controls.QueueUnavailable as exc:  # Redis down: say so; the run is kept, resumable
@@ -143,115 +134,8 @@ def new_run(request: HttpRequest) -> HttpResponse:
     return redirect("run", run_id=run.pk)
 
 
-def _project_to_write(request: HttpRequest, name: str) -> tuple[Project, bool]:
-    """The project named ``name`` if this person is one of its reviewers, or a new one they own.
-    Raises _ProjectTaken otherwise (project names are unique, so say no more than that)."""
-    project, created = Project.objects.get_or_create(name=name)
-    if created:
-        Membership.objects.create(project=project, user=request.user, role=Role.OWNER)
-    elif (access.role_of(request.user, project) or 0) < access.REVIEW:
-        raise _ProjectTaken
-    return project, created
-
-
-def add_task(request: HttpRequest) -> HttpResponse:
-    """A task folder a person brings: a zip uploaded or a server folder registered, validated by
-    the engine's task loader and preflight; every problem is listed on the page and nothing is
-    kept when there is one."""
-    form = AddTaskForm(request.POST or None, request.FILES or None)
-    problems: list[str] = []
-    warnings: list[str] = []
-    if request.method == "POST" and form.is_valid():
-        name, folder = form.cleaned_data["project"], None
-        try:
-            upload = form.cleaned_data.get("archive")
-            if upload is not None:
-                if upload.size > settings.TRELLIS_TASK_UPLOAD_MAX_BYTES:
-                    raise TaskRejected([f"{upload.name} is {upload.size:,} bytes; the studio takes at most "
-                                        f"{settings.TRELLIS_TASK_UPLOAD_MAX_BYTES:,}"])
-                folder = task_upload.unpack_zip(upload, upload.name)
-            else:
-                folder = task_upload.registered_path(form.cleaned_data["path"])
-            if not (folder / "evaluate.py").exists():
-                # the Evaluator drafts it from Evaluation.md; a person reads and approves it first
-                _project_to_write(request, name)
-                draft = evaluator_draft.draft_for(folder)
-                return render(request, "runs/approve_evaluator.html", {
-                    "draft": draft, "folder": str(folder), "project": name, "sha": draft.sha256,
-                    "upload": upload is not None})
-            spec = controls.checked_task(folder)  # runs evaluate.py: never inside the transaction
-            with transaction.atomic():
-                project, created = _project_to_write(request, name)
-                task = controls.register_task(project, spec)
-                audit(project, request.user, "task", task=task.name, folder=str(folder),
-                      source="upload" if upload is not None else "path", new_project=created)
-            return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")
-        except TaskRejected as exc:
-            problems = exc.problems
-        except PreflightError as exc:
-            problems, warnings = exc.problems, exc.warnings
-        except TaskSpecError as exc:
-            problems = [str(exc)]
-        except _ProjectTaken:
-            form.add_error("project", f"Adding tasks to {name!r} needs its reviewer role; choose another name "
-                                      "to start your own project.")
-        if folder is not None and form.cleaned_data.get("archive") is not None:
-            task_upload.discard(folder)
-    status = 422 if problems or form.errors else 200
-    return render(request, "runs/add_task.html", {"form": form, "problems": problems, "warnings": warnings,
-                                                  "roots": task_upload.allowed_roots()}, status=status)
-
-
-def _waiting_folder(text: str) -> Path:
-    """A folder whose drafted evaluate.py waits for approval: an upload, or under TRELLIS_TASK_ROOTS."""
-    try:
-        folder = Path(text).resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise Http404("no such task folder") from None
-    uploads = task_upload.uploads_dir().resolve()
-    inside = [uploads, *task_upload.allowed_roots()]
-    if not any(root in folder.parents for root in inside) or not (folder / evaluator_draft.DRAFT).is_file():
-        raise Http404("no drafted evaluate.py waits there")
-    return folder
-
-
-@require_POST
-def approve_evaluator(request: HttpRequest) -> HttpResponse:
-    """A person's decision on a drafted evaluate.py: approved by the hash they were shown, it is
-    saved beside the task and the task is added; rejected, an uploaded folder is discarded."""
-    folder = _waiting_folder(request.POST.get("folder", ""))
-    name = request.POST.get("project", "").strip()
-    uploaded = task_upload.uploads_dir().resolve() in folder.parents
-    if request.POST.get("decision") != "approve":
-        if uploaded:
-            task_upload.discard(folder)
-        else:
-            (folder / evaluator_draft.DRAFT).unlink(missing_ok=True)
-        messages.info(request, "The drafted evaluate.py was rejected; nothing was added.")
-        return redirect("add_task")
-    problems: list[str] = []
-    warnings: list[str] = []
-    try:
-        project, created = _project_to_write(request, name)
-        evaluator_draft.approve(folder, request.POST.get("sha", ""), request.user.get_username())
-        spec = controls.checked_task(folder)
-        with transaction.atomic():
-            task = controls.register_task(project, spec)
-            audit(project, request.user, "evaluator_approved", task=task.name, folder=str(folder),
-                  sha256=request.POST.get("sha", "")[:64], new_project=created)
-        return redirect(f"{reverse('home')}?{urlencode({'task': task.folder})}")
-    except PreflightError as exc:
-        problems, warnings = exc.problems, exc.warnings
-    except TaskSpecError as exc:
-        problems = [str(exc)]
-    except _ProjectTaken:
-        problems = [f"Adding tasks to {name!r} needs its reviewer role."]
-    return render(request, "runs/add_task.html", {"form": AddTaskForm(), "problems": problems, "warnings": warnings,
-                                                  "roots": task_upload.allowed_roots()}, status=422)
-
-
 def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     # The latest events as the live messages they were, for run.js to list like the ones to come.
     recent = [live.stored_message(e) for e in reversed(run.events.order_by("-seq")[:14])]
     return render(request, "runs/run.html", {"recent": recent, **fragments.run_context(run, role),
@@ -259,13 +143,13 @@ def run_page(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def run_header(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     return HttpResponse(fragments.header(run, role))
 
 
 @require_POST
 def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
-    run, role = access.run_for(request.user, run_id, access.REVIEW)
+    run, role = visibility.run_for(request.user, run_id, access.REVIEW)
     action_fn = {"pause": controls.pause_run, "resume": controls.resume_run, "cancel": controls.cancel_run}.get(action)
     if action_fn is None:
         raise Http404(action)
@@ -281,7 +165,7 @@ def run_control(request: HttpRequest, run_id: int, action: str) -> HttpResponse:
 
 
 def graph_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     state = graph_state(run)
     elements = cytoscape_elements(state["workflow"], state["states"]) if state["workflow"] else []
     return JsonResponse({**{k: v for k, v in state.items() if k != "workflow"}, "elements": elements,
@@ -289,13 +173,13 @@ def graph_json(request: HttpRequest, run_id: int) -> JsonResponse:
 
 
 def scores_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     return JsonResponse({**score_series(run), "usage": run.usage, "max_tokens": run.max_tokens,
                          "higher_is_better": run.task.higher_is_better, "metric": run.task.metric_name})
 
 
 def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     state = search_state.search_state(run)
     if state is None:
         raise Http404("this run's search draws no tree")
@@ -305,7 +189,7 @@ def tree_json(request: HttpRequest, run_id: int) -> JsonResponse:
 def training_json(request: HttpRequest, run_id: int) -> JsonResponse:
     """The Training panel's job list: each job's status, device, progress, ETA, best validation
     and curve (webapp/runs/training.py); training_* messages keep it live."""
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     return JsonResponse({**training.jobs_state(run), "can_control": access.abilities(role)["review"]})
 
 
@@ -313,7 +197,7 @@ def training_json(request: HttpRequest, run_id: int) -> JsonResponse:
 def training_control(request: HttpRequest, run_id: int, job: str, action: str) -> JsonResponse:
     """Pause, cancel or resume one training job: reviewers and owners, audited; refused through
     a share link (403) like every other write."""
-    run, _ = access.run_for(request.user, run_id, access.REVIEW)
+    run, _ = visibility.run_for(request.user, run_id, access.REVIEW)
     try:
         said = training.control_job(run, job, action)
     except training.TrainingRefused as exc:
@@ -325,12 +209,12 @@ def training_control(request: HttpRequest, run_id: int, job: str, action: str) -
 def evidence_json(request: HttpRequest, run_id: int) -> JsonResponse:
     """The evidence panel's first state: every record (a preview of its text), link, branch
     verdict and what each role was given (webapp/runs/evidence.py); live messages extend it."""
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     return JsonResponse(evidence.evidence_state(run, can_write=access.abilities(role)["annotate"]))
 
 
 def evidence_record(request: HttpRequest, run_id: int, record_id: int) -> JsonResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     detail = evidence.record_detail(run, record_id)
     if detail is None:
         raise Http404(f"no record {record_id} in run {run_id}'s evidence graph")
@@ -342,7 +226,7 @@ def evidence_add(request: HttpRequest, run_id: int) -> JsonResponse:
     """A person's note, hypothesis, question or finding in the run's graph, on its trunk: agents
     whose memory policy retrieves or subscribes to the kind see it at their next step. Annotators,
     reviewers and owners may write; a viewer gets 403. Bad input (400) writes nothing."""
-    run, _ = access.run_for(request.user, run_id, access.ANNOTATE)
+    run, _ = visibility.run_for(request.user, run_id, access.ANNOTATE)
     try:
         links = evidence.parse_links(request.POST.getlist("link"))
         record = evidence.add_person(run, request.user.get_username(), request.POST.get("kind", ""),
@@ -356,7 +240,7 @@ def evidence_add(request: HttpRequest, run_id: int) -> JsonResponse:
 
 
 def mutation_queue(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, role = access.run_for(request.user, run_id)
+    run, role = visibility.run_for(request.user, run_id)
     return HttpResponse(fragments.queue(run, role))
 
 
@@ -365,7 +249,7 @@ DECISIONS = {"approve": MutationStatus.APPROVED, "promote": MutationStatus.PROMO
 
 @require_POST
 def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> HttpResponse:
-    row, role = access.mutation_for(request.user, mutation_id, access.REVIEW)
+    row, role = visibility.mutation_for(request.user, mutation_id, access.REVIEW)
     status = DECISIONS.get(action)
     if status is None or (status == MutationStatus.PROMOTED and not row.gate.can_promote):
         raise Http404(action)
@@ -388,17 +272,17 @@ def mutation_decide(request: HttpRequest, mutation_id: int, action: str) -> Http
 
 
 def search_panels(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     return HttpResponse(fragments.search(run))
 
 
 def timeline(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     return HttpResponse(fragments.timeline(run))
 
 
 def version_diff(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     try:
         a, b = (int(request.GET[k]) if request.GET.get(k) else None for k in ("a", "b"))
         context = fragments.diff_context(run, a, b)
@@ -411,7 +295,7 @@ def version_diff(request: HttpRequest, run_id: int) -> HttpResponse:
 
 def editor(request: HttpRequest, run_id: int) -> HttpResponse:
     # Anyone who sees the run may read the editor; saving an edit needs the reviewer role.
-    run, role = access.run_for(request.user, run_id, access.REVIEW if request.method == "POST" else access.VIEW)
+    run, role = visibility.run_for(request.user, run_id, access.REVIEW if request.method == "POST" else access.VIEW)
     saved, errors = None, []
     if request.method == "POST":
         try:
@@ -467,7 +351,7 @@ class CountedOnce:
 
 
 def trace(request: HttpRequest, run_id: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     qs = run.events.all()
     filters = {k: request.GET.get(k, "") for k in ("agent", "kind", "iteration")}
     if filters["agent"]:
@@ -483,7 +367,7 @@ def trace(request: HttpRequest, run_id: int) -> HttpResponse:
 
 
 def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     event = get_object_or_404(Event, run=run, seq=seq)
     field = request.GET.get("field")
     try:
@@ -491,10 +375,7 @@ def event_detail(request: HttpRequest, run_id: int, seq: int) -> HttpResponse:
     except (KeyError, IndexError, ValueError):
         raise Http404(f"no field {field!r} in event {seq}")
     template = "runs/_event_field.html" if field else "runs/_event_detail.html"
-    try:
-        data = event.data
-    except PayloadError:  # a row from before payloads were typed, refused by its kind's model: no links
-        data = None
+    data = event.typed  # None for a row from before payloads were typed: no links
     return render(request, template, {"event": event, "body": body, "run_id": run_id,
                                       "artifacts": event_artifacts(data)})
 
@@ -518,7 +399,7 @@ def event_artifacts(data: Payload | None) -> list[tuple[str, str]]:
 @require_GET
 def artifact(request: HttpRequest, run_id: int, sha: str) -> HttpResponse:
     """An artifact a probe stored (predictions, code), found by its hash in the run's folder."""
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     if len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
         raise Http404("not an artifact hash")
     root = Path(run.run_dir)
@@ -533,100 +414,13 @@ def champion_bundle(request: HttpRequest, run_id: int) -> HttpResponse:
     """The champion bundle of a tree run (engine/bundle/): champion.zip, streamed as a download.
     Whoever may view the run may download it, through a share link too; a run without one gets
     404 saying why."""
-    run, _ = access.run_for(request.user, run_id)
+    run, _ = visibility.run_for(request.user, run_id)
     handle = open_bundle(run)
     if handle is None:
         return HttpResponseNotFound(f"Run {run.pk} has no champion bundle: {bundle_absent(run)}.\n",
                                     content_type="text/plain; charset=utf-8")
     name = re.sub(r"[^A-Za-z0-9._-]", "_", f"run-{run.pk}-{run.task.name}-champion.zip")
     return FileResponse(handle, as_attachment=True, filename=name, content_type="application/zip")
-
-
-@require_http_methods(["GET", "POST"])
-def project_members(request: HttpRequest, project_id: int) -> HttpResponse:
-    """The project's members, for its owners: add an existing user, change a role, remove."""
-    project, _ = access.project_for(request.user, project_id, access.MANAGE)
-    add_form = members.AddMemberForm(request.POST if request.POST.get("action") == "add" else None)
-    invite_form = members.InviteForm(request.POST if request.POST.get("action") == "invite" else None)
-    error, status = None, 200
-    if request.method == "POST":
-        action = request.POST.get("action")
-        try:
-            if action == "invite":
-                if invite_form.is_valid():
-                    email, role = invite_form.cleaned_data["email"], invite_form.cleaned_data["role"]
-                    row, link = invitations.invite(project, role, request.user, email,
-                                                   request.build_absolute_uri("/"))
-                    audit(project, request.user, "invite", email=email, role=Role(role).label)
-                    messages.success(request, f"Invitation as {Role(role).label}"
-                                              f"{' mailed to ' + email if email else ''}. Its link, shown once: {link}")
-                    return redirect("members", project_id=project.pk)
-                status = 400
-            elif action == "revoke-invite":
-                project.invitations.filter(pk=request.POST.get("invitation") or 0, accepted_at__isnull=True).update(
-                    revoked=True)
-                messages.success(request, "The invitation was revoked; its link no longer works.")
-                return redirect("members", project_id=project.pk)
-            elif action == "add":
-                if add_form.is_valid():
-                    row = members.add_member(project, add_form.cleaned_data["username"], add_form.cleaned_data["role"])
-                    audit(project, request.user, "members", change="add", member=row.user.get_username(),
-                          role=row.get_role_display())
-                    messages.success(request, f"{row.user.get_username()} is a {row.get_role_display()} of {project.name}")
-                    return redirect("members", project_id=project.pk)
-                status = 400
-            elif action in ("role", "remove"):
-                form = (members.ChangeRoleForm if action == "role" else members.RemoveMemberForm)(request.POST)
-                if not form.is_valid():
-                    raise members.MemberError("choose a member and a role")
-                if action == "role":
-                    row = members.set_role(project, form.cleaned_data["member"], form.cleaned_data["role"])
-                    audit(project, request.user, "members", change="role", member=row.user.get_username(),
-                          role=row.get_role_display())
-                    messages.success(request, f"{row.user.get_username()} is now a {row.get_role_display()}")
-                else:
-                    row = members.remove_member(project, form.cleaned_data["member"])
-                    audit(project, request.user, "members", change="remove", member=row.user.get_username(),
-                          role=row.get_role_display())
-                    messages.success(request, f"{row.user.get_username()} is no longer a member of {project.name}")
-                return redirect("members", project_id=project.pk)
-            else:
-                raise members.MemberError(f"unknown action {action!r}")
-        except members.MemberError as exc:
-            error, status = str(exc), 409
-    rows = project.memberships.select_related("user")
-    return render(request, "runs/members.html", {"project": project, "members": rows, "add_form": add_form,
-                                                 "invite_form": invite_form, "invitations": project.invitations.all()[:50],
-                                                 "roles": Role.choices, "error": error}, status=status)
-
-
-@login_not_required
-def accept_invitation(request: HttpRequest, token: str) -> HttpResponse:
-    """An invitation link: a new person creates their account here; someone signed in joins as
-    themselves. Either way they join the project with the invitation's role, once."""
-    try:
-        row = invitations.find(token)
-    except invitations.InvitationInvalid as exc:
-        return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
-    form = None if request.user.is_authenticated else UserCreationForm(request.POST or None)
-    if request.method == "POST" and (form is None or form.is_valid()):
-        try:
-            # one transaction: when someone else used the link a moment before, no account is left
-            with transaction.atomic():
-                user = request.user if form is None else form.save()
-                if form is not None and row.email:
-                    user.email = row.email
-                    user.save(update_fields=["email"])
-                invitations.accept(token, user)
-        except invitations.InvitationInvalid as exc:
-            return render(request, "runs/invite.html", {"invalid": str(exc)}, status=410)
-        if form is not None:
-            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
-        audit(row.project, user, "joined", role=Role(row.role).label)
-        messages.success(request, f"You joined {row.project.name}; your role: {Role(row.role).label}.")
-        return redirect("home")
-    return render(request, "runs/invite.html", {"invitation": row, "role": Role(row.role).label, "form": form},
-                  status=400 if form is not None and form.errors else 200)
 
 
 @login_not_required

@@ -3,7 +3,7 @@ from datetime import datetime, timezone
 
 from django import template
 
-from engine.protocol.events import AgentFinished, PayloadError, SearchStep
+from engine.protocol.events import AgentFinished, SearchStep
 from webapp.runs.report_parts import cut_at_word
 
 register = template.Library()
@@ -25,9 +25,7 @@ def clock(ts: float) -> str:
 def event_summary(event) -> str:
     """One line on what an event says, for the trace table (nothing for a row from before
     payloads were typed, which its kind's model refuses)."""
-    try:
-        p = event.data
-    except PayloadError:
+    if (p := event.typed) is None:
         return ""
     if event.kind == "model_call":
         asked = f" · asks {', '.join(c.get('name', '') for c in p.tool_calls)}" if p.tool_calls else ""

@@ -15,8 +15,12 @@ from engine.preflight import PreflightError
 from engine.run_spec import RunSpec, studio_cannot_record
 from engine.synthesis.start import START_CHOICES
 from engine.task import load_task
-from webapp.runs import access, controls
-from webapp.runs.models import GatePolicy, Membership, Project, Role
+from webapp.tasks import registration
+from webapp.teams import access
+from webapp.teams.models import Membership, Project, Role
+
+from ... import controls
+from ...models import GatePolicy
 
 
 class Command(BaseCommand):
@@ -74,14 +78,14 @@ class Command(BaseCommand):
         try:
             args = argparse.Namespace(**o, runs_dir=str(settings.TRELLIS_RUNS_DIR))
             models = model_settings(args)
-            spec = controls.checked_task(o["task"])  # runs evaluate.py: not inside the transaction
+            spec = registration.checked_task(o["task"])  # runs evaluate.py: not inside the transaction
             with transaction.atomic():
                 project, created = Project.objects.get_or_create(name=o["project"])
                 if created and user is not None:
                     Membership.objects.create(project=project, user=user, role=Role.OWNER)
                 elif user is not None and (access.role_of(user, project) or 0) < access.REVIEW:
                     raise CommandError(f"{user.get_username()} is not a reviewer of {project.name!r}")
-                task = controls.register_task(project, spec)
+                task = registration.register_task(project, spec)
         except PreflightError as exc:
             raise CommandError(str(exc)) from exc
         except (TrellisError, ValueError) as exc:

@@ -26,8 +26,11 @@ from webapp.disk import state as disk_state
 from webapp.health import report
 from webapp.process_life import DIE_WITH_STUDIO
 from webapp.runs import controls
-from webapp.runs.models import GatePolicy, Membership, Project, Role, Run, RunStatus
 from webapp.supervisor import Child, GaveUp, Supervisor, stop_children
+from webapp.tasks import registration
+from webapp.teams.models import Membership, Project, Role
+
+from ...models import GatePolicy, Run, RunStatus
 
 
 class Command(BaseCommand):
@@ -142,7 +145,7 @@ class Command(BaseCommand):
         # The demo user owns the demo project (a superuser could see it anyway; this keeps it so
         # if the account is ever made an ordinary one).
         Membership.objects.update_or_create(project=project, user=user, defaults={"role": Role.OWNER})
-        task = controls.task_for_folder(project, folder)
+        task = registration.task_for_folder(project, folder)
         active = Run.objects.filter(task=task).exclude(status__in=["completed", "cancelled", "failed"]).first()
         if active:
             return active

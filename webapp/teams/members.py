@@ -6,7 +6,13 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from . import access
 from .models import Membership, Project, Role
+
+
+class ProjectTaken(Exception):
+    """The project exists and this person may not add to it (project names are unique, so a
+    refusal says no more than that)."""
 
 
 class MemberError(Exception):
@@ -80,3 +86,14 @@ def _keep_an_owner(project: Project, leaving: Membership) -> None:
     if not others.exists():
         raise MemberError(f"{leaving.user.get_username()} is the last owner of {project.name}; "
                           "make someone else an owner first")
+
+
+def project_to_write(user, name: str) -> tuple[Project, bool]:
+    """The project named ``name`` if ``user`` is one of its reviewers, or a new one they own (and
+    whether it is new). ProjectTaken otherwise."""
+    project, created = Project.objects.get_or_create(name=name)
+    if created:
+        Membership.objects.create(project=project, user=user, role=Role.OWNER)
+    elif (access.role_of(user, project) or 0) < access.REVIEW:
+        raise ProjectTaken
+    return project, created

@@ -1,6 +1,6 @@
 """Annotations, label sets and annotation queues (issue 13): the rules, apart from the views.
 
-A person annotates one thing in a run (models_team.TARGET_KINDS): labels from one of the
+A person annotates one thing in a run (models.TARGET_KINDS): labels from one of the
 project's label sets, a score on its scale or pass/fail, a comment; replies hang under an
 annotation. A queue is the items of some runs that match a reviewer's filter, frozen into
 QueueItem rows when it is made, so that every annotator works through the same list.
@@ -20,12 +20,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import QuerySet
 
-from engine.protocol.events import PayloadError
+from webapp.runs import live
+from webapp.runs.models import Event, Mutation, Run, WorkflowVersion
+from webapp.runs.templatetags.studio import event_summary
+from webapp.teams.models import Project, audit
 
-from . import agreement, live
-from .models import Event, Mutation, Project, Run, WorkflowVersion
-from .models_team import TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind, audit
-from .templatetags.studio import event_summary
+from . import agreement
+from .models import TARGET_KINDS, Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind
 
 KINDS = tuple(k for k, _ in TARGET_KINDS)
 MAX_COMMENT = 5000
@@ -311,9 +312,7 @@ def _failed(checks: Any) -> bool:
 def event_failed_a_check(e: Event) -> bool:
     """A failed check, or a judgement or search step with a failed check among its checks (a
     row its kind's model refuses, from before payloads were typed, is not picked)."""
-    try:
-        p = e.data
-    except PayloadError:
+    if (p := e.typed) is None:
         return False
     if e.kind == "check":
         return p.passed is False

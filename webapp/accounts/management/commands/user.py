@@ -19,8 +19,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
-from webapp.runs import invitations
-from webapp.runs.models import Project, Role
+from webapp.teams import invitations
+from webapp.teams.models import Project, Role
 
 ROLES = {r.label: r for r in Role}
 

@@ -1,4 +1,5 @@
-"""Who may do what in a project. Every view, fragment and the WebSocket consumer asks here.
+"""Who may do what in a project. Every view, fragment and the WebSocket consumer asks here
+(a run's viewers through webapp/runs/visibility.py, which asks here for the run's project).
 
 A person sees a project (its tasks, runs, traces, artifacts) only as one of its members; what
 they may change depends on their role (viewer < annotator < reviewer < owner, see ``Role``).
@@ -16,29 +17,13 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 
-from .models import Membership, Mutation, Project, Role, Run
+from .models import Membership, Project, Role
 
 # What each action needs; the views and templates name these rather than bare roles.
 VIEW = Role.VIEWER
 ANNOTATE = Role.ANNOTATOR
 REVIEW = Role.REVIEWER      # decide mutations, edit the workflow, pause/resume/cancel, start runs
 MANAGE = Role.OWNER         # add, change and remove members
-
-
-class ShareViewer:
-    """Whoever opened a share link (webapp/runs/sharing.py): no account, the viewer role on the
-    link's one run and nothing else: not its project, not its mutations, no write of any kind."""
-
-    is_authenticated = False
-    is_active = True
-    is_superuser = False
-    is_anonymous = True
-
-    def __init__(self, link) -> None:
-        self.link = link
-
-    def get_username(self) -> str:
-        return f"share-link:{self.link.pk}"
 
 
 def role_of(user, project: Project | int) -> Role | None:
@@ -79,11 +64,7 @@ def visible_projects(user) -> QuerySet[Project]:
     return Project.objects.filter(memberships__user=user)
 
 
-def visible_runs(user) -> QuerySet[Run]:
-    return Run.objects.filter(task__project__in=visible_projects(user))
-
-
-def _admit(user, project: Project | None, min_role: Role, what: str) -> Role:
+def admit(user, project: Project | None, min_role: Role, what: str) -> Role:
     """404 for whoever cannot see the project (as if it did not exist), 403 below ``min_role``."""
     role = role_of(user, project) if project is not None else None
     if role is None:
@@ -93,27 +74,9 @@ def _admit(user, project: Project | None, min_role: Role, what: str) -> Role:
     return role
 
 
-def run_for(user, run_id: int, min_role: Role = VIEW) -> tuple[Run, Role]:
-    """The run and the user's role in its project."""
-    if isinstance(user, ShareViewer):  # the link's own run, read-only; any other id is unknown
-        run = Run.objects.select_related("task__project").filter(pk=run_id, pk__in=[user.link.run_id]).first()
-        if run is None:
-            raise Http404("no such run")
-        if min_role > VIEW:
-            raise PermissionDenied("a share link is read-only")
-        return run, Role.VIEWER
-    run = Run.objects.select_related("task__project").filter(pk=run_id).first()
-    return run, _admit(user, run.task.project if run else None, min_role, "run")
-
-
-def mutation_for(user, mutation_id: int, min_role: Role) -> tuple[Mutation, Role]:
-    row = Mutation.objects.select_related("run__task__project").filter(pk=mutation_id).first()
-    return row, _admit(user, row.run.task.project if row else None, min_role, "mutation")
-
-
 def project_for(user, project_id: int, min_role: Role) -> tuple[Project, Role]:
     project = Project.objects.filter(pk=project_id).first()
-    return project, _admit(user, project, min_role, "project")
+    return project, admit(user, project, min_role, "project")
 
 
 def abilities(role: Role | None) -> dict[str, bool]:

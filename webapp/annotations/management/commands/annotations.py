@@ -12,9 +12,9 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from webapp.runs import annotations as ann
-from webapp.runs.models import Project
-from webapp.runs.models_team import Annotation, AnnotationQueue, LabelSet
+from webapp.annotations import annotating as ann
+from webapp.annotations.models import Annotation, AnnotationQueue, LabelSet
+from webapp.teams.models import Project
 
 
 class Command(BaseCommand):

@@ -11,16 +11,17 @@ from typing import AsyncIterator, Iterator
 from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.core.handlers.asgi import ASGIRequest
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from . import access
-from . import annotations as ann
-from .bridge import broadcast
-from .models_team import Annotation, AnnotationQueue, AuditEntry, LabelSet, QueueItem, ScoreKind
+from webapp.runs import visibility
+from webapp.runs.bridge import broadcast
+from webapp.teams import access
+
+from . import annotating as ann
+from .models import Annotation, AnnotationQueue, LabelSet, QueueItem, ScoreKind
 
 SHOWN_PROBLEMS = 200  # of a refused import's bad rows, listed on the page (all are counted)
 
@@ -43,7 +44,7 @@ def target_annotations(request: HttpRequest, run_id: int) -> HttpResponse:
     """GET: a target's annotations with their replies (and the form, for annotators). POST: a new
     annotation or reply, broadcast to everyone watching the run; answers the list again."""
     post = request.method == "POST"
-    run, role = access.run_for(request.user, run_id, access.ANNOTATE if post else access.VIEW)
+    run, role = visibility.run_for(request.user, run_id, access.ANNOTATE if post else access.VIEW)
     data = request.POST if post else request.GET
     kind, ref = data.get("target_kind", ""), data.get("target_ref", "")
     if kind not in ann.KINDS:
@@ -74,7 +75,7 @@ def target_annotations(request: HttpRequest, run_id: int) -> HttpResponse:
         raise Http404(f"run {run.pk} has no {kind} {ref!r}")
     context = {**_list_context(run, role, kind, ref), "error": error}
     # htmx swaps 2xx only (base.html): a refusal is shown in the form, its status kept for clients.
-    response = render(request, "runs/annotation_list.html", context, status=200 if request.headers.get("HX-Request") else status)
+    response = render(request, "annotations/annotation_list.html", context, status=200 if request.headers.get("HX-Request") else status)
     if error and request.headers.get("HX-Request"):
         response["X-Annotation-Error"] = str(status)
     return response
@@ -104,7 +105,7 @@ def label_sets(request: HttpRequest, project_id: int) -> HttpResponse:
             return redirect("label_sets", project_id=project.pk)
         except ann.AnnotationRefused as exc:
             error, status = str(exc), exc.http_status
-    return render(request, "runs/label_sets.html", {
+    return render(request, "annotations/label_sets.html", {
         "project": project, "label_sets": project.label_sets.all(), "score_kinds": ScoreKind.choices,
         "can": access.abilities(role), "error": error, "posted": request.POST if post else None}, status=status)
 
@@ -132,7 +133,7 @@ def queues(request: HttpRequest, project_id: int) -> HttpResponse:
         q.progress = ann.progress(q, request.user)
         rows.append(q)
     runs = project.tasks.prefetch_related("runs")
-    return render(request, "runs/queues.html", {
+    return render(request, "annotations/queues.html", {
         "project": project, "queues": rows, "label_sets": project.label_sets.all(), "can": access.abilities(role),
         "tasks": runs, "error": error, "posted": request.POST if post else None,
         "import_limits": ann.import_limits()}, status=status)
@@ -148,7 +149,7 @@ def queue_page(request: HttpRequest, queue_id: int) -> HttpResponse:
     items = list(queue.items.select_related("run")[:500])
     for item in items:
         item.by = latest.get(item.pk, {})
-    return render(request, "runs/queue.html", {
+    return render(request, "annotations/queue.html", {
         "queue": queue, "project": queue.project, "agreement": rows, "annotators": annotators, "items": items,
         "total": queue.items.count(), "per_person": per_person, "mine": ann.progress(queue, request.user),
         "can": access.abilities(role)})
@@ -168,7 +169,7 @@ def queue_work(request: HttpRequest, queue_id: int) -> HttpResponse:
     if item is None:
         raise Http404(f"queue {queue.name!r} has items 1-{total}")
     mine = (Annotation.objects.filter(queue_item=item, author=request.user, parent=None).order_by("-created", "-pk").first())
-    return render(request, "runs/queue_work.html", {
+    return render(request, "annotations/queue_work.html", {
         "queue": queue, "project": queue.project, "item": item, "total": total, "mine": mine,
         "target": ann.describe_target(item.run, item.target_kind, item.target_ref),
         "progress": ann.progress(queue, request.user), "label_set": queue.label_set,
@@ -260,20 +261,8 @@ def import_labels(request: HttpRequest, project_id: int) -> HttpResponse:
         made = ann.import_rows(project, request.user, upload.name, upload.file, default,
                                keep_authors=role >= access.REVIEW, limits=limits)
     except ann.ImportFailed as exc:
-        return render(request, "runs/annotation_import.html", {"project": project, "failure": exc, "limits": limits,
+        return render(request, "annotations/annotation_import.html", {"project": project, "failure": exc, "limits": limits,
                                                                "shown": exc.problems[:SHOWN_PROBLEMS]},
                       status=exc.http_status)
     messages.success(request, f"imported {len(made)} annotation(s) from {upload.name}")
     return redirect("annotation_queues", project_id=project.pk)
-
-
-def audit_log(request: HttpRequest, project_id: int) -> HttpResponse:
-    """Every person's action in the project, newest first, filtered by action; reviewers and up."""
-    project, _ = access.project_for(request.user, project_id, access.REVIEW)
-    rows = AuditEntry.objects.filter(project=project).select_related("run")
-    action = request.GET.get("action", "")
-    if action:
-        rows = rows.filter(action=action)
-    page = Paginator(rows, 100).get_page(request.GET.get("page"))
-    return render(request, "runs/audit.html", {"project": project, "page": page, "action": action,
-                                               "actions": AuditEntry.ACTIONS})

@@ -1,6 +1,6 @@
 """A task a person brings to the studio: a zip of its folder, uploaded, or a folder already on
 the server, registered. Either way the folder is then checked by the engine's task loader and
-preflight (controls.task_for_folder) before anything can run on it.
+preflight (registration.task_for_folder) before anything can run on it.
 
 An uploaded zip is untrusted: members with absolute paths or ``..``, links, devices and more
 files or bytes than the limits are refused by name before anything is written, and the bytes
