@@ -16,8 +16,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from channels.routing import URLRouter
 from channels.testing import WebsocketCommunicator
-from django.apps import apps as django_apps
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.utils import timezone
 
@@ -250,7 +251,9 @@ def test_the_migration_makes_each_runs_creator_an_owner_of_its_project(lab):
     """Existing installs keep working: whoever started a run before members existed owns its project."""
     Run.objects.filter(pk=lab.run.pk).update(created_by=lab.users["outsider"])
     migration = importlib.import_module("webapp.runs.migrations.0002_membership")
-    migration.creators_become_owners(django_apps, None)
+    # the models as that migration saw them (Membership was ``runs``' then; it is ``teams``' now)
+    migration.creators_become_owners(MigrationExecutor(connection).loader.project_state(("runs", "0002_membership")).apps,
+                                     None)
     assert Membership.objects.get(project=lab.project, user=lab.users["outsider"]).role == Role.OWNER
 
 
