@@ -1,8 +1,8 @@
 """Pages and HTMX fragments of the studio. Views only read the database and change it
 through controls/editing; the engine itself runs in Celery workers.
 
-Every view reaches a run, mutation or project through ``access``: someone who is not a member
-of the run's project gets 404 (as for a run that does not exist), a member whose role is too
+Every view reaches a run or mutation through ``visibility`` (a project through teams'
+``access``, which it asks): someone who is not a member of the run's project gets 404 (as for a run that does not exist), a member whose role is too
 low for the action gets 403, and nothing is changed in either case."""
 from __future__ import annotations
 
