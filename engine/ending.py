@@ -113,8 +113,10 @@ def describe_single_agent(solo: dict) -> str:
             f"trace {solo.get('trace') or '-'}")
 
 
-def describe_baselines(baselines: dict[str, dict], team: dict | None) -> str:
-    """One line: each baseline's official score, and whether the team beat it."""
+def describe_baselines(baselines: dict[str, dict], team: dict | None, gaps: dict[str, Gap] | None = None) -> str:
+    """One line: each baseline's official score, and whether the team beat it. Where the team's
+    lead over a baseline has an interval (``gaps``), its verdict decides: a lead within the test
+    set's noise is a tie, not a win."""
     def fmt(d: dict) -> str:
         return f"{d['value']:.6g}" if d.get("ok") else "n/a"
 
@@ -122,14 +124,25 @@ def describe_baselines(baselines: dict[str, dict], team: dict | None) -> str:
     line = " · ".join(parts)
     if team and team.get("ok"):
         hib = bool(team.get("higher_is_better"))
-        known = {name.replace("_", " "): d["value"] for name, d in baselines.items() if d.get("ok")}
+        known = {name: d["value"] for name, d in baselines.items() if d.get("ok")}
         # float noise is no lead: a team 1.1e-16 above the constant's r2 of 0 ties it
         scale = max((abs(v) for v in (team["value"], *known.values()) if math.isfinite(v)), default=0.0)
-        beaten = [n for n, v in known.items() if better(team["value"], v, hib, scale)]
-        tied = [n for n, v in known.items() if same(team["value"], v, scale)]
-        missed = [n for n in known if n not in beaten and n not in tied]
+        beaten, tied, noisy, missed = [], [], [], []
+        for name, v in known.items():
+            verdict = (gaps or {}).get(name, Gap(name)).verdict
+            shown = name.replace("_", " ")
+            if verdict in ("within noise", "identical"):
+                (tied if verdict == "identical" else noisy).append(shown)
+            elif verdict == "worse" or (not verdict and not better(team["value"], v, hib, scale)
+                                        and not same(team["value"], v, scale)):
+                missed.append(shown)
+            elif verdict == "better" or better(team["value"], v, hib, scale):
+                beaten.append(shown)
+            else:
+                tied.append(shown)
         said = [f"does NOT beat {', '.join(missed)}"] if missed else []
         said += [f"ties {', '.join(tied)}"] if tied else []
+        said += [f"ties {', '.join(noisy)} within the test set's noise"] if noisy else []
         line += f"   team {fmt(team)}: " + ("; ".join(said) if said else "beats every baseline")
     return line
 
@@ -199,7 +212,7 @@ def official_line(task: Task, official: dict) -> str:
 def comparison_lines(baselines: dict[str, dict], team: dict | None, gaps: list[Gap],
                      single_agent: dict | None) -> list[str]:
     """The run summary's lines about the baselines, the same for a run and for a search."""
-    lines = [f"baselines  {describe_baselines(baselines, team)}"] if baselines else []
+    lines = [f"baselines  {describe_baselines(baselines, team, {g.baseline: g for g in gaps})}"] if baselines else []
     lines += [f"{'':10} {line}" for line in describe_gaps(gaps)]
     if single_agent:
         lines.append(f"single     {describe_single_agent(single_agent)}")

@@ -26,6 +26,7 @@ from . import official as official_evaluation
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
 from .search.probe import JUDGEMENT_FILE
+from .selection import ROUNDED, same
 from .search.base import ProgramProbed
 from .task import Task
 
@@ -48,6 +49,10 @@ class Candidate:
     @property
     def official_value(self) -> float | None:
         return self.official.get("value") if self.official.get("ok") else None
+
+
+# Two steps of the sixth decimal the scores are kept to: a difference no larger is rounding.
+RANK_TIE = 4 * ROUNDED
 
 
 @dataclass
@@ -185,15 +190,30 @@ def rank_correlations(candidates: list[Candidate], higher_is_better: bool) -> li
         if n < MIN_CANDIDATES:
             out.append(Correlation(a, b, n, None, why=f"{n} candidate(s) with both; needs {MIN_CANDIDATES}"))
             continue
-        xs, ys = zip(*pairs)
+        xs, ys = tied_within_rounding([x for x, _ in pairs]), tied_within_rounding([y for _, y in pairs])
         if len(set(xs)) < 2 or len(set(ys)) < 2:
-            out.append(Correlation(a, b, n, None, why="no spread: every candidate scored the same"))
+            out.append(Correlation(a, b, n, None, why="no spread beyond the scores' rounding: every candidate "
+                                                      "scored the same"))
             continue
         from scipy.stats import spearmanr  # half a second to import: not before a search's end
 
         result = spearmanr(xs, ys)
         rho, p = float(result.statistic), _p_value(xs, ys, float(result.pvalue))
         out.append(Correlation(a, b, n, round(rho, 4), round(p, 4) if math.isfinite(p) else None))
+    return out
+
+
+def tied_within_rounding(values: list[float]) -> list[float]:
+    """``values`` with neighbours (in sorted order) no further apart than the scores' rounding made
+    one value, the smallest of their run: scores are kept to 6 decimals, so steps of 1e-6 order
+    noise, and a correlation over that order would print a p-value for nothing."""
+    scale = max(abs(v) for v in values)
+    out = list(values)
+    previous = anchor = None
+    for k in sorted(range(len(values)), key=values.__getitem__):
+        if previous is None or not same(values[k], previous, scale, abs_tol=RANK_TIE):
+            anchor = values[k]
+        out[k], previous = anchor, values[k]
     return out
 
 

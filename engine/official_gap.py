@@ -37,6 +37,9 @@ from .bundle.parts import PartMissing, id_key, parse_predictions
 from .task import Task
 
 LEVEL = 0.95
+# Fewer independent units than this to draw and the bootstrap has too few distinct resamples to
+# say anything (two series give three): no interval, and no "beyond noise" from it.
+MIN_UNITS = 5
 RESAMPLES = 2000           # scored in this process by the engine's metric
 RESAMPLES_EVALUATE = 200   # scored by evaluate.py, one fork per file
 _BLOCK = 2_000_000         # elements of one resample block (resamples x rows), bounding memory
@@ -79,7 +82,7 @@ class Gap:
 
 def describe_gaps(gaps: list["Gap"]) -> list[str]:
     """The run summary's lines: how the intervals were made, then one line per baseline."""
-    made = next((g.method() for g in gaps if g.verdict), "")
+    made = next((g.method() for g in gaps if g.verdict and g.resamples), "")
     return ([f"the team's official lead (positive = better; {made}):"] if made else []) + \
         ["  " + g.describe() for g in gaps]
 
@@ -180,6 +183,14 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
     metric = BATCHED.get(task.metric.name)
     resampled = ""
     per_series = _per_series(task, ids, truth, values, names, officials)
+    short = _too_few_units(task, per_series, len(ids))
+    if short:
+        for k, name in enumerate(names):
+            if name != "team":
+                same_file = np.array_equal(matrix[1 + names.index("team")], matrix[1 + k])
+                out[name] = Gap(name, 0.0, 0.0, 0.0, len(ids), 0, "", "identical") if same_file else \
+                    Gap(name, rows=len(ids), why=short)
+        return out
     if per_series is not None:
         # a forecast is judged series by series: a resample draws whole series, never rows that
         # share one series' errors and its scale (those would make the interval far too narrow)
@@ -220,6 +231,28 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
             "worse" if better(high, 0.0, False, scale) else "within noise"
         out[name] = Gap(name, observed, low, high, len(ids), len(diffs), scorer, verdict, resampled=resampled)
     return out
+
+
+def _distinct_resamples(units: int) -> int:
+    """Draws of ``units`` units with replacement, as multisets: what a bootstrap can tell apart."""
+    return math.comb(2 * units - 1, units)
+
+
+def _too_few_units(task: Task, per_series: np.ndarray | None, rows: int) -> str:
+    """Why no interval can be drawn honestly, or "" when one can. A forecast's rows share their
+    series (its errors, its scale, the official score's mean over series): only whole series are
+    independent units, so a forecast that cannot be drawn by series is not drawn by rows either."""
+    if per_series is not None:
+        units, what = per_series.shape[1], "series"
+    elif task.assessment().name == "series":
+        return ("a forecast's rows are not independent draws (they share their series), and its official "
+                "score is not a mean over series that whole series could be drawn for")
+    else:
+        units, what = rows, "held-out rows"
+    if units < MIN_UNITS:
+        return (f"only {units} {what} to resample ({_distinct_resamples(units)} distinct resamples): "
+                f"an interval needs at least {MIN_UNITS}")
+    return ""
 
 
 def _per_series(task: Task, ids: list[str], truth: dict[str, str], values: dict[str, dict[str, str]],

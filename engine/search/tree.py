@@ -22,6 +22,8 @@ budget; running out stops the search cleanly with the tree and champion found so
 """
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import math
 import re
@@ -54,6 +56,7 @@ from ..protocol.gate import Change
 from ..protocol.gate import Check as GateCheck
 from ..protocol.gate import Decision, Evidence, Proposal
 from ..protocol.panels import Line, Panel, TraceEvent, chart
+from ..python_ast import parse as parse_python
 from ..sandbox import ExecutionRequest, ExecutionResult, Executor
 from ..selection import paired_gain
 from ..task import Task
@@ -599,15 +602,33 @@ def _debug_feedback(metric: dict, result: ExecutionResult) -> dict:
     return {"from": "validation", "status": "RETRY", "detail": detail}
 
 
-def _build(ctx: SearchContext, node_id: str, proposal: str,
-           parent: Node | None) -> tuple[str, dict, ExecutionResult, int, list[Check]]:
+class AlreadyProbed(Exception):
+    """The engineer wrote a program the tree has already validated: run again, it would spend a
+    validation and tell the search nothing new (issue 39). The child is abandoned, saying which."""
+
+
+def program_key(code: str) -> str:
+    """One program, however it is laid out: its syntax tree without comments and blank lines (its
+    text when it does not parse), hashed."""
+    try:
+        shape = ast.dump(parse_python(code))
+    except (SyntaxError, ValueError):
+        shape = "\n".join(line.rstrip() for line in code.strip().splitlines())
+    return hashlib.sha256(shape.encode()).hexdigest()
+
+
+def _build(ctx: SearchContext, node_id: str, proposal: str, parent: Node | None,
+           probed: dict[str, str] | None = None) -> tuple[str, dict, ExecutionResult, int, list[Check]]:
     """Engineer writes the code; the debugger repairs it from sandbox evidence until it runs
     and scores, or ``max_debug`` attempts are spent. Returns the last code that ran, with its
-    validation, its last fold's execution, the attempts and its plausibility checks."""
+    validation, its last fold's execution, the attempts and its plausibility checks. A program
+    already in ``probed`` (program_key -> node id) is refused before it runs: AlreadyProbed."""
     inputs: dict = {"proposal": proposal}
     if parent is not None:
         inputs["parent_code"] = parent.code
     code = extract_code(ctx.ask("engineer", "engineer", inputs, temperature=0.2)) or ""
+    if code and probed and (same := probed.get(program_key(code))):
+        raise AlreadyProbed(f"the engineer wrote {same}'s program again for {node_id}; it was not run twice")
     attempt = 0
     tried = {code}
     while True:
@@ -682,7 +703,8 @@ class Child:
 def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int, node_id: str,
                proposal: str, turns: list[dict], knowledge: Match | None) -> Node:
     """Engineer, debugger, validation and result analyst, for a debated proposal."""
-    code, metric, result, attempts, checks = _build(ctx, node_id, proposal, parent)
+    probed = {program_key(n.code): n.id for n in list(tree.nodes.values()) if n.code}
+    code, metric, result, attempts, checks = _build(ctx, node_id, proposal, parent, probed)
     header = parse_strategy(code) or parse_strategy(proposal)
     ok = bool(metric.get("ok")) and _finite(metric.get("value"))
     if ok:  # a node that never scored has no predictions worth a verdict
@@ -931,7 +953,7 @@ class TreeSearch(base.Search):
         try:
             child.node = _make_node(self.tools, self.tree, child.parent, n, child.id, child.proposal, child.turns,
                                     child.knowledge)
-        except ModelCallError as exc:
+        except (ModelCallError, AlreadyProbed) as exc:
             self._abandon(child, exc)
 
     def _abandon(self, child: Child, exc: Exception) -> None:

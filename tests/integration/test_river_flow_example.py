@@ -193,7 +193,31 @@ def test_the_official_lead_is_resampled_by_whole_stations_not_rows(tmp_path, mon
     assert by_station.resampled == "7 whole series" and "7 whole series" in by_station.method()
     assert by_station.verdict in ("better", "within noise", "worse") and by_station.low < by_station.difference
 
-    monkeypatch.setattr(gap_module, "_per_series", lambda *a: None)  # what the first version did: rows
+    # Where whole stations cannot be drawn, the rows are not drawn instead (the first version did:
+    # its interval was several times too narrow): no interval, and why (issue 39)
+    monkeypatch.setattr(gap_module, "_per_series", lambda *a: None)
     by_row = gap_module.official_gaps(*args)["persistence"]
-    assert by_row.resampled == "" and "56 held-out rows" in by_row.method()
-    assert (by_station.high - by_station.low) > 1.5 * (by_row.high - by_row.low)
+    assert by_row.verdict == "" and by_row.low is None and "not independent" in by_row.why
+
+
+def test_two_stations_are_too_few_to_say_beyond_noise(tmp_path):
+    """Issue 39: two series give three distinct resamples; "better beyond the test set's noise"
+    was printed from them. Now: no interval, and why."""
+    import engine.official_gap as gap_module
+    from engine.official import official_for_predictions
+    from engine.task import load_task
+
+    folder = tmp_path / "two-stations"
+    shutil.copytree(TASK, folder)
+    for name in ("data/test_features.csv", "heldout/test_targets.csv"):
+        table = pd.read_csv(folder / name)
+        table[table["station"].isin(sorted(table["station"].unique())[:2])].to_csv(folder / name, index=False)
+    task = load_task(folder)
+    subprocess.run([sys.executable, str(folder / "reference_baseline.py")], cwd=folder, check=True,
+                   capture_output=True, timeout=120)
+    team = (folder / "predictions.csv").read_bytes()
+    persistence = task.assessment().trivial_predictions()["persistence"]
+    gap = gap_module.official_gaps(task, team, official_for_predictions(task, team),
+                                   {"persistence": (persistence, official_for_predictions(task, persistence))})
+    assert gap["persistence"].verdict == "" and "only 2 series" in gap["persistence"].why
+    assert "3 distinct resamples" in gap["persistence"].why

@@ -56,3 +56,21 @@ def test_a_lead_of_float_noise_is_a_tie_not_a_win():
     assert "ties constant" in line
     # a real lead, however small against the scores, still counts
     assert "beats every baseline" in describe(baselines, {"ok": True, "value": 1e-4, "higher_is_better": True})
+
+
+def test_a_lead_within_the_test_sets_noise_is_a_tie_not_a_win():
+    """Issue 39: where the team's lead over a baseline has a bootstrap interval, its verdict
+    decides the summary's word: within the noise is a tie, whatever the raw scores say."""
+    from engine.official_gap import Gap
+
+    baselines = {"constant": {"ok": True, "value": 0.40}, "nearest_neighbour": {"ok": True, "value": 0.71}}
+    team = {"ok": True, "value": 0.72, "higher_is_better": True}
+    assert "beats every baseline" in describe(baselines, team)  # no interval: the raw scores decide
+    gaps = {"constant": Gap("constant", 0.32, 0.25, 0.39, 88, 2000, "the engine's r2", "better"),
+            "nearest_neighbour": Gap("nearest_neighbour", 0.01, -0.03, 0.05, 88, 2000, "the engine's r2",
+                                     "within noise")}
+    line = describe(baselines, team, gaps)
+    assert "beats every baseline" not in line
+    assert "ties nearest neighbour within the test set's noise" in line and "constant" not in line.split(":")[-1]
+    worse = {"nearest_neighbour": Gap("nearest_neighbour", -0.2, -0.3, -0.1, 88, 2000, "r2", "worse")}
+    assert "does NOT beat nearest neighbour" in describe(baselines, team, worse)

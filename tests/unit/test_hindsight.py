@@ -94,3 +94,17 @@ def test_a_program_probed_again_is_one_candidate_in_the_correlation(tmp_path):
     rho = {(c.a, c.b): c for c in rank_correlations(found, higher_is_better=True)}
     assert all(c.n == 3 for c in rho.values())
     assert rho[("validation", "official")].rho == 1.0
+
+
+def test_official_scores_apart_by_rounding_alone_are_ties_with_no_p_value():
+    """Issue 39: p = 0.022 was printed on official scores that differed by 1e-6. Differences at
+    the scores' own rounding order nothing: those candidates tie, and with no spread left there
+    is no correlation to report."""
+    cands = [_c(x, 0.5 + i / 10, 0.1 + i / 10, 0.734512 + i * 1e-6) for i, x in enumerate("abcdef")]
+    by_pair = {(c.a, c.b): c for c in rank_correlations(cands, higher_is_better=True)}
+    flat = by_pair[("validation", "official")]
+    assert flat.rho is None and flat.p is None and "rounding" in flat.why
+    assert by_pair[("J", "validation")].rho == 1.0  # real spread still correlates
+    # the same candidates 1e-3 apart are a real order again
+    spread = [_c(x, 0.5 + i / 10, 0.1 + i / 10, 0.734512 + i * 1e-3) for i, x in enumerate("abcdef")]
+    assert {(c.a, c.b): c for c in rank_correlations(spread, True)}[("validation", "official")].rho == 1.0

@@ -139,3 +139,15 @@ def test_a_lead_made_of_float_noise_is_within_noise_not_better(tmp_path):
     gaps = official_gaps(task, *_scored(task, _predictions(team)), {"constant": _scored(task, _predictions(baseline))})
     assert gaps["constant"].verdict == "within noise", gaps["constant"]
     assert "better beyond" not in gaps["constant"].describe()
+
+
+def test_too_few_held_out_rows_give_no_interval_and_no_verdict(tmp_path):
+    """Issue 39: four rows have 35 distinct resamples; an interval from them would print "better
+    beyond the test set's noise" on nothing."""
+    task, truth = _task(tmp_path, rows=4)
+    gaps = official_gaps(task, *_scored(task, _predictions(truth)),
+                         {"rough": _scored(task, _noisy(truth, 5.0, 1)),
+                          "copy": _scored(task, _predictions(truth))})
+    assert gaps["rough"].verdict == "" and "only 4 held-out rows" in gaps["rough"].why
+    assert "35 distinct resamples" in gaps["rough"].why and "needs at least 5" in gaps["rough"].why
+    assert gaps["copy"].verdict == "identical"  # a copy is still known to be one

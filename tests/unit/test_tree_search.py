@@ -455,3 +455,43 @@ def test_a_root_that_never_ran_cleanly_is_retried_and_the_debugger_is_never_aske
     assert len(asked) == len(set(asked)), "the debugger was asked the identical request again"
     assert result.iterations >= 1, result.stopped  # the failed root was tried again, not the end of the search
     assert len(tree.nodes) > 1 and tree.nodes["n1"].parent == "n0"
+
+
+def test_a_program_the_tree_already_validated_is_refused_before_it_runs(tmp_path, monkeypatch):
+    """Issue 39, item 5: a child whose program equals one already probed spent a validation and
+    taught the search nothing. Here the engineer writes its first program again for every later child (laid
+    out anew): each child is abandoned, saying so, and its program never reaches the sandbox."""
+    import engine.search.tree as tree_module
+
+    real_ask, first = tree_module.SearchContext.ask, []
+
+    def same_program(self, who, role, *a, **k):
+        answer = real_ask(self, who, role, *a, **k)
+        if who != "engineer":
+            return answer
+        if not first:
+            first.append(answer)
+            return answer
+        return _laid_out_anew(first[0])
+
+    monkeypatch.setattr(tree_module.SearchContext, "ask", same_program)
+    executor = FakeExecutor(tmp_path / "sandbox")
+    config = TreeConfig(iterations=2, seed=0, extra_parents=0, debate_rounds=1, selectors=1)
+    result, tree, events = guarded_tree_search(tmp_path / "run", [], config, budget=Budget(max_tokens=2_000_000),
+                                               executor=executor)
+    abandoned = [e.payload["error"] for e in events if e.kind == "search_iteration"
+                 and e.payload.get("phase") == "child_abandoned"]
+    written = extract_code(first[0])
+    holders = [n.id for n in tree.nodes.values() if n.code == written]
+    assert len(holders) == 1 and abandoned  # one node has the program; every later child was refused
+    assert all(f"{holders[0]}'s program again" in why and "not run twice" in why for why in abandoned)
+    again = extract_code(_laid_out_anew(first[0]))
+    assert again != written and tree_module.program_key(again) == tree_module.program_key(written)
+    ran = {r.code for r in executor.requests}
+    assert written in ran and again not in ran
+
+
+def _laid_out_anew(answer: str) -> str:
+    """The same program with a comment and a blank line more."""
+    code = extract_code(answer)
+    return answer.replace(code, "# laid out anew\n\n" + code, 1)
