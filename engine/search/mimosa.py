@@ -1,5 +1,6 @@
 """Mimosa local search: one incumbent; each iteration one mutation, probed and judged;
-accept iff J(W') > J(W); stop at the iteration budget or J > 0.9.
+accept iff J(W') > J(W); stop at the iteration budget or J > 0.9 (not before one change is tried
+when the task's test is shifted from its training rows).
 
 The rule is what the automatic gate applies; a gate with a person behind it has the final
 word (a scientist may keep a change the judge disliked, or veto one it liked), and a person's
@@ -37,6 +38,8 @@ MUTATOR_FORMAT = ('Reply with one ```json block: {"kind": ..., "target": ..., "p
                   "contract_change, route_change, memory_policy_change, tool_allocation "
                   '(params {"add": <tool>} or {"remove": <tool>}, target the agent).')
 STOP_J = 0.9
+# validation splits that hold rows apart from the fitting rows, as a shifted test is held apart
+SHIFTED_SPLITS = frozenset({"holdout_range", "time", "series", "group"})
 
 
 def accepts(j_new: float | None, j_old: float | None) -> bool:
@@ -161,8 +164,17 @@ class MimosaSearch(Search):
     def stop_reason(self) -> str | None:
         j = self.incumbent.judgement if self.incumbent else None
         if j and j.ok and j.J > self.stop_j:
+            if not self.history and self._test_is_shifted():
+                return None  # J says least where the test lies apart from the training rows: try one change
             return f"J = {j.J:.3f} > {self.stop_j}"
         return None
+
+    def _test_is_shifted(self) -> bool:
+        """The task's validation draws its rows apart from the fitting rows (beyond a range, later
+        in time, other groups), as its test is drawn apart from training: a judge's J on the first
+        workflow saturates there long before the held-out score does (issue 39)."""
+        plan = (self.incumbent.result.metric or {}).get("validation") or {}
+        return plan.get("split") in SHIFTED_SPLITS
 
     # --- one iteration -------------------------------------------------------------------------
     def adopt_edit(self, n: int, edit: HumanEdit) -> bool:

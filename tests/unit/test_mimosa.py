@@ -54,10 +54,10 @@ def stand_in_official(task, run_dir, predictions_sha256):
     return {"ok": True, "metric": "r2", "value": 0.5, "higher_is_better": True, "n": 88}
 
 
-def _evolve(tmp_path, iterations, seed=1, **kw):
+def _evolve(tmp_path, iterations, seed=1, task=DIABETES, **kw):
     sink = ListSink()
     kw.setdefault("official", stand_in_official)  # evaluate.py is not what these tests are about
-    result = evolve(DIABETES, split_spec(RunSpec(search="mimosa", iterations=iterations, seed=seed, single_agent=False), kw),
+    result = evolve(task, split_spec(RunSpec(search="mimosa", iterations=iterations, seed=seed, single_agent=False), kw),
                     runs_dir=tmp_path, out=io.StringIO(), executor=FakeExecutor(tmp_path / "sandbox"), sinks=[sink],
                     **kw)
     return result, sink.events
@@ -208,3 +208,14 @@ def test_the_search_started_event_names_the_judges_and_the_mutators_endpoints(tm
     _, events = _evolve(tmp_path, iterations=1)
     started = next(e for e in events if e.kind == "search_started")
     assert {"judge", "mutator", "coder", "planner"} <= set(started.payload["endpoints"])
+
+
+def test_a_shifted_test_tries_one_change_before_a_high_J_stops_the_search(tmp_path, monkeypatch, no_official_evaluator):
+    """Issue 39, item 5: Mimosa stopped at J > 0.9 with 0 iterations on a task whose test lies
+    beyond its training range, where the judge's J saturates long before the held-out score. On
+    such a task (pendulum-extrapolation: validated on the top of length_m) one change is tried
+    first; on diabetes (random folds) the same threshold stops it at once (the test above)."""
+    monkeypatch.setattr(engine.evolve, "search_class", lambda name: functools.partial(MimosaSearch, stop_j=0.3))
+    result, events = _evolve(tmp_path, iterations=3, official=no_official_evaluator[0],
+                             task=ROOT / "examples" / "pendulum-extrapolation")
+    assert len(_iterations(events)) == 1 and "> 0.3" in result.stopped
