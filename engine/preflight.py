@@ -166,6 +166,8 @@ class _Checker:
                          "\"files\": {\"train\": ..., \"test_features\": ...} (see README 'Task folders')")
             return None
         roles_ok = self._check_roles()
+        for problem in self.task.assessment().stated_problems():
+            self.problem(problem)
         own = self.task.assessment().check_files() if roles_ok else None
         if own is not None:  # an answer kind without a training table (a field): its own files
             return self._run_own(own, timeout_s, cache_dir)

@@ -166,6 +166,11 @@ class Assessment:
         warnings, facts: n_test, features); None: preflight checks the training and test tables."""
         return None
 
+    def stated_problems(self) -> list[str]:
+        """What this kind needs the task to state and does not find there (preflight refuses the
+        task with these, before a model is called); none for a kind that needs nothing stated."""
+        return []
+
     def answer_columns(self) -> dict[str, str] | None:
         """Columns (name -> type) the predictions contract must give when the kind fixes them;
         None: the id and the target, typed by the task (preflight checks them)."""

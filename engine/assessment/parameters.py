@@ -12,7 +12,7 @@ training rows it was not fitted on. A program therefore writes two files:
 ``answer.law`` names the file (a role of ``files``, so programs read it) that states the law as
 code; its ``PARAMETERS = {name: (low, high)}`` gives each parameter's range, read here as a literal
 (never run by the engine outside the sandbox). A task may instead state its law in its text
-(Problem.md: ``dI/dt = beta S I / N - gamma I``, ``I(0) = I0``; engine/offline/prose_law.py reads
+(Problem.md: ``dI/dt = beta S I / N - gamma I``, ``I(0) = I0``; engine/assessment/prose_law.py reads
 it) and give the ranges as ``answer.ranges = {name: [low, high]}`` and, where no column is named
 like the law's time, that column as ``answer.time``. The trivial baseline is the middle of each
 range (geometric for a range of positive values): what a scientist says knowing only the prior.
@@ -32,6 +32,7 @@ from ..checks import Check
 from ..metrics import metric_fn
 from ..prompt_format import backticked, named, resource_name, resource_value
 from .base import Assessment
+from .prose_law import read_law
 
 RANGES, LAW_TIME = "parameter ranges", "the law's time column"  # two of its Resources lines
 
@@ -154,6 +155,25 @@ class ParametersAssessment(Assessment):
     @property
     def reproduce_metric(self) -> str:
         return self.options.get("reproduce_metric", "rmse")
+
+    def stated_problems(self) -> list[str]:
+        """The law whose constants are asked for: a law file, or a law the task's text states in a
+        form Trellis reads (engine/assessment/prose_law.py). Without one no program can fit
+        anything; that used to show only after some 60,000 tokens of failed programs."""
+        names = self.options.get("names")
+        if self.options.get("law") or not isinstance(names, list) or not names:
+            return []  # a law file, or no names to fit (check_options says so)
+        task, r = self.task, self.task.resources
+        prose = "\n".join([task.goal, task.context, *task.constraints])
+        reading = read_law(prose, target=r.target or "", names=names, columns=list(r.features or ()),
+                           time_column=self.options.get("time") or "")
+        if reading.law is not None:
+            return []
+        why = reading.problem or f"no equation for `{r.target}` in Problem.md"
+        return [f"answer kind 'parameters' fits the constants of a stated law, and this task states none that "
+                f"Trellis can read ({why}). Name a law file (answer.law: Python with the law and PARAMETERS), or "
+                f"state the law in Problem.md as equations for `{r.target}`, for example "
+                f"`dX/dt = -k * X` with `X(0) = X0`, or `{r.target} = a * exp(-b * t)`"]
 
     def law_path(self) -> Path | None:
         role = self.options.get("law")

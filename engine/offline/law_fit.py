@@ -5,7 +5,7 @@ file"): ``PARAMETERS = {name: (low, high)}`` and either ``predict(rows, **params
 closed form) or an ODE, ``rhs(t, y, **params)`` with ``initial(row)``, ``STATE``, ``OBSERVED``,
 ``TIME`` and optionally ``GROUP`` (rows of one experiment share a start) and ``T0``. Or the task
 states the law in its text (``dI/dt = beta S I / N - gamma I``, ``I(0) = I0``): the scientist
-reads it (engine/offline/prose_law.py) and writes it into the program as functions; a start the
+reads it (engine/assessment/prose_law.py) and writes it into the program as functions; a start the
 text does not give is fitted with the parameters, and rows sharing every column but the time
 and the target share one run of the law. The program
 integrates the ODE with ``scipy.integrate.solve_ivp`` and fits the parameters with

@@ -21,7 +21,7 @@ from ..prompt_format import (FEATURE_COLUMNS, IN_LOOP_VALIDATION, INSTRUCTIONS, 
                              resource_value, section, task_sections)
 from ..task_kind import (CLASSIFICATION, CLASSIFICATION_METRICS, REGRESSION, REGRESSION_METRICS,  # noqa: F401
                          metric_kind)
-from .prose_law import python_source, read_law
+from ..assessment.prose_law import python_source, read_law
 
 # Cues in the task's prose. Each is a regex on lower-cased text; a cue preceded closely by a
 # negation ("no", "not", "without", ...) in the same sentence does not count.
@@ -88,7 +88,7 @@ class AnswerFacts:
     reproduction_file: str = ""
     law_path: str = ""
     # Without a law file: each parameter's range (name, low, high), the law the task's text states
-    # as the program's source (engine/offline/prose_law.py), or why the equations it has cannot be used.
+    # as the program's source (engine/assessment/prose_law.py), or why the equations it has cannot be used.
     parameter_ranges: tuple[tuple[str, float, float], ...] = ()
     stated_law: str = ""
     stated_law_problem: str = ""

@@ -1,4 +1,4 @@
-"""Attacks on the reader of a law stated in a task's text (engine/offline/prose_law.py), found by
+"""Attacks on the reader of a law stated in a task's text (engine/assessment/prose_law.py), found by
 a reviewer who was asked to break it: the text comes from whoever uploads a task, and what the
 reader returns is written into a program's source. Each of these broke the first version."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import multiprocessing
 import numpy as np
 import pytest
 
-from engine.offline.prose_law import python_source, read_law
+from engine.assessment.prose_law import python_source, read_law
 from tests.unit.test_prose_law import program
 
 

@@ -390,3 +390,19 @@ def test_every_shipped_evaluate_py_is_read_from_its_source(examples):
         task = load_task(folder)
         assert printed_metric((folder / "evaluate.py").read_text()) == StaticMetric(
             task.metric.name, task.metric.higher_is_better), folder.name
+
+
+def test_a_parameters_task_without_a_law_is_refused_before_a_model_is_called(examples, tmp_path):
+    """Issue 39: a `parameters` task with no law file and no law Trellis can read in its text
+    passed preflight, then failed after some 60,000 tokens of programs with nothing to fit. The
+    epidemic example without its equations is refused now, naming why and how to state one."""
+    import shutil
+
+    d = tmp_path / "sir-without-law"
+    shutil.copytree(examples / "epidemic-sir", d)
+    problem = (d / "Problem.md").read_text()
+    kept = [line for line in problem.splitlines() if "/dt" not in line and "(0)" not in line]
+    (d / "Problem.md").write_text("\n".join(kept) + "\n")
+    law = _one(_problems(d), "answer kind 'parameters'", "states none that Trellis can read")
+    assert "answer.law" in law and "Problem.md" in law and "`I`" in law
+    assert preflight(load_task(examples / "epidemic-sir")) is not None  # the law stated in its text is read

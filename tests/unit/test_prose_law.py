@@ -1,4 +1,4 @@
-"""A law stated in a task's text (engine/offline/prose_law.py): the offline scientist reads the
+"""A law stated in a task's text (engine/assessment/prose_law.py): the offline scientist reads the
 ODE or closed form a scientist writes in prose, sorts its names into parameters, states, time,
 stated constants and data columns, and writes it as functions a program fits; equations it
 cannot use are named, never guessed at, and the text is never executed."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
-from engine.offline.prose_law import python_source, read_law, time_column_for
+from engine.assessment.prose_law import python_source, read_law, time_column_for
 
 SIR = """Each town's outbreak follows the SIR model
 
@@ -117,7 +117,7 @@ def test_the_program_computes_what_the_formula_says(formula):
     compute exactly what sympy computes for the formula."""
     import random
 
-    from engine.offline.prose_law import _parse, _to_python
+    from engine.assessment.prose_law import _parse, _to_python
 
     expr = _parse(formula)
     source = _to_python(expr, {})
