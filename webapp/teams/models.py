@@ -58,7 +58,7 @@ class AuditEntry(models.Model):
                ("share_revoked", "revoked a share link"), ("control", "controlled a run"),
                ("start", "started a run"), ("members", "changed members"), ("import", "imported annotations"),
                ("task", "added a task"), ("invite", "invited someone"), ("joined", "joined by invitation"), ("fork", "forked a run"),
-               ("library", "edited the shared library"))
+               ("library", "edited the shared library"), ("evaluator_approved", "approved a drafted evaluate.py"))
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="audit")
     run = models.ForeignKey("runs.Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="audit")
