@@ -607,6 +607,41 @@ class AlreadyProbed(Exception):
     validation and tell the search nothing new (issue 39). The child is abandoned, saying which."""
 
 
+# Changes of one strategy family in a row, on one branch, that moved validation by less than the
+# folds' paired noise: after this many the branch has stopped learning from that family.
+STALL = 2
+
+
+class StalledFamily(Exception):
+    """The proposal keeps a strategy family whose last changes on this branch did not move
+    validation beyond the noise: the tree leaves it instead of re-rolling it (issue 39)."""
+
+
+def stalled_families(tree: Tree, parent: Node | None) -> dict[str, str]:
+    """The strategy families the branch ending at ``parent`` has stopped moving, each with why:
+    its last ``STALL`` changes within the family (a node of it whose parent was of it too), newest
+    first, each within the paired noise of its parent's validation. A change that moved
+    validation either way, or whose folds cannot be paired, ends the count for its family."""
+    tweaks: dict[str, list[str]] = {}
+    done: set[str] = set()
+    node = parent
+    while node is not None and node.parent is not None:
+        up = tree.nodes.get(node.parent)
+        family = node.strategy
+        if up is None:
+            break
+        if family and family == up.strategy and family not in done:
+            gain = paired_gain(node.validation, up.validation, tree.higher_is_better)
+            if gain is None or gain.significant or gain.worse:
+                done.add(family)
+            else:
+                tweaks.setdefault(family, []).append(f"{node.id} {gain.mean:+.3g} (noise ±{gain.noise:.3g})")
+                if len(tweaks[family]) >= STALL:
+                    done.add(family)
+        node = up
+    return {family: ", ".join(reversed(said)) for family, said in tweaks.items() if len(said) >= STALL}
+
+
 def program_key(code: str) -> str:
     """One program, however it is laid out: its syntax tree without comments and blank lines (its
     text when it does not parse), hashed."""
@@ -698,6 +733,15 @@ class Child:
     turns: list[dict] = field(default_factory=list)
     node: Node | None = None
     abandoned: str = ""
+
+
+def _leave_stalled(tree: Tree, parent: Node, child: "Child") -> None:
+    """StalledFamily when the child's proposal keeps a family this branch has stopped moving."""
+    header = parse_strategy(child.proposal)
+    stalled = stalled_families(tree, parent)
+    if header and header[0] in stalled:
+        raise StalledFamily(f"{child.id} would change {header[0]} again, whose last {STALL} changes on this branch "
+                            f"moved validation less than the folds' noise ({stalled[header[0]]}); the tree leaves it")
 
 
 def _make_node(ctx: SearchContext, tree: Tree, parent: Node | None, iteration: int, node_id: str,
@@ -944,7 +988,8 @@ class TreeSearch(base.Search):
         try:
             child.knowledge = _retrieve(self.tools, self.tree, parent, child.id)
             child.proposal, child.turns = _debate(self.tools, self.tree, parent, child.knowledge, child.id)
-        except ModelCallError as exc:  # one child lost to a provider error, not the search
+            _leave_stalled(self.tree, parent, child)
+        except (ModelCallError, StalledFamily) as exc:  # one child lost, not the search
             self._abandon(child, exc)
             return None
         return child

@@ -495,3 +495,36 @@ def _laid_out_anew(answer: str) -> str:
     """The same program with a comment and a blank line more."""
     code = extract_code(answer)
     return answer.replace(code, "# laid out anew\n\n" + code, 1)
+
+
+def _v(folds):
+    return {"ok": True, "value": sum(folds) / len(folds), "split_values": list(folds), "validation": {"split": "kfold"}}
+
+
+def _validated_node(tree, node_id, parent, strategy, folds):
+    tree.nodes[node_id] = Node(id=node_id, parent=parent, iteration=len(tree.nodes), code=f"# {node_id}",
+                               score=sum(folds) / len(folds), status="scored", report="", strategy=strategy,
+                               validation=_v(folds))
+
+
+def test_a_strategy_family_that_stopped_moving_validation_is_left_on_its_branch():
+    """Issue 39, item 5: a search re-rolled one family (29 minutes refitting one least-squares
+    problem). Two changes of a family in a row, each within its folds' paired noise, end that
+    family on the branch: a child that proposes it again is abandoned before it is engineered."""
+    import engine.search.tree as tree_module
+
+    tree = Tree(task="t", metric="rmse", higher_is_better=False)
+    _validated_node(tree, "n0", None, "form_search", [1.00, 1.10, 0.90, 1.05, 0.95])
+    _validated_node(tree, "n1", "n0", "form_search", [1.01, 1.08, 0.92, 1.04, 0.96])    # within the noise
+    _validated_node(tree, "n2", "n1", "form_search", [1.00, 1.09, 0.91, 1.06, 0.94])    # within the noise again
+    _validated_node(tree, "n3", "n0", "form_search", [0.50, 0.55, 0.45, 0.52, 0.48])    # a real improvement
+    _validated_node(tree, "n4", "n3", "power_law", [0.51, 0.54, 0.46, 0.53, 0.47])      # another family's first node
+    stalled = tree_module.stalled_families(tree, tree.nodes["n2"])
+    assert list(stalled) == ["form_search"] and "n1" in stalled["form_search"] and "n2" in stalled["form_search"]
+    assert tree_module.stalled_families(tree, tree.nodes["n1"]) == {}      # one stalled change is not yet a stall
+    assert tree_module.stalled_families(tree, tree.nodes["n4"]) == {}      # this branch's form_search moved
+    again = tree_module.Child("n5", tree.nodes["n2"], 3, proposal="strategy: form_search {\"degree\": 4}\nOne more.")
+    with pytest.raises(tree_module.StalledFamily, match="leaves it"):
+        tree_module._leave_stalled(tree, tree.nodes["n2"], again)
+    other = tree_module.Child("n6", tree.nodes["n2"], 3, proposal="strategy: power_law {}\nA new family.")
+    tree_module._leave_stalled(tree, tree.nodes["n2"], other)  # another family goes ahead
