@@ -127,19 +127,15 @@ def describe_baselines(baselines: dict[str, dict], team: dict | None, gaps: dict
         known = {name: d["value"] for name, d in baselines.items() if d.get("ok")}
         # float noise is no lead: a team 1.1e-16 above the constant's r2 of 0 ties it
         scale = max((abs(v) for v in (team["value"], *known.values()) if math.isfinite(v)), default=0.0)
-        beaten, tied, noisy, missed = [], [], [], []
+        said_of: dict[str, list[str]] = {"better": [], "worse": [], "identical": [], "within noise": []}
         for name, v in known.items():
-            verdict = (gaps or {}).get(name, Gap(name)).verdict
-            shown = name.replace("_", " ")
-            if verdict in ("within noise", "identical"):
-                (tied if verdict == "identical" else noisy).append(shown)
-            elif verdict == "worse" or (not verdict and not better(team["value"], v, hib, scale)
-                                        and not same(team["value"], v, scale)):
-                missed.append(shown)
-            elif verdict == "better" or better(team["value"], v, hib, scale):
-                beaten.append(shown)
-            else:
-                tied.append(shown)
+            gap = (gaps or {}).get(name)
+            # without an interval the raw scores decide, up to float noise
+            verdict = gap.verdict if gap is not None and gap.verdict else \
+                "better" if better(team["value"], v, hib, scale) else \
+                "identical" if same(team["value"], v, scale) else "worse"
+            said_of[verdict].append(name.replace("_", " "))
+        missed, tied, noisy = said_of["worse"], said_of["identical"], said_of["within noise"]
         said = [f"does NOT beat {', '.join(missed)}"] if missed else []
         said += [f"ties {', '.join(tied)}"] if tied else []
         said += [f"ties {', '.join(noisy)} within the test set's noise"] if noisy else []

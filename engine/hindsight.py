@@ -25,9 +25,9 @@ import numpy as np
 from . import official as official_evaluation
 from .artifacts import ArtifactStore
 from .evaluation import evaluate_many
+from .search.base import ProgramProbed
 from .search.probe import JUDGEMENT_FILE
 from .selection import ROUNDED, same
-from .search.base import ProgramProbed
 from .task import Task
 
 MIN_CANDIDATES = 3  # below this a rank correlation says nothing

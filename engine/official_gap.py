@@ -183,14 +183,12 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
     metric = BATCHED.get(task.metric.name)
     resampled = ""
     per_series = _per_series(task, ids, truth, values, names, officials)
+    team_row = matrix[1 + names.index("team")]
+    copies = {name for k, name in enumerate(names) if name != "team" and np.array_equal(team_row, matrix[1 + k])}
     short = _too_few_units(task, per_series, len(ids))
-    if short:
-        for k, name in enumerate(names):
-            if name != "team":
-                same_file = np.array_equal(matrix[1 + names.index("team")], matrix[1 + k])
-                out[name] = Gap(name, 0.0, 0.0, 0.0, len(ids), 0, "", "identical") if same_file else \
-                    Gap(name, rows=len(ids), why=short)
-        return out
+    if short:  # a copy of the team's file is still known to be one
+        return {**out, **{n: Gap(n, 0.0, 0.0, 0.0, len(ids), 0, "", "identical") if n in copies
+                          else Gap(n, rows=len(ids), why=short) for n in names if n != "team"}}
     if per_series is not None:
         # a forecast is judged series by series: a resample draws whole series, never rows that
         # share one series' errors and its scale (those would make the interval far too narrow)
@@ -216,7 +214,7 @@ def official_gaps(task: Task, team: bytes | None, team_official: dict,
         diffs = sign * (team_scores - scores[k])
         diffs = diffs[np.isfinite(diffs)]
         observed = sign * (team_official["value"] - officials[name]["value"])
-        if np.array_equal(matrix[1 + names.index("team")], matrix[1 + k]):
+        if name in copies:
             out[name] = Gap(name, 0.0, 0.0, 0.0, len(ids), len(team_scores), scorer, "identical", resampled=resampled)
             continue
         if len(diffs) < 10:

@@ -23,6 +23,7 @@ budget; running out stops the search cleanly with the tree and champion found so
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import math
@@ -642,6 +643,7 @@ def stalled_families(tree: Tree, parent: Node | None) -> dict[str, str]:
     return {family: ", ".join(reversed(said)) for family, said in tweaks.items() if len(said) >= STALL}
 
 
+@functools.lru_cache(maxsize=4096)  # every child asks for every node's key: parse each program once
 def program_key(code: str) -> str:
     """One program, however it is laid out: its syntax tree without comments and blank lines (its
     text when it does not parse), hashed."""

@@ -1,6 +1,6 @@
 """What the studio stores of a run: the run, its workflow versions, events, mutations,
-judgements and share links. (Projects and members are in webapp/teams, tasks in
-webapp/tasks, annotations in webapp/annotations.) A run is persisted after every step (its events as they
+judgements and share links (projects and members are in webapp/teams, tasks in webapp/tasks,
+annotations in webapp/annotations). A run is persisted after every step (its events as they
 happen, its checkpoint after every search iteration), so a killed worker loses at most the
 step in flight."""
 from __future__ import annotations
